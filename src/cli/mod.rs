@@ -1,0 +1,353 @@
+//! The `tdsl` command: `run`, `check` and `cost`.
+//!
+//! Exit status: 0 on success, 1 for errors in the user's script or data (rendered diagnostics on
+//! stderr), 2 for bad command-line use (clap's own errors, an unreadable script path, a malformed
+//! `--input`). Only this module reads the environment and the terminal.
+
+pub mod render;
+mod report;
+
+use crate::bind::{bind_available, Provided};
+use crate::check::{Binding, Program};
+use crate::diag::{Code, Diagnostic, Diagnostics};
+use crate::io;
+use crate::tensor::Tensor;
+use clap::{Parser, Subcommand, ValueEnum};
+use render::Color;
+use std::collections::BTreeMap;
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+use tdsl_syntax::ast::StmtKind;
+use tdsl_syntax::Span;
+
+#[derive(Parser, Debug)]
+#[command(name = "tdsl", version, about = "A tensor language with named axes", long_about = None)]
+struct Cli {
+    /// Colour diagnostics: auto (when stderr is a terminal), always, never.
+    #[arg(long, global = true, value_enum, default_value_t = ColorArg::Auto)]
+    color: ColorArg,
+    /// Diagnostic format: human (rendered) or json (one object per line).
+    #[arg(long, global = true, value_enum, default_value_t = MessageFormat::Human)]
+    message_format: MessageFormat,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+enum ColorArg {
+    Auto,
+    Always,
+    Never,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+enum MessageFormat {
+    Human,
+    Json,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+enum Backend {
+    /// The reference interpreter.
+    Interp,
+}
+
+/// Data sources shared by every subcommand.
+#[derive(clap::Args, Debug, Clone)]
+struct DataArgs {
+    /// Bind an input to a file: NAME=FILE.npy or NAME=FILE.safetensors:TENSOR. Repeatable.
+    #[arg(long = "input", value_name = "NAME=FILE")]
+    inputs: Vec<String>,
+    /// Bind every input whose name matches a tensor in this .safetensors file.
+    #[arg(long, value_name = "FILE.safetensors")]
+    weights: Option<PathBuf>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Run a script and print or save its outputs.
+    Run {
+        script: PathBuf,
+        #[command(flatten)]
+        data: DataArgs,
+        /// Write each output NAME to DIR/NAME.npy (DIR is created when missing).
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+        /// Which backend evaluates the program.
+        #[arg(long, value_enum, default_value_t = Backend::Interp)]
+        backend: Backend,
+    },
+    /// Check a script and print every statement's shape, dtype and format.
+    Check {
+        script: PathBuf,
+        #[command(flatten)]
+        data: DataArgs,
+    },
+    /// Print FLOPs, bytes, arithmetic intensity and contraction paths per statement.
+    Cost {
+        script: PathBuf,
+        #[command(flatten)]
+        data: DataArgs,
+        /// One JSON object: total_flops and a list of statements.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// A failure of a whole command: diagnostics against the script (exit 1) or a usage error
+/// (exit 2).
+enum Failure {
+    Diags(Diagnostics),
+    Usage(String),
+}
+
+impl From<Diagnostics> for Failure {
+    fn from(d: Diagnostics) -> Self {
+        Failure::Diags(d)
+    }
+}
+
+impl From<Diagnostic> for Failure {
+    fn from(d: Diagnostic) -> Self {
+        Failure::Diags(d.into())
+    }
+}
+
+/// Entry point of the `tdsl` binary.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
+        }
+    };
+    let color = match cli.color {
+        ColorArg::Always => Color::Always,
+        ColorArg::Never => Color::Never,
+        ColorArg::Auto => {
+            if std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none() {
+                Color::Always
+            } else {
+                Color::Never
+            }
+        }
+    };
+    let script_path = match &cli.cmd {
+        Cmd::Run { script, .. } | Cmd::Check { script, .. } | Cmd::Cost { script, .. } => {
+            script.clone()
+        }
+    };
+    let text = match std::fs::read_to_string(&script_path) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: cannot read script {}: {e}", script_path.display());
+            return ExitCode::from(2);
+        }
+    };
+    let name = script_path.display().to_string();
+    let mut stdout = std::io::stdout().lock();
+    match execute(&cli.cmd, &text, &mut stdout) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Usage(msg)) => {
+            eprintln!("error: {msg}");
+            ExitCode::from(2)
+        }
+        Err(Failure::Diags(diags)) => {
+            let mut stderr = std::io::stderr().lock();
+            for d in diags.iter() {
+                let s = match cli.message_format {
+                    MessageFormat::Human => render::render(d, &name, &text, color),
+                    MessageFormat::Json => render::render_json(d, &name, &text) + "\n",
+                };
+                let _ = stderr.write_all(s.as_bytes());
+            }
+            if cli.message_format == MessageFormat::Human && diags.0.len() > 1 {
+                let _ = writeln!(stderr, "{} errors", diags.0.len());
+            }
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn execute(cmd: &Cmd, text: &str, out: &mut dyn Write) -> Result<(), Failure> {
+    match cmd {
+        Cmd::Run { data, out: dir, .. } => {
+            let t0 = Instant::now();
+            let (program, inputs) = load(text, data, true)?;
+            if program.outputs.is_empty() {
+                return Err(Diagnostic::new(
+                    Code::NoOutput,
+                    "the script has no `output` statement",
+                )
+                .help("add `output NAME` naming the tensors to produce")
+                .into());
+            }
+            let t1 = Instant::now();
+            let inputs: Vec<Tensor> = inputs.into_iter().flatten().collect();
+            let outputs = crate::interp::run(&program, &inputs);
+            let run_time = t1.elapsed();
+            match dir {
+                Some(dir) => write_outputs(&program, &outputs, dir)?,
+                None => {
+                    let _ = write!(out, "{}", report::run_summary(&program, &outputs));
+                    let _ = writeln!(
+                        out,
+                        "time: {} run (reference interpreter), {} total",
+                        report::duration(run_time),
+                        report::duration(t0.elapsed())
+                    );
+                }
+            }
+            Ok(())
+        }
+        Cmd::Check { data, .. } => {
+            let (program, _) = load(text, data, false)?;
+            let _ = write!(out, "{}", report::check_report(&program));
+            Ok(())
+        }
+        Cmd::Cost { data, json, .. } => {
+            let (program, inputs) = load(text, data, false)?;
+            let stored: Vec<_> = program
+                .inputs
+                .iter()
+                .enumerate()
+                .map(|(i, inp)| {
+                    crate::plan::cost::stored(&inp.ty, inputs.get(i).and_then(|t| t.as_ref()))
+                })
+                .collect();
+            let cost = crate::plan::cost::program_cost(&program, &stored);
+            if *json {
+                let _ = writeln!(out, "{}", report::cost_json(&program, &cost));
+            } else {
+                let _ = write!(out, "{}", report::cost_report(&program, &cost));
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Parses, loads bound data, checks, and binds inputs. With `need_all`, every input must have
+/// data (files or initialisers); otherwise inputs without data are `None` (costs then assume
+/// dense storage for sparse inputs without data).
+fn load(
+    text: &str,
+    data: &DataArgs,
+    need_all: bool,
+) -> Result<(Program, Vec<Option<Tensor>>), Failure> {
+    let script = crate::parse(text)?;
+    let decl_span = |name: &str| -> Option<Span> {
+        script.stmts.iter().find_map(|s| match &s.kind {
+            StmtKind::Input(d) if d.name.name == name => Some(d.name.span),
+            _ => None,
+        })
+    };
+    let mut provided: BTreeMap<String, Provided> = BTreeMap::new();
+    let mut diags = Diagnostics::default();
+    let with_span = |d: Diagnostic, name: &str| match decl_span(name) {
+        Some(s) if d.labels.is_empty() => {
+            d.label(s, format!("data for `{name}` comes from this file"))
+        }
+        _ => d,
+    };
+    if let Some(w) = &data.weights {
+        match io::safetensors::safetensors_names(w) {
+            Ok(names) => {
+                for n in names {
+                    if decl_span(&n).is_none() {
+                        continue;
+                    }
+                    match io::safetensors::read_safetensors(w, &n) {
+                        Ok(t) => {
+                            provided.insert(
+                                n.clone(),
+                                Provided {
+                                    tensor: t,
+                                    source: format!("{}:{n}", w.display()),
+                                },
+                            );
+                        }
+                        Err(d) => diags.push(with_span(d, &n)),
+                    }
+                }
+            }
+            Err(d) => diags.push(d),
+        }
+    }
+    for spec in &data.inputs {
+        let Some((name, file)) = spec.split_once('=') else {
+            return Err(Failure::Usage(format!(
+                "--input expects NAME=FILE, got `{spec}`"
+            )));
+        };
+        if name.is_empty() || file.is_empty() {
+            return Err(Failure::Usage(format!(
+                "--input expects NAME=FILE, got `{spec}`"
+            )));
+        }
+        match read_tensor_file(file) {
+            Ok(t) => {
+                provided.insert(
+                    name.to_string(),
+                    Provided {
+                        tensor: t,
+                        source: file.to_string(),
+                    },
+                );
+            }
+            Err(d) => diags.push(with_span(d, name)),
+        }
+    }
+    if !diags.is_empty() {
+        return Err(diags.into());
+    }
+    let bound: BTreeMap<String, Binding> = provided
+        .iter()
+        .map(|(k, p)| {
+            (
+                k.clone(),
+                Binding {
+                    dtype: p.tensor.dtype(),
+                    shape: p.tensor.shape.clone(),
+                    source: p.source.clone(),
+                },
+            )
+        })
+        .collect();
+    let program = crate::check::check_script(&script, &bound)?;
+    let inputs = bind_available(&program, provided, need_all)?;
+    Ok((program, inputs))
+}
+
+/// Reads `FILE.npy` or `FILE.safetensors:TENSOR`.
+fn read_tensor_file(file: &str) -> Result<Tensor, Diagnostic> {
+    if let Some((path, tensor)) = file.rsplit_once(':') {
+        if path.ends_with(".safetensors") {
+            return io::safetensors::read_safetensors(Path::new(path), tensor);
+        }
+    }
+    if file.ends_with(".safetensors") {
+        return Err(Diagnostic::new(
+            Code::TensorNotFound,
+            format!("`{file}` is a .safetensors file: name the tensor as `{file}:TENSOR`"),
+        ));
+    }
+    io::npy::read_npy(Path::new(file))
+}
+
+/// Writes every output to `dir/NAME.npy`, each through a temporary file and a rename.
+fn write_outputs(program: &Program, outputs: &[Tensor], dir: &Path) -> Result<(), Failure> {
+    if let Err(e) = std::fs::create_dir_all(dir) {
+        return Err(Diagnostic::new(
+            Code::FileWrite,
+            format!("cannot create output directory {}: {e}", dir.display()),
+        )
+        .into());
+    }
+    for (o, t) in program.outputs.iter().zip(outputs) {
+        io::npy::write_npy(&dir.join(format!("{}.npy", o.name)), t)?;
+    }
+    Ok(())
+}

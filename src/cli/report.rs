@@ -1,0 +1,356 @@
+//! Text and JSON forms of `check`, `cost` and `run` output. Deterministic: no addresses, hashes
+//! or timestamps, so they can be snapshot-tested.
+
+use crate::check::{format_name, type_summary, Format, Program, TensorRef};
+use crate::plan::cost::ProgramCost;
+use crate::tensor::Tensor;
+use std::fmt::Write;
+use std::time::Duration;
+
+/// `1,234,567`
+pub fn group(n: u128) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// `1.5 KiB`, `12 MiB`
+pub fn bytes(n: u128) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+pub fn duration(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s >= 1.0 {
+        format!("{s:.3} s")
+    } else if s >= 1e-3 {
+        format!("{:.3} ms", s * 1e3)
+    } else {
+        format!("{:.1} µs", s * 1e6)
+    }
+}
+
+fn table(rows: &[Vec<String>], right: &[bool]) -> String {
+    let n = rows.iter().map(|r| r.len()).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..n)
+        .map(|c| {
+            rows.iter()
+                .map(|r| r.get(c).map_or(0, |s| s.chars().count()))
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for r in rows {
+        let mut line = String::new();
+        for (c, cell) in r.iter().enumerate() {
+            if c > 0 {
+                line.push_str("  ");
+            }
+            let pad = widths[c] - cell.chars().count();
+            if right.get(c).copied().unwrap_or(false) {
+                line.push_str(&" ".repeat(pad));
+                line.push_str(cell);
+            } else {
+                line.push_str(cell);
+                line.push_str(&" ".repeat(pad));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// `tdsl check`: every input and statement with its type.
+pub fn check_report(p: &Program) -> String {
+    let mut rows = Vec::new();
+    for s in &p.sizes {
+        rows.push(vec![s.name.clone(), "let".into(), s.value.to_string()]);
+    }
+    for i in &p.inputs {
+        let mut t = type_summary(&i.ty);
+        if let Some(init) = &i.init {
+            let _ = write!(t, "  = {}", init_name(init));
+        }
+        rows.push(vec![i.name.clone(), "input".into(), t]);
+    }
+    for a in &p.assigns {
+        rows.push(vec![
+            a.name.clone(),
+            "=".into(),
+            type_summary(&p.node(a.node).ty),
+        ]);
+    }
+    let mut out = table(&rows, &[]);
+    let outs: Vec<&str> = p.outputs.iter().map(|o| o.name.as_str()).collect();
+    if outs.is_empty() {
+        out.push_str("outputs: (none)\n");
+    } else {
+        let _ = writeln!(out, "outputs: {}", outs.join(", "));
+    }
+    out
+}
+
+fn init_name(init: &crate::check::Init) -> String {
+    use crate::check::InitKind::*;
+    let base = match init.kind {
+        Randn { seed } => format!("randn(seed={seed}"),
+        Rand { seed } => format!("rand(seed={seed}"),
+        Zeros => "zeros(".into(),
+        Ones => "ones(".into(),
+        Arange => "arange(".into(),
+    };
+    let mut s = base;
+    if let Some(d) = init.density {
+        if !s.ends_with('(') {
+            s.push_str(", ");
+        }
+        let _ = write!(s, "density={d}");
+    }
+    if s.ends_with('(') {
+        s.pop();
+    } else {
+        s.push(')');
+    }
+    s
+}
+
+/// `tdsl cost`: one row per statement, totals, then the contraction path of every einsum with
+/// three or more operands.
+pub fn cost_report(p: &Program, c: &ProgramCost) -> String {
+    let mut rows = vec![vec![
+        "statement".to_string(),
+        "shape".into(),
+        "dtype".into(),
+        "FLOPs".into(),
+        "bytes read".into(),
+        "written".into(),
+        "FLOP/byte".into(),
+        "largest intermediate".into(),
+    ]];
+    let mut notes = Vec::new();
+    for s in &c.statements {
+        let mut flops = group(s.flops);
+        if s.flops != s.dense_flops {
+            let _ = write!(flops, " (dense {})", group(s.dense_flops));
+        }
+        if s.density_assumed {
+            notes.push(format!(
+                "{}: a sparse input has no data to count its nonzeros; it is costed as fully stored",
+                s.name
+            ));
+        }
+        let mut ty = s.ty.shape.to_string();
+        if s.ty.format != Format::Dense {
+            let _ = write!(ty, " @ {}", format_name(s.ty.format, &s.ty.shape));
+        }
+        rows.push(vec![
+            s.name.clone(),
+            ty,
+            s.ty.dtype.to_string(),
+            flops,
+            bytes(s.bytes_read),
+            bytes(s.bytes_written),
+            format!("{:.2}", s.intensity()),
+            bytes(s.largest_intermediate_bytes),
+        ]);
+    }
+    let mut total = group(c.total_flops());
+    if c.total_flops() != c.total_dense_flops() {
+        let _ = write!(total, " (dense {})", group(c.total_dense_flops()));
+    }
+    let tb: u128 = c.statements.iter().map(|s| s.bytes_read).sum();
+    let tw: u128 = c.statements.iter().map(|s| s.bytes_written).sum();
+    let ti = if tb + tw == 0 {
+        0.0
+    } else {
+        c.total_flops() as f64 / (tb + tw) as f64
+    };
+    rows.push(vec![
+        "total".into(),
+        String::new(),
+        String::new(),
+        total,
+        bytes(tb),
+        bytes(tw),
+        format!("{ti:.2}"),
+        String::new(),
+    ]);
+    let mut out = String::new();
+    let sparse: Vec<String> = p
+        .inputs
+        .iter()
+        .filter(|i| i.ty.format.is_sparse())
+        .map(|i| format!("{} @ {}", i.name, format_name(i.ty.format, &i.ty.shape)))
+        .collect();
+    if !sparse.is_empty() {
+        let _ = writeln!(
+            out,
+            "sparse inputs: {} (FLOPs count stored entries)",
+            sparse.join(", ")
+        );
+    }
+    out.push_str(&table(
+        &rows,
+        &[false, false, false, true, true, true, true, true],
+    ));
+    for n in notes {
+        let _ = writeln!(out, "note: {n}");
+    }
+    for s in &c.statements {
+        for path in &s.paths {
+            let _ = writeln!(out, "\ncontraction path for `{}`:", s.name);
+            out.push_str(&path.report);
+            if !path.report.ends_with('\n') {
+                out.push('\n');
+            }
+        }
+    }
+    out
+}
+
+/// `tdsl cost --json`.
+pub fn cost_json(p: &Program, c: &ProgramCost) -> String {
+    use serde_json::json;
+    let statements: Vec<_> = c
+        .statements
+        .iter()
+        .map(|s| {
+            let paths: Vec<_> = s
+                .paths
+                .iter()
+                .map(|pa| {
+                    json!({
+                        "naive_flops": pa.path.naive_flops as u64,
+                        "optimized_flops": pa.path.opt_flops as u64,
+                        "largest_intermediate_elems": pa.path.largest_intermediate_elems as u64,
+                        "optimal": pa.path.optimal,
+                        "steps": pa.path.steps.iter().map(|st| json!({
+                            "operands": st.operands,
+                            "flops": st.flops as u64,
+                        })).collect::<Vec<_>>(),
+                    })
+                })
+                .collect();
+            json!({
+                "name": s.name,
+                "shape": s.ty.shape.extents(),
+                "axes": s.ty.shape.0.iter().map(|a| a.name.clone()).collect::<Vec<_>>(),
+                "dtype": s.ty.dtype.name(),
+                "format": format_name(s.ty.format, &s.ty.shape),
+                "flops": num(s.flops),
+                "dense_flops": num(s.dense_flops),
+                "bytes": num(s.bytes()),
+                "bytes_read": num(s.bytes_read),
+                "bytes_written": num(s.bytes_written),
+                "intensity": s.intensity(),
+                "largest_intermediate_bytes": num(s.largest_intermediate_bytes),
+                "paths": paths,
+            })
+        })
+        .collect();
+    let inputs: Vec<_> = p
+        .inputs
+        .iter()
+        .map(|i| {
+            json!({
+                "name": i.name,
+                "shape": i.ty.shape.extents(),
+                "dtype": i.ty.dtype.name(),
+                "format": format_name(i.ty.format, &i.ty.shape),
+            })
+        })
+        .collect();
+    json!({
+        "total_flops": num(c.total_flops()),
+        "total_dense_flops": num(c.total_dense_flops()),
+        "inputs": inputs,
+        "statements": statements,
+    })
+    .to_string()
+}
+
+/// A JSON number for a u128 count: exact as an integer when it fits in u64.
+fn num(n: u128) -> serde_json::Value {
+    match u64::try_from(n) {
+        Ok(v) => serde_json::Value::from(v),
+        Err(_) => serde_json::Value::from(n as f64),
+    }
+}
+
+/// `tdsl run` without `--out`: a summary of every output.
+pub fn run_summary(p: &Program, outputs: &[Tensor]) -> String {
+    let mut out = String::new();
+    for (o, t) in p.outputs.iter().zip(outputs) {
+        let ty = match o.tensor {
+            TensorRef::Input(i) => &p.inputs[i].ty,
+            TensorRef::Assign(a) => &p.node(p.assigns[a].node).ty,
+        };
+        let v = t.to_f64();
+        let _ = writeln!(out, "{}: {}", o.name, type_summary(ty));
+        if v.is_empty() {
+            continue;
+        }
+        let nan = v.iter().any(|x| x.is_nan());
+        let fin: Vec<f64> = v.iter().copied().filter(|x| !x.is_nan()).collect();
+        let min = fin.iter().copied().fold(f64::INFINITY, f64::min);
+        let max = fin.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let mean = v.iter().sum::<f64>() / v.len() as f64;
+        let _ = writeln!(
+            out,
+            "  min {}  max {}  mean {}{}",
+            g(min),
+            g(max),
+            g(mean),
+            if nan { "  (contains NaN)" } else { "" }
+        );
+        let first: Vec<String> = v.iter().take(8).map(|&x| g(x)).collect();
+        let more = if v.len() > 8 { ", …" } else { "" };
+        let _ = writeln!(out, "  values [{}{}]", first.join(", "), more);
+    }
+    out
+}
+
+/// A compact number: up to 6 significant digits.
+fn g(x: f64) -> String {
+    if x.is_nan() {
+        return "nan".into();
+    }
+    if x.is_infinite() {
+        return if x > 0.0 { "inf".into() } else { "-inf".into() };
+    }
+    if x == 0.0 {
+        return "0".into();
+    }
+    let a = x.abs();
+    if (1e-4..1e6).contains(&a) {
+        let digits = 6usize.saturating_sub((a.log10().floor() as i32 + 1).max(0) as usize);
+        let s = format!("{x:.digits$}");
+        let t = s.trim_end_matches('0').trim_end_matches('.').to_string();
+        if t.is_empty() || t == "-" {
+            "0".into()
+        } else {
+            t
+        }
+    } else {
+        format!("{x:.5e}")
+    }
+}

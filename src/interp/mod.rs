@@ -1,0 +1,332 @@
+//! The reference interpreter: the oracle every backend is checked against.
+//!
+//! It evaluates the checked [`Program`] node by node with plain loops and nothing clever.
+//! Values are held as f64 and rounded to their node's dtype after every node, so an f16 value is
+//! always exactly an f16. Reductions and einsum sums accumulate in f64. Sparse inputs are
+//! evaluated through their dense values. This module shares no code with the planner.
+
+use crate::check::{
+    BinaryFn, EinsumSpec, NodeKind, OutElem, Program, Recipe, ReduceOp, TensorRef, UnaryFn,
+};
+use crate::dtype::DType;
+use crate::tensor::Tensor;
+
+/// A dense value: row-major f64 data with its extents.
+#[derive(Debug, Clone)]
+struct Value {
+    shape: Vec<usize>,
+    data: Vec<f64>,
+}
+
+/// Row-major strides of a shape.
+fn strides(shape: &[usize]) -> Vec<usize> {
+    let mut s = vec![1; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * shape[i + 1];
+    }
+    s
+}
+
+/// Splits a flat row-major index into coordinates.
+fn unflatten(mut flat: usize, shape: &[usize], coords: &mut [usize]) {
+    for i in (0..shape.len()).rev() {
+        coords[i] = flat % shape[i];
+        flat /= shape[i];
+    }
+}
+
+/// Evaluates every assignment, returning the values of the program's outputs in order.
+/// `inputs[i]` is the value of `program.inputs[i]`; the caller has matched dtypes and shapes.
+pub fn run(program: &Program, inputs: &[Tensor]) -> Vec<Tensor> {
+    let values = eval_all(program, inputs);
+    program
+        .outputs
+        .iter()
+        .map(|o| {
+            let (v, dtype) = match o.tensor {
+                TensorRef::Input(i) => (
+                    Value {
+                        shape: inputs[i].shape.clone(),
+                        data: inputs[i].to_f64(),
+                    },
+                    inputs[i].dtype(),
+                ),
+                TensorRef::Assign(a) => {
+                    let n = program.assigns[a].node;
+                    (values[n.idx()].clone(), program.node(n).ty.dtype)
+                }
+            };
+            Tensor::from_f64(dtype, v.shape, &v.data)
+        })
+        .collect()
+}
+
+/// Evaluates every assignment and returns each one's value (for tests and the REPL).
+pub fn run_all(program: &Program, inputs: &[Tensor]) -> Vec<Tensor> {
+    let values = eval_all(program, inputs);
+    program
+        .assigns
+        .iter()
+        .map(|a| {
+            let v = &values[a.node.idx()];
+            Tensor::from_f64(program.node(a.node).ty.dtype, v.shape.clone(), &v.data)
+        })
+        .collect()
+}
+
+fn eval_all(program: &Program, inputs: &[Tensor]) -> Vec<Value> {
+    let mut values: Vec<Value> = Vec::with_capacity(program.nodes.len());
+    for node in &program.nodes {
+        let dtype = node.ty.dtype;
+        let v = match &node.kind {
+            NodeKind::Input(i) => Value {
+                shape: inputs[*i].shape.clone(),
+                data: inputs[*i].to_f64(),
+            },
+            NodeKind::Var(a) => values[program.assigns[*a].node.idx()].clone(),
+            NodeKind::Scalar(x) => Value {
+                shape: vec![],
+                data: vec![*x],
+            },
+            NodeKind::Unary(f, x) => {
+                let x = &values[x.idx()];
+                Value {
+                    shape: x.shape.clone(),
+                    data: x.data.iter().map(|&v| unary(*f, dtype.round(v))).collect(),
+                }
+            }
+            NodeKind::Binary(f, a, b) => {
+                // A weak scalar takes the result's dtype before the operation (numpy's NEP 50).
+                let (va, vb) = (&values[a.idx()], &values[b.idx()]);
+                let ra = if program.node(*a).weak {
+                    Some(dtype)
+                } else {
+                    None
+                };
+                let rb = if program.node(*b).weak {
+                    Some(dtype)
+                } else {
+                    None
+                };
+                broadcast(va, vb, |x, y| {
+                    let x = ra.map_or(x, |d| d.round(x));
+                    let y = rb.map_or(y, |d| d.round(y));
+                    binary(*f, x, y)
+                })
+            }
+            NodeKind::Cast(x) => values[x.idx()].clone(),
+            NodeKind::Pattern {
+                reduce, x, recipe, ..
+            } => pattern(&values[x.idx()], recipe, *reduce),
+            NodeKind::Einsum { operands, spec } => {
+                let ops: Vec<&Value> = operands.iter().map(|o| &values[o.idx()]).collect();
+                einsum(&ops, spec)
+            }
+        };
+        let data = v.data.into_iter().map(|x| round(dtype, x)).collect();
+        values.push(Value {
+            shape: v.shape,
+            data,
+        });
+    }
+    values
+}
+
+fn round(dtype: DType, x: f64) -> f64 {
+    dtype.round(x)
+}
+
+/// One elementwise function of one argument, in f64.
+pub fn unary(f: UnaryFn, x: f64) -> f64 {
+    match f {
+        UnaryFn::Neg => -x,
+        UnaryFn::Exp => x.exp(),
+        UnaryFn::Log => x.ln(),
+        UnaryFn::Sqrt => x.sqrt(),
+        UnaryFn::Rsqrt => 1.0 / x.sqrt(),
+        UnaryFn::Abs => x.abs(),
+        UnaryFn::Tanh => x.tanh(),
+        UnaryFn::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+        UnaryFn::Relu => {
+            if x.is_nan() {
+                x
+            } else {
+                x.max(0.0)
+            }
+        }
+        UnaryFn::Gelu => {
+            // The tanh approximation (as GPT-2 and jax.nn.gelu's default).
+            let c = (2.0 / std::f64::consts::PI).sqrt();
+            0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())
+        }
+        UnaryFn::Sin => x.sin(),
+        UnaryFn::Cos => x.cos(),
+        UnaryFn::Square => x * x,
+    }
+}
+
+/// One elementwise function of two arguments, in f64. `max`/`min` propagate NaN, as numpy.
+pub fn binary(f: BinaryFn, x: f64, y: f64) -> f64 {
+    match f {
+        BinaryFn::Add => x + y,
+        BinaryFn::Sub => x - y,
+        BinaryFn::Mul => x * y,
+        BinaryFn::Div => x / y,
+        BinaryFn::Max => {
+            if x.is_nan() || y.is_nan() {
+                f64::NAN
+            } else {
+                x.max(y)
+            }
+        }
+        BinaryFn::Min => {
+            if x.is_nan() || y.is_nan() {
+                f64::NAN
+            } else {
+                x.min(y)
+            }
+        }
+        BinaryFn::Pow => x.powf(y),
+    }
+}
+
+/// numpy broadcasting of two values.
+fn broadcast(a: &Value, b: &Value, f: impl Fn(f64, f64) -> f64) -> Value {
+    let rank = a.shape.len().max(b.shape.len());
+    let pad = |s: &[usize]| {
+        let mut p = vec![1; rank - s.len()];
+        p.extend_from_slice(s);
+        p
+    };
+    let (sa, sb) = (pad(&a.shape), pad(&b.shape));
+    let shape: Vec<usize> = sa.iter().zip(&sb).map(|(&x, &y)| x.max(y)).collect();
+    let (ta, tb) = (strides(&sa), strides(&sb));
+    let n: usize = shape.iter().product();
+    let mut coords = vec![0; rank];
+    let mut data = Vec::with_capacity(n);
+    for flat in 0..n {
+        unflatten(flat, &shape, &mut coords);
+        let (mut ia, mut ib) = (0, 0);
+        for k in 0..rank {
+            if sa[k] != 1 {
+                ia += coords[k] * ta[k];
+            }
+            if sb[k] != 1 {
+                ib += coords[k] * tb[k];
+            }
+        }
+        data.push(f(a.data[ia], b.data[ib]));
+    }
+    Value { shape, data }
+}
+
+/// rearrange / reduce / repeat through their common recipe.
+fn pattern(x: &Value, r: &Recipe, reduce: Option<ReduceOp>) -> Value {
+    let out_shape: Vec<usize> = r.out_extents().iter().map(|&e| e as usize).collect();
+    let in_elems: Vec<usize> = r.in_elems.iter().map(|&e| e as usize).collect();
+    // Extents of each output slot's elementary axes, to split an output coordinate.
+    let out_elem_ext: Vec<Vec<usize>> = r
+        .out_groups
+        .iter()
+        .map(|g| {
+            g.iter()
+                .map(|e| match *e {
+                    OutElem::In(i) => in_elems[i],
+                    OutElem::New(n) => n as usize,
+                })
+                .collect()
+        })
+        .collect();
+    let red_ext: Vec<usize> = r.reduced.iter().map(|&i| in_elems[i]).collect();
+    let n_red: usize = red_ext.iter().product();
+    let n_out: usize = out_shape.iter().product();
+    let in_strides = strides(&x.shape);
+    let mut elem = vec![0usize; in_elems.len()];
+    let mut out_coords = vec![0; out_shape.len()];
+    let mut red_coords = vec![0; red_ext.len()];
+    let mut data = Vec::with_capacity(n_out);
+    for flat in 0..n_out {
+        unflatten(flat, &out_shape, &mut out_coords);
+        for (slot, g) in r.out_groups.iter().enumerate() {
+            let mut sub = vec![0; g.len()];
+            unflatten(out_coords[slot], &out_elem_ext[slot], &mut sub);
+            for (e, &c) in g.iter().zip(&sub) {
+                if let OutElem::In(i) = *e {
+                    elem[i] = c;
+                }
+            }
+        }
+        let mut acc: Option<f64> = None;
+        let mut sum = 0.0;
+        for rflat in 0..n_red {
+            unflatten(rflat, &red_ext, &mut red_coords);
+            for (&i, &c) in r.reduced.iter().zip(&red_coords) {
+                elem[i] = c;
+            }
+            // Compose elementary coordinates into input slot coordinates (row-major in groups).
+            let mut idx = 0;
+            for (slot, g) in r.in_groups.iter().enumerate() {
+                let mut c = 0;
+                for &e in g {
+                    c = c * in_elems[e] + elem[e];
+                }
+                idx += c * in_strides[slot];
+            }
+            let v = x.data[idx];
+            match reduce {
+                None => acc = Some(v),
+                Some(ReduceOp::Sum | ReduceOp::Mean) => sum += v,
+                Some(ReduceOp::Prod) => acc = Some(acc.unwrap_or(1.0) * v),
+                Some(ReduceOp::Max) => acc = Some(acc.map_or(v, |a| binary(BinaryFn::Max, a, v))),
+                Some(ReduceOp::Min) => acc = Some(acc.map_or(v, |a| binary(BinaryFn::Min, a, v))),
+            }
+        }
+        data.push(match reduce {
+            Some(ReduceOp::Sum) => sum,
+            Some(ReduceOp::Mean) => sum / n_red as f64,
+            _ => acc.unwrap_or(0.0),
+        });
+    }
+    Value {
+        shape: out_shape,
+        data,
+    }
+}
+
+/// einsum by brute force: every combination of every label, products summed in f64.
+fn einsum(ops: &[&Value], spec: &EinsumSpec) -> Value {
+    let ext: Vec<usize> = spec.labels.iter().map(|l| l.1 as usize).collect();
+    let out_shape: Vec<usize> = spec.out_extents().iter().map(|&e| e as usize).collect();
+    let n_out: usize = out_shape.iter().product();
+    let mut out = vec![0.0; n_out];
+    let op_strides: Vec<Vec<usize>> = ops.iter().map(|v| strides(&v.shape)).collect();
+    let n_all: usize = ext.iter().product();
+    let mut coord = vec![0usize; ext.len()];
+    let compose = |labels: &[usize], coord: &[usize]| -> usize {
+        labels.iter().fold(0, |c, &l| c * ext[l] + coord[l])
+    };
+    for flat in 0..n_all {
+        unflatten(flat, &ext, &mut coord);
+        let mut p = 1.0;
+        for (k, slots) in spec.operands.iter().enumerate() {
+            let mut idx = 0;
+            for (s, slot) in slots.iter().enumerate() {
+                if !slot.broadcast {
+                    idx += compose(&slot.labels, &coord) * op_strides[k][s];
+                }
+            }
+            p *= ops[k].data[idx];
+        }
+        // Labels repeated within one operand must agree: the composed index above already uses
+        // one coordinate per label, so a diagonal is read for free.
+        let mut o = 0;
+        for (s, g) in spec.output.iter().enumerate() {
+            o = o * out_shape[s] + compose(g, &coord);
+        }
+        out[o] += p;
+    }
+    Value {
+        shape: out_shape,
+        data: out,
+    }
+}

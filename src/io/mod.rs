@@ -1,0 +1,21 @@
+//! Tensor files: reading and writing `.npy` and `.safetensors`.
+//!
+//! Every function here turns a file into a dense, C-contiguous [`Tensor`](crate::tensor::Tensor)
+//! (or back) and reports every problem as a [`Diagnostic`](crate::diag::Diagnostic) whose
+//! message names the file. The diagnostics carry no labels: the caller knows which part of the
+//! script named the file and adds the span.
+//!
+//! Invariants shared by both formats:
+//! - Nothing is allocated from a size a file header claims before that size has been checked,
+//!   with overflow-safe arithmetic, against the actual length of the file.
+//! - Only the four tdsl dtypes (f32, f64, f16, bf16) are read; any other element type is a
+//!   diagnostic naming it.
+//! - Writes are atomic: the data goes to a temporary file in the target's directory which is
+//!   then renamed over the target, so a failed write leaves neither a partial file nor a
+//!   temporary one behind.
+
+pub mod npy;
+pub mod safetensors;
+
+pub use self::npy::{read_npy, write_npy};
+pub use self::safetensors::{read_safetensors, safetensors_names, write_safetensors};

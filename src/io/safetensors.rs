@@ -1,0 +1,544 @@
+//! `.safetensors` files: reading one named tensor, listing the names, and writing a set of
+//! tensors.
+//!
+//! The `safetensors` crate parses and validates the JSON header (offsets contiguous from zero,
+//! each tensor's byte range exactly `elements × item size`, no arithmetic overflow) and writes
+//! files. We read only the 8-byte length, the header and the bytes of the one tensor asked for,
+//! not the whole file, which can be many gigabytes.
+//!
+//! Invariants:
+//! - The header length is checked against the crate's 100 MB limit and the real file length
+//!   before the header is read, and the data the header describes must end exactly at the end
+//!   of the file (as `SafeTensors::deserialize` requires) before any tensor bytes are read.
+//! - F32, F64, F16 and BF16 tensors are read (little-endian, C order, as the format defines);
+//!   any other dtype is a diagnostic naming it.
+//! - Writes go through `safetensors::serialize_to_file`, which writes a temporary file beside
+//!   the target and renames it, so a failed write leaves no partial file.
+//! - Every error is a [`Diagnostic`] (without labels) whose message names the file.
+
+use std::fmt::Display;
+use std::fs::File;
+use std::io::{self, BufReader, Read, Seek, SeekFrom};
+use std::path::Path;
+
+use ::safetensors::tensor::{Metadata, TensorView};
+use ::safetensors::Dtype;
+use half::{bf16, f16};
+
+use crate::diag::{Code, Diagnostic};
+use crate::tensor::{Storage, Tensor};
+
+/// The size of the little-endian u64 header length that starts every file.
+const LEN_BYTES: u64 = 8;
+
+/// The largest header the `safetensors` crate accepts.
+const MAX_HEADER_LEN: u64 = 100_000_000;
+
+/// How many names a "tensor not found" help line lists.
+const MAX_LISTED: usize = 10;
+
+/// Reads the tensor called `name` from a `.safetensors` file.
+pub fn read_safetensors(path: &Path, name: &str) -> Result<Tensor, Diagnostic> {
+    let (mut reader, data_start, metadata) = open(path)?;
+    let Some(info) = metadata.info(name) else {
+        let names = sorted_names(&metadata);
+        return Err(Diagnostic::new(
+            Code::TensorNotFound,
+            format!("`{}` has no tensor named `{name}`", path.display()),
+        )
+        .help(not_found_help(name, &names)));
+    };
+    let element_size: usize = match info.dtype {
+        Dtype::F32 => 4,
+        Dtype::F64 => 8,
+        Dtype::F16 | Dtype::BF16 => 2,
+        other => {
+            return Err(Diagnostic::new(
+                Code::DtypeMismatch,
+                format!(
+                    "tensor `{name}` in `{}` has dtype {other}, which tdsl cannot read",
+                    path.display()
+                ),
+            )
+            .help("supported safetensors dtypes: F32, F64, F16, BF16"))
+        }
+    };
+    // The crate validated that the range is `elements × item size` bytes without overflow and
+    // that it lies inside the data section, whose end we checked against the file length. Check
+    // the size again anyway, so nothing below depends on that for safety.
+    let (start, end) = info.data_offsets;
+    let count = info
+        .shape
+        .iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d));
+    let byte_len = match (
+        end.checked_sub(start),
+        count.and_then(|c| c.checked_mul(element_size)),
+    ) {
+        (Some(have), Some(want)) if have == want => have,
+        _ => {
+            return Err(invalid(
+                path,
+                format!("the byte range of tensor `{name}` does not match its shape"),
+            ))
+        }
+    };
+    let mut bytes = vec![0u8; byte_len];
+    reader
+        .seek(SeekFrom::Start(data_start + start as u64))
+        .and_then(|_| reader.read_exact(&mut bytes))
+        .map_err(|e| data_error(path, &e))?;
+    let data = match info.dtype {
+        Dtype::F32 => Storage::F32(decode(&bytes, f32::from_le_bytes)),
+        Dtype::F64 => Storage::F64(decode(&bytes, f64::from_le_bytes)),
+        Dtype::F16 => Storage::F16(decode(&bytes, f16::from_le_bytes)),
+        _ => Storage::BF16(decode(&bytes, bf16::from_le_bytes)),
+    };
+    Ok(Tensor {
+        shape: info.shape.clone(),
+        data,
+    })
+}
+
+/// The names of the tensors in a `.safetensors` file, sorted.
+pub fn safetensors_names(path: &Path) -> Result<Vec<String>, Diagnostic> {
+    let (_, _, metadata) = open(path)?;
+    Ok(sorted_names(&metadata))
+}
+
+/// Writes tensors under the given names to a `.safetensors` file, atomically.
+pub fn write_safetensors(path: &Path, tensors: &[(&str, &Tensor)]) -> Result<(), Diagnostic> {
+    let mut encoded: Vec<(&str, Dtype, &[usize], Vec<u8>)> = Vec::with_capacity(tensors.len());
+    for (i, &(name, t)) in tensors.iter().enumerate() {
+        if tensors[..i].iter().any(|&(other, _)| other == name) {
+            return Err(write_error(
+                path,
+                format!("tensor name `{name}` is used twice"),
+            ));
+        }
+        let (dtype, bytes): (Dtype, Vec<u8>) = match &t.data {
+            Storage::F32(v) => (Dtype::F32, v.iter().flat_map(|x| x.to_le_bytes()).collect()),
+            Storage::F64(v) => (Dtype::F64, v.iter().flat_map(|x| x.to_le_bytes()).collect()),
+            Storage::F16(v) => (Dtype::F16, v.iter().flat_map(|x| x.to_le_bytes()).collect()),
+            Storage::BF16(v) => (
+                Dtype::BF16,
+                v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            ),
+        };
+        encoded.push((name, dtype, &t.shape, bytes));
+    }
+    let views = encoded
+        .iter()
+        .map(|(name, dtype, shape, bytes)| {
+            TensorView::new(*dtype, shape.to_vec(), bytes)
+                .map(|view| (*name, view))
+                .map_err(|e| write_error(path, format!("tensor `{name}`: {e}")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    ::safetensors::serialize_to_file(views, None, path).map_err(|e| write_error(path, e))
+}
+
+/// Opens a file and reads and validates its header. Returns the reader, the offset of the data
+/// section and the metadata.
+fn open(path: &Path) -> Result<(BufReader<File>, u64, Metadata), Diagnostic> {
+    let file = File::open(path).map_err(|e| read_error(path, &e))?;
+    let file_len = file.metadata().map_err(|e| read_error(path, &e))?.len();
+    let mut reader = BufReader::new(file);
+    if file_len < LEN_BYTES {
+        return Err(invalid(
+            path,
+            format!("the file is {file_len} bytes long, too short for the 8-byte header length"),
+        ));
+    }
+    let mut len_bytes = [0u8; 8];
+    reader
+        .read_exact(&mut len_bytes)
+        .map_err(|e| data_error(path, &e))?;
+    let header_len = u64::from_le_bytes(len_bytes);
+    if header_len > MAX_HEADER_LEN {
+        return Err(invalid(
+            path,
+            format!(
+                "the header claims {header_len} bytes, more than the limit of {MAX_HEADER_LEN}"
+            ),
+        ));
+    }
+    let data_start = LEN_BYTES + header_len;
+    if data_start > file_len {
+        return Err(invalid(
+            path,
+            format!(
+                "truncated: the header claims {header_len} bytes but only {} follow",
+                file_len - LEN_BYTES
+            ),
+        ));
+    }
+    // Bounded by MAX_HEADER_LEN and by the file length.
+    let mut header = vec![0u8; header_len as usize];
+    reader
+        .read_exact(&mut header)
+        .map_err(|e| data_error(path, &e))?;
+    let metadata: Metadata = serde_json::from_slice(&header)
+        .map_err(|e| invalid(path, format!("malformed header: {e}")))?;
+    let data_len = file_len - data_start;
+    if metadata.data_len() as u64 != data_len {
+        let how = if (metadata.data_len() as u64) > data_len {
+            "the data is truncated"
+        } else {
+            "there are extra bytes after the data"
+        };
+        return Err(invalid(
+            path,
+            format!(
+                "{how}: the header describes {} bytes of tensor data but {data_len} follow it",
+                metadata.data_len()
+            ),
+        ));
+    }
+    Ok((reader, data_start, metadata))
+}
+
+fn sorted_names(metadata: &Metadata) -> Vec<String> {
+    let mut names: Vec<String> = metadata.tensors().into_keys().collect();
+    names.sort();
+    names
+}
+
+/// Little-endian elements of `N` bytes.
+fn decode<const N: usize, T>(bytes: &[u8], from_le: impl Fn([u8; N]) -> T) -> Vec<T> {
+    bytes
+        .chunks_exact(N)
+        .map(|chunk| {
+            let mut a = [0u8; N];
+            a.copy_from_slice(chunk);
+            from_le(a)
+        })
+        .collect()
+}
+
+/// The help line of a "tensor not found" diagnostic: the closest name if one is close, else
+/// the first few names.
+fn not_found_help(name: &str, names: &[String]) -> String {
+    if names.is_empty() {
+        return "the file contains no tensors".into();
+    }
+    let closest = names
+        .iter()
+        .map(|n| (edit_distance(name, n), n))
+        .min_by_key(|&(d, _)| d);
+    if let Some((d, n)) = closest {
+        if d <= (name.chars().count() / 3).max(1) {
+            return format!("did you mean `{n}`?");
+        }
+    }
+    let listed: Vec<String> = names
+        .iter()
+        .take(MAX_LISTED)
+        .map(|n| format!("`{n}`"))
+        .collect();
+    let more = names.len().saturating_sub(MAX_LISTED);
+    if more > 0 {
+        format!("available tensors: {} and {more} more", listed.join(", "))
+    } else {
+        format!("available tensors: {}", listed.join(", "))
+    }
+}
+
+/// Levenshtein distance over chars.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    let mut cur = vec![0; b.len() + 1];
+    for (i, ca) in a.chars().enumerate() {
+        cur[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let subst = prev[j] + usize::from(ca != cb);
+            cur[j + 1] = subst.min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        std::mem::swap(&mut prev, &mut cur);
+    }
+    prev[b.len()]
+}
+
+fn invalid(path: &Path, what: impl Display) -> Diagnostic {
+    Diagnostic::new(
+        Code::SafetensorsInvalid,
+        format!("invalid .safetensors file `{}`: {what}", path.display()),
+    )
+}
+
+fn read_error(path: &Path, e: &io::Error) -> Diagnostic {
+    Diagnostic::new(
+        Code::FileRead,
+        format!("cannot read `{}`: {e}", path.display()),
+    )
+}
+
+/// An error while reading bytes whose presence was already checked.
+fn data_error(path: &Path, e: &io::Error) -> Diagnostic {
+    if e.kind() == io::ErrorKind::UnexpectedEof {
+        invalid(
+            path,
+            "the file ended early (did it change while being read?)",
+        )
+    } else {
+        read_error(path, e)
+    }
+}
+
+fn write_error(path: &Path, what: impl Display) -> Diagnostic {
+    Diagnostic::new(
+        Code::FileWrite,
+        format!("cannot write `{}`: {what}", path.display()),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dtype::DType;
+    use std::fs;
+    use std::path::PathBuf;
+
+    /// A file laid out by hand: length, JSON header padded to 8 bytes, data.
+    fn file_bytes(header: &str, data: &[u8]) -> Vec<u8> {
+        let mut header = header.to_string();
+        while !header.len().is_multiple_of(8) {
+            header.push(' ');
+        }
+        let mut out = (header.len() as u64).to_le_bytes().to_vec();
+        out.extend_from_slice(header.as_bytes());
+        out.extend_from_slice(data);
+        out
+    }
+
+    fn write_file(dir: &tempfile::TempDir, bytes: &[u8]) -> PathBuf {
+        let path = dir.path().join("t.safetensors");
+        fs::write(&path, bytes).expect("write test file");
+        path
+    }
+
+    fn expect_err<T: std::fmt::Debug>(
+        r: Result<T, Diagnostic>,
+        code: Code,
+        needles: &[&str],
+    ) -> Diagnostic {
+        let d = r.expect_err("expected a diagnostic");
+        assert_eq!(d.code, code, "{d:?}");
+        assert!(d.message.contains("t.safetensors"), "names the file: {d:?}");
+        assert!(d.labels.is_empty());
+        for n in needles {
+            assert!(d.message.contains(n), "{n:?} not in {:?}", d.message);
+        }
+        d
+    }
+
+    #[test]
+    fn round_trips_every_dtype_and_a_scalar() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("t.safetensors");
+        let vals = [0.0, 1.0, -2.5, 0.125, 3.0, 65504.0];
+        let tensors: Vec<(String, Tensor)> = DType::ALL
+            .iter()
+            .flat_map(|&dtype| {
+                [
+                    (
+                        format!("{dtype}.matrix"),
+                        Tensor::from_f64(dtype, vec![2, 3], &vals),
+                    ),
+                    (
+                        format!("{dtype}.scalar"),
+                        Tensor::from_f64(dtype, vec![], &[-7.5]),
+                    ),
+                    (
+                        format!("{dtype}.empty"),
+                        Tensor::from_f64(dtype, vec![0, 4], &[]),
+                    ),
+                ]
+            })
+            .collect();
+        let refs: Vec<(&str, &Tensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
+        write_safetensors(&path, &refs).expect("write");
+        for (name, t) in &tensors {
+            assert_eq!(&read_safetensors(&path, name).expect(name), t, "{name}");
+        }
+        let mut expected: Vec<String> = tensors.iter().map(|(n, _)| n.clone()).collect();
+        expected.sort();
+        assert_eq!(safetensors_names(&path).expect("names"), expected);
+        // Only the target is left in the directory.
+        assert_eq!(fs::read_dir(dir.path()).expect("read_dir").count(), 1);
+    }
+
+    #[test]
+    fn reads_a_hand_built_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let data: Vec<u8> = [1.5f32, -2.0]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let bytes = file_bytes(
+            r#"{"__metadata__":{"format":"pt"},"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#,
+            &data,
+        );
+        let path = write_file(&dir, &bytes);
+        assert_eq!(
+            safetensors_names(&path).expect("names"),
+            vec!["w".to_string()]
+        );
+        let t = read_safetensors(&path, "w").expect("read");
+        assert_eq!(t, Tensor::from_f64(DType::F32, vec![2], &[1.5, -2.0]));
+    }
+
+    #[test]
+    fn missing_tensors_suggest_names() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("t.safetensors");
+        let t = Tensor::from_f64(DType::F32, vec![1], &[1.0]);
+        let names: Vec<String> = (0..12).map(|i| format!("layer{i:02}.weight")).collect();
+        let refs: Vec<(&str, &Tensor)> = names.iter().map(|n| (n.as_str(), &t)).collect();
+        write_safetensors(&path, &refs).expect("write");
+
+        let d = expect_err(
+            read_safetensors(&path, "layer03.wieght"),
+            Code::TensorNotFound,
+            &["layer03.wieght"],
+        );
+        assert_eq!(d.help.as_deref(), Some("did you mean `layer03.weight`?"));
+
+        let d = expect_err(
+            read_safetensors(&path, "bias"),
+            Code::TensorNotFound,
+            &["bias"],
+        );
+        let help = d.help.expect("help");
+        assert!(
+            help.starts_with("available tensors: `layer00.weight`, "),
+            "{help}"
+        );
+        assert!(help.contains("`layer09.weight` and 2 more"), "{help}");
+        assert!(!help.contains("layer10"), "{help}");
+
+        write_safetensors(&path, &[]).expect("write empty");
+        assert!(safetensors_names(&path).expect("names").is_empty());
+        let d = expect_err(read_safetensors(&path, "x"), Code::TensorNotFound, &["`x`"]);
+        assert_eq!(d.help.as_deref(), Some("the file contains no tensors"));
+    }
+
+    #[test]
+    fn rejects_unsupported_dtypes() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let bytes = file_bytes(
+            r#"{"ids":{"dtype":"I32","shape":[2],"data_offsets":[0,8]}}"#,
+            &[0; 8],
+        );
+        let path = write_file(&dir, &bytes);
+        let d = expect_err(
+            read_safetensors(&path, "ids"),
+            Code::DtypeMismatch,
+            &["I32", "ids"],
+        );
+        assert!(d.help.expect("help").contains("BF16"));
+    }
+
+    #[test]
+    fn rejects_corrupted_files() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let good_header = r#"{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#;
+        let good = file_bytes(good_header, &[0; 8]);
+
+        // Garbage where the JSON header should be.
+        let mut bad = good.clone();
+        bad[8..16].copy_from_slice(b"\xff\xfe{]}!@#");
+        expect_err(
+            read_safetensors(&bad_path(&dir, &bad), "w"),
+            Code::SafetensorsInvalid,
+            &["malformed header"],
+        );
+        // Offsets that disagree with shape × dtype.
+        let bytes = file_bytes(
+            r#"{"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}}"#,
+            &[0; 8],
+        );
+        expect_err(
+            safetensors_names(&bad_path(&dir, &bytes)),
+            Code::SafetensorsInvalid,
+            &["malformed header"],
+        );
+        // A shape whose element count overflows.
+        let bytes = file_bytes(
+            r#"{"w":{"dtype":"F32","shape":[4294967296,4294967296,4294967296],"data_offsets":[0,8]}}"#,
+            &[0; 8],
+        );
+        expect_err(
+            safetensors_names(&bad_path(&dir, &bytes)),
+            Code::SafetensorsInvalid,
+            &[],
+        );
+        // A header length far beyond the file, and beyond any sane limit.
+        let mut bad = good.clone();
+        bad[..8].copy_from_slice(&1000u64.to_le_bytes());
+        expect_err(
+            read_safetensors(&bad_path(&dir, &bad), "w"),
+            Code::SafetensorsInvalid,
+            &["truncated"],
+        );
+        bad[..8].copy_from_slice(&u64::MAX.to_le_bytes());
+        expect_err(
+            read_safetensors(&bad_path(&dir, &bad), "w"),
+            Code::SafetensorsInvalid,
+            &["limit"],
+        );
+        // Truncated data, extra data, and a file too short for the length field.
+        expect_err(
+            read_safetensors(&bad_path(&dir, &good[..good.len() - 1]), "w"),
+            Code::SafetensorsInvalid,
+            &["truncated"],
+        );
+        let mut long = good.clone();
+        long.push(0);
+        expect_err(
+            read_safetensors(&bad_path(&dir, &long), "w"),
+            Code::SafetensorsInvalid,
+            &["extra bytes"],
+        );
+        expect_err(
+            read_safetensors(&bad_path(&dir, b"\x01\x00"), "w"),
+            Code::SafetensorsInvalid,
+            &["too short"],
+        );
+        // A missing file.
+        let missing = dir.path().join("t.safetensors");
+        fs::remove_file(&missing).expect("rm");
+        expect_err(read_safetensors(&missing, "w"), Code::FileRead, &[]);
+    }
+
+    fn bad_path(dir: &tempfile::TempDir, bytes: &[u8]) -> PathBuf {
+        write_file(dir, bytes)
+    }
+
+    #[test]
+    fn write_errors_are_diagnostics() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let t = Tensor::from_f64(DType::F32, vec![1], &[1.0]);
+        let path = dir.path().join("t.safetensors");
+        expect_err(
+            write_safetensors(&path, &[("a", &t), ("a", &t)]),
+            Code::FileWrite,
+            &["twice"],
+        );
+        expect_err(
+            write_safetensors(&dir.path().join("nope/t.safetensors"), &[("a", &t)]),
+            Code::FileWrite,
+            &[],
+        );
+        assert_eq!(fs::read_dir(dir.path()).expect("read_dir").count(), 0);
+    }
+
+    #[test]
+    fn edit_distance_counts_edits() {
+        assert_eq!(edit_distance("", "abc"), 3);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+        assert_eq!(edit_distance("wieght", "weight"), 2);
+        assert_eq!(edit_distance("same", "same"), 0);
+    }
+}

@@ -1,0 +1,240 @@
+//! The command line as users and scripts meet it: snapshots of `check` and `cost` on every
+//! example, `run` with files in and out, the JSON contract, and exit statuses.
+
+use crate::common::{repo, tdsl_in, tdsl_script};
+use std::path::Path;
+use tdsl::io::npy::{read_npy, write_npy};
+use tdsl::Tensor;
+
+fn example(name: &str) -> String {
+    repo().join("examples").join(name).display().to_string()
+}
+
+/// Replaces the absolute repository path so snapshots do not depend on the checkout.
+fn scrub(s: &str) -> String {
+    s.replace(&repo().display().to_string(), "<repo>")
+}
+
+#[test]
+fn check_snapshots_of_every_example() {
+    for ex in ["quickstart", "attention", "mlp", "einops_tour"] {
+        let out = tdsl_in(&repo(), &["check", &example(&format!("{ex}.tdsl"))]);
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        insta::assert_snapshot!(format!("check_{ex}"), out.stdout);
+    }
+}
+
+#[test]
+fn cost_snapshots_of_every_example() {
+    for ex in ["quickstart", "attention", "mlp", "einops_tour"] {
+        let out = tdsl_in(&repo(), &["cost", &example(&format!("{ex}.tdsl"))]);
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        insta::assert_snapshot!(format!("cost_{ex}"), out.stdout);
+    }
+}
+
+#[test]
+fn cost_shows_the_contraction_path_like_einsum_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = "input a: f32[i=1024, j=64]\ninput b: f32[j, k=1024]\ninput c: f32[k, l=64]\n\
+                  y = einsum(a, b, c, \"i j, j k, k l -> i l\")\n";
+    let out = tdsl_script(dir.path(), "cost", script, &[]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    insta::assert_snapshot!("cost_chain_path", out.stdout);
+    // The good order contracts b with c first: 2·64·1024·64 + 2·1024·64·64 FLOPs.
+    let json = tdsl_script(dir.path(), "cost", script, &["--json"]);
+    let v: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    assert_eq!(v["total_flops"], 2 * 64 * 1024 * 64 + 2 * 1024 * 64 * 64);
+}
+
+#[test]
+fn cost_json_contract() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = "input x: f32[b=2, d=3] = randn(seed=0)\ninput w: f32[d, h=4]\n\
+                  y = einsum(x, w, \"b d, d h -> b h\")\nz = reduce(y, \"b h -> b\", \"max\")\noutput z\n";
+    let out = tdsl_script(dir.path(), "cost", script, &["--json"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let st = v["statements"].as_array().unwrap();
+    assert_eq!(st.len(), 2, "assignments only, not inputs");
+    assert_eq!(st[0]["name"], "y");
+    assert_eq!(st[0]["shape"], serde_json::json!([2, 4]));
+    assert_eq!(st[0]["dtype"], "f32");
+    assert_eq!(st[0]["flops"], 2 * 2 * 3 * 4);
+    assert_eq!(st[0]["bytes"], (2 * 3 + 3 * 4 + 2 * 4) * 4);
+    assert_eq!(st[1]["flops"], 8);
+    assert_eq!(v["total_flops"], 2 * 2 * 3 * 4 + 8);
+}
+
+#[test]
+fn run_writes_npy_outputs_and_reads_npy_inputs() {
+    let dir = tempfile::tempdir().unwrap();
+    let x = Tensor::from_f64(
+        tdsl::DType::F32,
+        vec![2, 3],
+        &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0],
+    );
+    write_npy(&dir.path().join("x.npy"), &x).unwrap();
+    let script = "input x: f32[a, b] = zeros\ny = rearrange(x, \"a b -> b a\")\ns = reduce(x, \"a b ->\", \"sum\")\noutput y, s\n";
+    let out = tdsl_script(
+        dir.path(),
+        "run",
+        script,
+        &["--input", "x=x.npy", "--out", "out/nested"],
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(out.stdout, "");
+    let y = read_npy(&dir.path().join("out/nested/y.npy")).unwrap();
+    assert_eq!(y.shape, vec![3, 2]);
+    assert_eq!(y.to_f64(), vec![1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
+    let s = read_npy(&dir.path().join("out/nested/s.npy")).unwrap();
+    assert_eq!(
+        s.shape,
+        Vec::<usize>::new(),
+        "a scalar is written with shape ()"
+    );
+    assert_eq!(s.to_f64(), vec![21.0]);
+}
+
+#[test]
+fn run_summary_without_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = tdsl_script(
+        dir.path(),
+        "run",
+        "input x: f64[n=5] = arange\ny = x * 2\noutput y\n",
+        &[],
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let text: String = out
+        .stdout
+        .lines()
+        .filter(|l| !l.starts_with("time:"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    insta::assert_snapshot!("run_summary", text);
+    assert!(out.stdout.contains("time:"));
+}
+
+#[test]
+fn safetensors_inputs_and_weights() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = Tensor::from_f64(tdsl::DType::F32, vec![2, 2], &[1.0, 2.0, 3.0, 4.0]);
+    let b = Tensor::from_f64(tdsl::DType::F32, vec![2], &[10.0, 20.0]);
+    tdsl::io::safetensors::write_safetensors(
+        &dir.path().join("m.safetensors"),
+        &[("w", &w), ("b", &b)],
+    )
+    .unwrap();
+    let script =
+        "input w: f32[i, j]\ninput b: f32[j]\ny = reduce(w, \"i j -> j\", \"sum\") + b\noutput y\n";
+    let out = tdsl_script(
+        dir.path(),
+        "run",
+        script,
+        &["--weights", "m.safetensors", "--out", "o"],
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(
+        read_npy(&dir.path().join("o/y.npy")).unwrap().to_f64(),
+        vec![14.0, 26.0]
+    );
+    let out = tdsl_script(
+        dir.path(),
+        "run",
+        script,
+        &[
+            "--input",
+            "w=m.safetensors:w",
+            "--input",
+            "b=m.safetensors:b",
+            "--out",
+            "o2",
+        ],
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(
+        read_npy(&dir.path().join("o2/y.npy")).unwrap().to_f64(),
+        vec![14.0, 26.0]
+    );
+}
+
+#[test]
+fn input_overrides_initialiser_and_extents_come_from_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let x = Tensor::from_f64(tdsl::DType::F64, vec![4], &[1.0, 2.0, 3.0, 4.0]);
+    write_npy(&dir.path().join("x.npy"), &x).unwrap();
+    let script = "input x: f64[n] = zeros\ny = reduce(x, \"n ->\", \"sum\")\noutput y\n";
+    let out = tdsl_script(
+        dir.path(),
+        "run",
+        script,
+        &["--input", "x=x.npy", "--out", "o"],
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(
+        read_npy(&dir.path().join("o/y.npy")).unwrap().to_f64(),
+        vec![10.0]
+    );
+}
+
+fn assert_empty_or_missing(dir: &Path) {
+    if dir.exists() {
+        let n = std::fs::read_dir(dir).unwrap().count();
+        assert_eq!(n, 0, "nothing may be left in {}", dir.display());
+    }
+}
+
+#[test]
+fn errors_exit_1_and_leave_no_output() {
+    let dir = tempfile::tempdir().unwrap();
+    for script in [
+        "input x: f32[a=2, b=3] = ones\ny = rearrange(x, \"a b -> a\")\noutput y\n",
+        "input x: f32[a=2, b=3] = ones\ny = x\n",
+        "input x: f32[a=2, b=3]\noutput x\n",
+        "y = ",
+    ] {
+        let out = tdsl_script(dir.path(), "run", script, &["--out", "o"]);
+        assert_eq!(out.code, 1, "{script}: {}", out.stderr);
+        assert!(out.stderr.contains("tdsl::"), "{}", out.stderr);
+        assert!(!out.stderr.contains("panicked"), "{}", out.stderr);
+        assert_empty_or_missing(&dir.path().join("o"));
+    }
+}
+
+#[test]
+fn bad_command_lines_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("s.tdsl"),
+        "input x: f32[n=2] = ones\noutput x\n",
+    )
+    .unwrap();
+    for args in [
+        vec!["frobnicate"],
+        vec!["run"],
+        vec!["run", "missing.tdsl"],
+        vec!["run", "s.tdsl", "--input", "novalue"],
+        vec!["run", "s.tdsl", "--backend", "warp"],
+    ] {
+        let out = tdsl_in(dir.path(), &args);
+        assert_eq!(out.code, 2, "{args:?}: {}", out.stderr);
+    }
+}
+
+#[test]
+fn json_diagnostics_name_line_and_column() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = tdsl_script(
+        dir.path(),
+        "check",
+        "input x: f32[a=2]\ny = exq(x)\n",
+        &["--message-format", "json"],
+    );
+    assert_eq!(out.code, 1);
+    let v: serde_json::Value = serde_json::from_str(out.stderr.lines().next().unwrap()).unwrap();
+    assert_eq!(v["code"], "tdsl::check::unknown_function");
+    assert_eq!(v["line"], 2);
+    assert_eq!(v["column"], 5);
+    assert!(scrub(&out.stderr).contains("did you mean `exp`"));
+}

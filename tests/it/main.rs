@@ -1,0 +1,8 @@
+//! Integration tests of the `tdsl` package: one test binary, one module per concern.
+
+mod cli;
+mod common;
+mod corpus;
+mod errors;
+mod prop_einsum;
+mod prop_patterns;
