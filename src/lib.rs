@@ -37,12 +37,12 @@ pub fn syntax_diagnostic(e: SyntaxError) -> Diagnostic {
         SyntaxErrorKind::Unexpected => Code::SyntaxError,
         SyntaxErrorKind::BadNumber => Code::BadNumber,
     };
-    let label = if e.expected.is_empty() {
-        "here".to_string()
-    } else {
-        format!("expected {}", e.expected.join(", "))
-    };
-    Diagnostic::new(code, e.message).label(e.span, label)
+    match e.kind {
+        SyntaxErrorKind::BadNumber => Diagnostic::new(code, e.message)
+            .label(e.span, "out of range")
+            .help("integers are at most 18446744073709551615 and numbers must be finite f64 values"),
+        SyntaxErrorKind::Unexpected => Diagnostic::new(code, e.message).label(e.span, "unexpected here"),
+    }
 }
 
 /// Parses a script into its AST.

@@ -159,6 +159,22 @@ fn convert(e: pest::error::Error<Rule>, text: &str) -> SyntaxError {
             ErrorVariant::CustomError { message } => vec![message.clone()],
         }
     };
+    // Character classes (`a..z`, `0..9`, `"`) say less than the thing they start.
+    let starts_expr = expected.iter().any(|t| t == "`0..9`");
+    let starts_name = expected.iter().any(|t| t == "`a..z`");
+    if starts_expr || starts_name {
+        expected.retain(|t| {
+            !matches!(
+                t.as_str(),
+                "`0..9`" | "`a..z`" | "`A..Z`" | "`_`" | "`\"`" | "`(`" | "`-`" | "`.`"
+            )
+        });
+        expected.push(if starts_expr { "an expression" } else { "a name" }.to_string());
+    }
+    // A statement can only start after a line break, which is already in the list.
+    if expected.iter().any(|t| t.starts_with('`')) {
+        expected.retain(|t| t != "a statement");
+    }
     expected.sort();
     expected.dedup();
     let message = if expected.is_empty() {

@@ -14,9 +14,12 @@ use std::sync::OnceLock;
 
 type Result<T> = std::result::Result<T, SyntaxError>;
 
+/// The pair's span without trailing whitespace (pest includes implicit whitespace consumed
+/// while trying an optional tail, e.g. before a missing `(`).
 fn span_of(pair: &Pair<'_, Rule>) -> Span {
     let s = pair.as_span();
-    Span::new(s.start(), s.end())
+    let trimmed = pair.as_str().trim_end_matches([' ', '\t']).len();
+    Span::new(s.start(), s.start() + trimmed)
 }
 
 /// An internal inconsistency between grammar and lowering, reported as a syntax error.

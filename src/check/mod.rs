@@ -40,8 +40,16 @@ pub fn check_script(
     for stmt in &script.stmts {
         c.stmt(stmt);
     }
+    let declared: Vec<&str> = script
+        .stmts
+        .iter()
+        .filter_map(|s| match &s.kind {
+            StmtKind::Input(d) => Some(d.name.name.as_str()),
+            _ => None,
+        })
+        .collect();
     for name in bound.keys() {
-        if !c.prog.inputs.iter().any(|i| &i.name == name) {
+        if !declared.contains(&name.as_str()) {
             c.diags.push(
                 Diagnostic::new(
                     Code::UnknownInput,
@@ -117,9 +125,12 @@ impl Checker {
                 .label(span, "extent 0")
                 .help("every axis needs at least one element"),
             );
+            // Remember it as extent 0 (reported): later uses are skipped silently.
+            self.axes.entry(name.to_string()).or_insert((0, span));
             return;
         }
         match self.axes.get(name) {
+            Some(&(0, _)) => {}
             Some(&(old, old_span)) if old != extent => {
                 let mut d = Diagnostic::new(
                     Code::ExtentMismatch,
@@ -244,7 +255,8 @@ impl Checker {
                                 format!("`{}` is listed as an output twice", n.name),
                             )
                             .label(n.span, "listed again here")
-                            .label(prev, "first listed here"),
+                            .label(prev, "first listed here")
+                            .help("list each output once"),
                         );
                         continue;
                     }
@@ -263,6 +275,9 @@ impl Checker {
     }
 
     fn defined_span(&self, name: &str) -> Option<Span> {
+        if let Some(s) = self.prog.sizes.iter().find(|s| s.name == name) {
+            return Some(s.span);
+        }
         match self.names.get(name)? {
             NameRef::Tensor(TensorRef::Input(i)) => Some(self.prog.inputs[*i].span),
             NameRef::Tensor(TensorRef::Assign(i)) => Some(self.prog.assigns[*i].name_span),
@@ -271,14 +286,11 @@ impl Checker {
     }
 
     fn undefined(&self, name: &str, span: Span) -> Diagnostic {
-        let candidates = self
-            .names
-            .keys()
-            .map(String::as_str)
-            .chain(self.axes.keys().map(String::as_str));
         let d = Diagnostic::new(Code::UndefinedName, format!("`{name}` is not defined"))
             .label(span, "not defined");
-        match closest(name, candidates) {
+        // Tensors are the likelier intent; sizes and axis names come second.
+        let tensor = closest(name, self.names.keys().map(String::as_str));
+        match tensor.or_else(|| closest(name, self.axes.keys().map(String::as_str))) {
             Some(c) => d.help(format!("did you mean `{c}`?")),
             None => d.help("define it with `input`, `let` or an assignment before this line"),
         }
@@ -326,6 +338,8 @@ impl Checker {
                 .map(|b| b.shape[slot] as u64);
             match a {
                 AxisDecl::Named(n) => match self.axes.get(&n.name) {
+                    // Extent 0 was already reported where it was given.
+                    Some(&(0, _)) => {}
                     Some(&(ext, _)) => axes.push(Axis::named(&n.name, ext)),
                     None => {
                         self.diags.push(
@@ -346,7 +360,9 @@ impl Checker {
                         AxisDecl::Sized(n, _) => Axis::named(&n.name, v.value),
                         _ => Axis::anon(v.value),
                     };
-                    if v.value == 0 {
+                    if v.value == 0 && matches!(a, AxisDecl::Sized(..)) {
+                        // Reported by `collect_extents` with the axis name.
+                    } else if v.value == 0 {
                         self.diags.push(
                             Diagnostic::new(Code::ZeroExtent, "an axis has extent 0")
                                 .label(v.span, "extent 0")
@@ -410,6 +426,22 @@ impl Checker {
             .as_ref()
             .and_then(|f| self.format(f, &shape, d.axes.len()));
         let init = d.init.as_ref().and_then(|i| self.init(i));
+        if let (Some(i), fmt) = (&init, format) {
+            let takes_density = matches!(
+                fmt,
+                Some(Format::Coo | Format::Csr | Format::Csc | Format::Bsr { .. })
+            );
+            if i.density.is_some() && !takes_density {
+                self.diags.push(
+                    Diagnostic::new(
+                        Code::BadArgument,
+                        "`density=` applies only to inputs annotated coo, csr, csc or bsr",
+                    )
+                    .label(i.span, "density of a dense or 2:4 input")
+                    .help("2:4 always keeps 2 of every 4 values; a dense input keeps all of them"),
+                );
+            }
+        }
         if self.diags.0.len() > n_diags || shape.rank() != d.axes.len() || dtype.is_none() {
             self.names.insert(name.name.clone(), NameRef::Poisoned);
             return;
@@ -731,7 +763,8 @@ impl Checker {
                         ty.shape, ty.dtype
                     ),
                 )
-                .label(span, "too large"),
+                .label(span, "too large")
+                .help("reduce the extents; every tensor's byte size must fit in 64 bits"),
             );
             return None;
         }
@@ -911,12 +944,19 @@ impl Checker {
             Some(())
         };
         let arity = |this: &mut Checker, want: &str| -> Option<NodeId> {
+            let usage = match name {
+                "max" | "min" | "pow" => format!("write `{name}(a, b)`"),
+                "cast" => "write `cast(x, f16)`".to_string(),
+                "einsum" => "write `einsum(a, b, \"i j, j k -> i k\")`: operands first, the pattern last".to_string(),
+                _ => format!("write `{name}(x)`"),
+            };
             this.diags.push(
                 Diagnostic::new(
                     Code::Arity,
                     format!("`{name}` takes {want}, but {} were given", positional.len()),
                 )
-                .label(span, format!("{} arguments", positional.len())),
+                .label(span, format!("{} arguments", positional.len()))
+                .help(usage),
             );
             None
         };

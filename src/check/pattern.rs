@@ -638,10 +638,13 @@ pub fn resolve_pattern(
     let mut in_groups: Vec<Vec<usize>> = Vec::new();
     let mut elem_names: Vec<Option<&str>> = Vec::new();
     let mut ell_elems: Vec<usize> = Vec::new();
+    let mut ell_names: Vec<Option<String>> = Vec::new();
     let mut slot = 0usize;
     for g in &left.groups {
         if g.is_bare_ellipsis() {
             for _ in 0..ell_n {
+                // Axes under `...` keep the input's axis names.
+                ell_names.push(input.0.get(slot).and_then(|a| a.name.clone()));
                 ell_elems.push(in_elems.len());
                 in_groups.push(vec![in_elems.len()]);
                 in_elems.push(slot_extent(input, slot));
@@ -754,9 +757,9 @@ pub fn resolve_pattern(
     let mut out_names: Vec<Option<String>> = Vec::new();
     for g in &right.groups {
         if g.is_bare_ellipsis() {
-            for &e in &ell_elems {
+            for (&e, name) in ell_elems.iter().zip(&ell_names) {
                 out_groups.push(vec![OutElem::In(e)]);
-                out_names.push(None);
+                out_names.push(name.clone());
             }
             continue;
         }

@@ -317,8 +317,81 @@ fn load(
         })
         .collect();
     let program = crate::check::check_script(&script, &bound)?;
-    let inputs = bind_available(&program, provided, need_all)?;
+    check_memory(&program, need_all)?;
+    let provided = if need_all {
+        provided
+    } else {
+        // `check` and `cost` need data only to validate and count sparse inputs.
+        provided
+            .into_iter()
+            .filter(|(k, _)| program.inputs.iter().any(|i| &i.name == k && i.ty.format.is_sparse()))
+            .collect()
+    };
+    let mut program_for_bind = program.clone();
+    if !need_all {
+        for inp in program_for_bind.inputs.iter_mut() {
+            if !inp.ty.format.is_sparse() {
+                inp.init = None;
+            }
+        }
+    }
+    let inputs = bind_available(&program_for_bind, provided, need_all)?;
     Ok((program, inputs))
+}
+
+/// Refuses programs whose data would not fit in this machine's memory, before allocating any
+/// of it: the inputs in their dtypes, plus (for `run`) every value the reference interpreter
+/// keeps, at 8 bytes per element.
+fn check_memory(program: &Program, run: bool) -> Result<(), Failure> {
+    let inputs: u128 = program
+        .inputs
+        .iter()
+        .filter(|i| run || i.ty.format.is_sparse())
+        .map(|i| i.ty.shape.n_elems().unwrap_or(u64::MAX) as u128 * i.ty.dtype.size_bytes() as u128)
+        .sum();
+    let values: u128 = if run {
+        program
+            .nodes
+            .iter()
+            .map(|n| n.ty.shape.n_elems().unwrap_or(u64::MAX) as u128 * 8)
+            .sum()
+    } else {
+        0
+    };
+    let need = inputs + values;
+    let have = physical_memory();
+    if need > have as u128 {
+        let d = Diagnostic::new(
+            Code::TooLarge,
+            format!(
+                "this program needs about {} of memory ({} of inputs{}), but this machine has {}",
+                report::bytes(need),
+                report::bytes(inputs),
+                if run { format!(", {} for the reference interpreter's values", report::bytes(values)) } else { String::new() },
+                report::bytes(have as u128)
+            ),
+        )
+        .help("reduce the extents, or run `tdsl cost` to see where the bytes go");
+        let d = match program.inputs.iter().max_by_key(|i| i.ty.shape.n_elems()) {
+            Some(i) => d.label(i.span, "largest input"),
+            None => d,
+        };
+        return Err(d.into());
+    }
+    Ok(())
+}
+
+/// Physical memory in bytes (`/proc/meminfo`'s MemTotal), or 16 GiB where it cannot be read.
+fn physical_memory() -> u64 {
+    let fallback = 16 << 30;
+    let Ok(text) = std::fs::read_to_string("/proc/meminfo") else {
+        return fallback;
+    };
+    text.lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map(|kb| kb.saturating_mul(1024))
+        .unwrap_or(fallback)
 }
 
 /// Reads `FILE.npy` or `FILE.safetensors:TENSOR`.
@@ -337,17 +410,52 @@ fn read_tensor_file(file: &str) -> Result<Tensor, Diagnostic> {
     io::npy::read_npy(Path::new(file))
 }
 
-/// Writes every output to `dir/NAME.npy`, each through a temporary file and a rename.
+/// Writes every output to `dir/NAME.npy`: all of them to temporary names first, then renamed,
+/// so a failure leaves neither partial files nor a partial set of outputs.
 fn write_outputs(program: &Program, outputs: &[Tensor], dir: &Path) -> Result<(), Failure> {
     if let Err(e) = std::fs::create_dir_all(dir) {
         return Err(Diagnostic::new(
             Code::FileWrite,
             format!("cannot create output directory {}: {e}", dir.display()),
         )
+        .help("choose another --out directory")
         .into());
     }
+    let pid = std::process::id();
+    let mut staged: Vec<(PathBuf, PathBuf)> = Vec::new();
+    let cleanup = |staged: &[(PathBuf, PathBuf)]| {
+        for (tmp, _) in staged {
+            let _ = std::fs::remove_file(tmp);
+        }
+    };
     for (o, t) in program.outputs.iter().zip(outputs) {
-        io::npy::write_npy(&dir.join(format!("{}.npy", o.name)), t)?;
+        let tmp = dir.join(format!(".{}.npy.staged-{pid}", o.name));
+        let dst = dir.join(format!("{}.npy", o.name));
+        if dst.is_dir() {
+            cleanup(&staged);
+            return Err(Diagnostic::new(
+                Code::FileWrite,
+                format!("cannot write {}: a directory is in the way", dst.display()),
+            )
+            .label(o.span, "this output")
+            .help("remove the directory or choose another --out directory")
+            .into());
+        }
+        if let Err(d) = io::npy::write_npy(&tmp, t) {
+            cleanup(&staged);
+            return Err(d.into());
+        }
+        staged.push((tmp, dst));
+    }
+    for (i, (tmp, dst)) in staged.iter().enumerate() {
+        if let Err(e) = std::fs::rename(tmp, dst) {
+            cleanup(&staged[i..]);
+            return Err(Diagnostic::new(
+                Code::FileWrite,
+                format!("cannot write {}: {e}", dst.display()),
+            )
+            .into());
+        }
     }
     Ok(())
 }

@@ -239,13 +239,13 @@ pub fn cost_json(p: &Program, c: &ProgramCost) -> String {
                 .iter()
                 .map(|pa| {
                     json!({
-                        "naive_flops": pa.path.naive_flops as u64,
-                        "optimized_flops": pa.path.opt_flops as u64,
-                        "largest_intermediate_elems": pa.path.largest_intermediate_elems as u64,
+                        "naive_flops": num(pa.path.naive_flops),
+                        "optimized_flops": num(pa.path.opt_flops),
+                        "largest_intermediate_elems": num(pa.path.largest_intermediate_elems),
                         "optimal": pa.path.optimal,
                         "steps": pa.path.steps.iter().map(|st| json!({
                             "operands": st.operands,
-                            "flops": st.flops as u64,
+                            "flops": num(st.flops),
                         })).collect::<Vec<_>>(),
                     })
                 })

@@ -90,9 +90,14 @@ fn eval_all(program: &Program, inputs: &[Tensor]) -> Vec<Value> {
             },
             NodeKind::Unary(f, x) => {
                 let x = &values[x.idx()];
+                let weak = node.weak;
                 Value {
                     shape: x.shape.clone(),
-                    data: x.data.iter().map(|&v| unary(*f, dtype.round(v))).collect(),
+                    data: x
+                        .data
+                        .iter()
+                        .map(|&v| unary(*f, if weak { v } else { dtype.round(v) }))
+                        .collect(),
                 }
             }
             NodeKind::Binary(f, a, b) => {
@@ -123,7 +128,13 @@ fn eval_all(program: &Program, inputs: &[Tensor]) -> Vec<Value> {
                 einsum(&ops, spec)
             }
         };
-        let data = v.data.into_iter().map(|x| round(dtype, x)).collect();
+        // Weak scalars (literals, sizes, and arithmetic on only those) stay exact f64 until they
+        // meet a tensor, whose dtype they then take (numpy's NEP 50).
+        let data = if node.weak {
+            v.data
+        } else {
+            v.data.into_iter().map(|x| round(dtype, x)).collect()
+        };
         values.push(Value {
             shape: v.shape,
             data,

@@ -6,3 +6,4 @@ mod corpus;
 mod errors;
 mod prop_einsum;
 mod prop_patterns;
+mod robust;

@@ -1,0 +1,1 @@
+//! tdsl-cpu: the CPU backend (being written).

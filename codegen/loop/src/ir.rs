@@ -1,0 +1,298 @@
+//! Loop IR types.
+//!
+//! A [`LoopProgram`] is a list of [`Buffer`]s and a list of [`Kernel`]s run in order. A kernel
+//! body is a tree of [`Stmt`]s: loops, scalar accumulators, strided stores and library calls.
+//! Expressions ([`Expr`]) are pure scalar trees over loads, constants and accumulators.
+//!
+//! Values: loads of f16/bf16 widen to f32, f32 stays f32, f64 stays f64 (the *compute type* of an
+//! expression is [`ElemType::compute`]); stores narrow to the buffer's type with round-to-nearest-
+//! even. Accumulators have an explicit compute type, so the accumulator dtype of a reduction is
+//! written in the IR. Indices are affine in loop variables with element strides, so a permuted
+//! or broadcast view is only a different set of strides.
+
+use std::fmt;
+
+/// Element types of buffers. `I32` holds sparse indices and offsets; float types hold values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ElemType {
+    F32,
+    F64,
+    F16,
+    BF16,
+    I32,
+}
+
+impl ElemType {
+    pub fn name(self) -> &'static str {
+        match self {
+            ElemType::F32 => "f32",
+            ElemType::F64 => "f64",
+            ElemType::F16 => "f16",
+            ElemType::BF16 => "bf16",
+            ElemType::I32 => "i32",
+        }
+    }
+
+    pub fn size_bytes(self) -> u64 {
+        match self {
+            ElemType::F16 | ElemType::BF16 => 2,
+            ElemType::F32 | ElemType::I32 => 4,
+            ElemType::F64 => 8,
+        }
+    }
+
+    /// The type arithmetic on loaded values runs in: f64 for f64, f32 for everything else.
+    pub fn compute(self) -> ElemType {
+        match self {
+            ElemType::F64 => ElemType::F64,
+            _ => ElemType::F32,
+        }
+    }
+}
+
+impl fmt::Display for ElemType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A buffer id: index into [`LoopProgram::buffers`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BufId(pub u32);
+
+/// A loop variable id, unique within a kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct VarId(pub u32);
+
+/// A scalar accumulator id, unique within a kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct AccId(pub u32);
+
+/// What a buffer is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// Bound by the caller: the program's input number `n`. Never written.
+    Input(u32),
+    /// Returned to the caller: the program's output number `n`.
+    Output(u32),
+    /// Allocated by the runtime for the duration of the program.
+    Temp,
+}
+
+/// A flat, typed array of `elems` elements.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Buffer {
+    pub name: String,
+    pub ty: ElemType,
+    pub elems: u64,
+    pub role: Role,
+}
+
+/// An affine element index: `offset + Σ stride·var`. Strides are in elements and may be zero
+/// (broadcast) or negative (a reversed view); the verifier proves every access in bounds.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct Index {
+    pub offset: i64,
+    pub terms: Vec<(VarId, i64)>,
+}
+
+impl Index {
+    pub fn constant(offset: i64) -> Index {
+        Index {
+            offset,
+            terms: Vec::new(),
+        }
+    }
+
+    /// The stride of `var` in this index (0 if absent).
+    pub fn stride_of(&self, var: VarId) -> i64 {
+        self.terms
+            .iter()
+            .filter(|(v, _)| *v == var)
+            .map(|(_, s)| *s)
+            .sum()
+    }
+}
+
+/// Elementwise functions of one argument (semantics as in tdsl's spec: gelu is the tanh
+/// approximation, relu keeps NaN).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum UnOp {
+    Neg,
+    Exp,
+    Log,
+    Sqrt,
+    Rsqrt,
+    Abs,
+    Tanh,
+    Sigmoid,
+    Relu,
+    Gelu,
+    Sin,
+    Cos,
+    Square,
+}
+
+/// Elementwise functions of two arguments. `Max`/`Min` propagate NaN.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BinOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Max,
+    Min,
+    Pow,
+}
+
+/// A pure scalar expression. Its compute type is f64 if any load, accumulator or cast in it is
+/// f64, else f32 (the planner inserts explicit casts so that operands agree).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Expr {
+    /// A constant, rounded to the expression's compute type.
+    Const(f64),
+    /// `buf[index]`, widened to its compute type.
+    Load { buf: BufId, index: Index },
+    /// The current value of an accumulator.
+    Acc(AccId),
+    Unary(UnOp, Box<Expr>),
+    Binary(BinOp, Box<Expr>, Box<Expr>),
+    /// Rounds to `ty` and widens back to `ty.compute()`: an f32 → f16 cast inside a fused chain
+    /// keeps f16's rounding; a cast between f32 and f64 changes the compute type.
+    Cast(ElemType, Box<Expr>),
+}
+
+/// How an accumulator combines a new value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AccOp {
+    /// Overwrite.
+    Set,
+    Add,
+    Mul,
+    /// NaN-propagating maximum.
+    Max,
+    /// NaN-propagating minimum.
+    Min,
+}
+
+/// How a loop's variable runs.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Iter {
+    /// `var` takes 0, 1, …, extent−1.
+    Range { extent: u64 },
+    /// A compressed sparse level (CSR/CSC rows, BSR block rows): `var` runs over positions
+    /// `ptr[ptr_index] .. ptr[ptr_index + 1]`, and `coord` is bound to `crd[var]` each iteration.
+    /// `ptr` and `crd` are `I32` buffers.
+    Compressed {
+        ptr: BufId,
+        ptr_index: Index,
+        crd: BufId,
+        coord: VarId,
+    },
+    /// A singleton level (COO's trailing coordinates): `var` is bound to `crd[pos_index]` and the
+    /// body runs once.
+    Singleton { crd: BufId, pos_index: Index },
+    /// 2:4 groups along an axis of extent `4·groups`: `var` runs over the `2·groups` kept values
+    /// and `coord` is bound to `4·(var / 2) + meta(var)`, where `meta` is the 2-bit position read
+    /// from `meta` (layout in spec/formats.md, the one sparse tensor cores consume).
+    TwoFour {
+        groups: u64,
+        meta: BufId,
+        meta_index: Index,
+        coord: VarId,
+    },
+}
+
+/// Where a loop runs on a GPU (ignored by CPU backends).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GpuAxis {
+    BlockX,
+    BlockY,
+    BlockZ,
+    ThreadX,
+    ThreadY,
+    ThreadZ,
+    /// One warp per iteration.
+    Warp,
+    /// One lane of a warp per iteration.
+    Lane,
+}
+
+/// A loop.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Loop {
+    pub var: VarId,
+    pub iter: Iter,
+    /// Iterations are independent: a CPU backend may split them across threads.
+    pub parallel: bool,
+    /// The innermost loop is unit-stride for its stores and most loads: a backend may run it
+    /// `vector` lanes at a time (1 = scalar).
+    pub vector: u32,
+    pub gpu: Option<GpuAxis>,
+    pub body: Vec<Stmt>,
+}
+
+/// A view of a buffer as a (batched) matrix for library calls: element `[b…, r, c]` is at
+/// `offset + Σ batch_strides·b + r·row_stride + c·col_stride`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct MatView {
+    pub buf: BufId,
+    pub offset: i64,
+    pub row_stride: i64,
+    pub col_stride: i64,
+    /// One stride per batch axis of the call (0 for a broadcast operand).
+    pub batch_strides: Vec<i64>,
+}
+
+/// A call to a tuned library kernel.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LibCall {
+    /// `c[b…] = a[b…] · b[b…]` (or `+=` with `accumulate`), `a` is m×k, `b` is k×n, `c` is m×n,
+    /// over the batch extents `batch`. Accumulates in f32 for f32/f16/bf16 operands.
+    Gemm {
+        m: u64,
+        n: u64,
+        k: u64,
+        batch: Vec<u64>,
+        a: MatView,
+        b: MatView,
+        c: MatView,
+        accumulate: bool,
+    },
+}
+
+/// A statement.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Stmt {
+    Loop(Loop),
+    /// Declares accumulator `acc` of compute type `ty` (F32 or F64) with an initial value; it
+    /// lives until the end of the enclosing block.
+    Let { acc: AccId, ty: ElemType, init: Expr },
+    /// `acc = op(acc, value)`.
+    Update { acc: AccId, op: AccOp, value: Expr },
+    /// `buf[index] = value`, narrowed to the buffer's type.
+    Store { buf: BufId, index: Index, value: Expr },
+    Call(LibCall),
+}
+
+/// One compiled unit: a CPU function or (later) one CUDA `__global__`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Kernel {
+    pub name: String,
+    /// What the kernel computes, in source terms (for reports and errors).
+    pub origin: String,
+    pub body: Vec<Stmt>,
+}
+
+/// A whole planned program: buffers and kernels in execution order.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct LoopProgram {
+    pub buffers: Vec<Buffer>,
+    pub kernels: Vec<Kernel>,
+}
+
+impl LoopProgram {
+    pub fn buffer(&self, id: BufId) -> &Buffer {
+        &self.buffers[id.0 as usize]
+    }
+}

@@ -1,0 +1,21 @@
+//! tdsl-loop: the loop IR, the one contract between tdsl's planner and every backend.
+//!
+//! - [`ir`]: the types (buffers, kernels, loops, accumulators, strided loads and stores,
+//!   elementwise expressions, library calls, sparse level iteration, GPU mapping).
+//! - [`print`]: the stable text form (`tdsl plan`, snapshots, the kernel cache key).
+//! - [`verify`]: well-formedness and bounds, run after planning in debug builds and tests.
+//! - [`eval`]: a plain evaluator, so a wrong result bisects itself: interpreter ≠ evaluator is a
+//!   planner bug, evaluator ≠ JIT is a backend bug.
+//!
+//! This crate knows nothing of the tdsl language: it never sees the AST or the typed program.
+
+#![forbid(unsafe_code)]
+
+pub mod data;
+pub mod eval;
+pub mod ir;
+pub mod print;
+pub mod verify;
+
+pub use data::Data;
+pub use ir::*;

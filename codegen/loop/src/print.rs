@@ -1,0 +1,518 @@
+//! The loop IR's text form: [`print_program`] and [`print_kernel`].
+//!
+//! The text is shown by `tdsl plan`, snapshot-tested, and hashed as the JIT kernel-cache key, so
+//! it is deterministic (no addresses, hashes or maps) and prints everything that can change
+//! generated code: buffer names, types, element counts and roles; loop kinds, extents and
+//! `parallel` / `vector` / `gpu` annotations; accumulator types and initial values; every index
+//! term with its stride; every operation, cast and library-call parameter. `spec/loop-ir.md`
+//! describes the same format for humans.
+//!
+//! ```text
+//! buffers:
+//!   %0 x: f32[1024] input 0
+//!   %1 y: f32[16] output 0
+//! kernel k0 (y = sum(x)):
+//!   for v0 in 0..16 parallel {
+//!     let a0: f32 = 0
+//!     for v1 in 0..64 vector 4 {
+//!       a0 += %0[64*v0 + v1]
+//!     }
+//!     %1[v0] = a0
+//!   }
+//! ```
+//!
+//! - `buffers:` lists one buffer a line: `%id name: type[elems] role`, role being `input N`,
+//!   `output N` or `temp`. [`print_program`] lists every buffer; [`print_kernel`] lists only the
+//!   buffers its kernel touches, so that its text alone fixes the generated code.
+//! - `kernel name (origin):` opens a kernel (`kernel name:` when the origin is empty); its body is
+//!   indented two spaces a level. Names that are not plain identifiers (letters, digits, `_`, `.`,
+//!   not starting with a digit) are quoted; `\`, `"` and control characters are escaped in quoted
+//!   names, and `\` and control characters in origins.
+//! - Loops: `for v1 in ITER [parallel] [vector N] [gpu AXIS] {` … `}` where ITER is `0..EXTENT`,
+//!   `compressed ptr=%p[INDEX] crd=%c coord=vK`, `singleton crd=%c[INDEX]` or
+//!   `twofour groups=G meta=%m[INDEX] coord=vK`; `vector` is printed whenever it is not 1; AXIS
+//!   is one of `block.x block.y block.z thread.x thread.y thread.z warp lane`.
+//! - `let aN: f32 = EXPR`; updates `aN += e`, `aN *= e`, `aN = max(aN, e)`, `aN = min(aN, e)`,
+//!   `aN = e` (set); stores `%b[INDEX] = EXPR`.
+//! - `gemm m=M n=N k=K batch=[B, …] a=VIEW b=VIEW c=VIEW accumulate=BOOL`, a VIEW being
+//!   `%b[S0*b0 + … + R*r + C*c + OFFSET]`: every batch, row (`r`) and column (`c`) stride is
+//!   printed, `0` and `1` included, and the offset is left out when it is zero.
+//! - Indices are `64*v0 + v1 + 3`: terms in stored order, stride 1 left implicit, stride 0
+//!   kept as `0*v1` (a broadcast), negative strides and offsets as subtraction, the offset
+//!   last and only when non-zero (a lone `0` for the empty index).
+//! - Expressions use infix `+ - * /` and prefix `-` with the usual precedence and only the
+//!   parentheses it needs (operations associate to the left, so a right operand of equal
+//!   precedence is parenthesised), and calls for everything else: `exp(x)`, `max(a, b)`,
+//!   `pow(a, b)`, `cast<f16>(x)`. Loads read `%b[INDEX]`, accumulators `aN`. Constants print
+//!   integers without a fraction (`0`, `-3`, `-0`), other finite values as the shortest text
+//!   that reads back to the same f64 (`0.1`, `1e-7`), and `inf`, `-inf`, `nan`.
+//!
+//! Distinct programs print distinctly, with one exception of no consequence: `aN = max(aN, e)`
+//! is both a max update and a set whose value is a max of the accumulator; both compute the
+//! same value.
+
+use crate::ir::{
+    AccOp, BinOp, Buffer, Expr, GpuAxis, Index, Iter, Kernel, LibCall, Loop,
+    LoopProgram, MatView, Role, Stmt, UnOp,
+};
+use std::collections::BTreeSet;
+use std::fmt::Write;
+
+/// Prints a whole program: every buffer, then every kernel in order.
+///
+/// ```
+/// use tdsl_loop::{print::print_program, *};
+/// let p = LoopProgram {
+///     buffers: vec![Buffer { name: "y".into(), ty: ElemType::F32, elems: 4, role: Role::Output(0) }],
+///     kernels: vec![Kernel {
+///         name: "k0".into(),
+///         origin: "y = 1".into(),
+///         body: vec![Stmt::Loop(Loop {
+///             var: VarId(0),
+///             iter: Iter::Range { extent: 4 },
+///             parallel: false,
+///             vector: 4,
+///             gpu: None,
+///             body: vec![Stmt::Store {
+///                 buf: BufId(0),
+///                 index: Index { offset: 0, terms: vec![(VarId(0), 1)] },
+///                 value: Expr::Const(1.0),
+///             }],
+///         })],
+///     }],
+/// };
+/// assert_eq!(
+///     print_program(&p),
+///     "buffers:\n  %0 y: f32[4] output 0\nkernel k0 (y = 1):\n  for v0 in 0..4 vector 4 {\n    %0[v0] = 1\n  }\n"
+/// );
+/// ```
+pub fn print_program(p: &LoopProgram) -> String {
+    let mut out = String::from("buffers:\n");
+    for (id, b) in p.buffers.iter().enumerate() {
+        buffer_line(&mut out, id, b);
+    }
+    for k in &p.kernels {
+        kernel_block(&mut out, k);
+    }
+    out
+}
+
+/// Prints one kernel preceded by the buffers it touches (loads, stores, sparse levels and
+/// library-call views), so that the text alone determines the kernel's generated code: this is
+/// the kernel-cache key. Buffer ids are those of the program.
+pub fn print_kernel(p: &LoopProgram, k: &Kernel) -> String {
+    let mut used = BTreeSet::new();
+    for s in &k.body {
+        stmt_buffers(s, &mut used);
+    }
+    let mut out = String::from("buffers:\n");
+    for id in used {
+        if let Some(b) = p.buffers.get(id as usize) {
+            buffer_line(&mut out, id as usize, b);
+        }
+    }
+    kernel_block(&mut out, k);
+    out
+}
+
+/// The text of an index, as it appears between brackets.
+pub(crate) fn index_text(index: &Index) -> String {
+    let terms: Vec<(String, i64)> = index
+        .terms
+        .iter()
+        .map(|(v, s)| (format!("v{}", v.0), *s))
+        .collect();
+    affine(&terms, index.offset, false)
+}
+
+/// The text of an expression.
+pub(crate) fn expr_text(e: &Expr) -> String {
+    let mut out = String::new();
+    expr(&mut out, e);
+    out
+}
+
+/// The text of a library-call view, `%b[…]`.
+pub(crate) fn view_text(v: &MatView) -> String {
+    let mut terms: Vec<(String, i64)> = v
+        .batch_strides
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (format!("b{i}"), *s))
+        .collect();
+    terms.push(("r".into(), v.row_stride));
+    terms.push(("c".into(), v.col_stride));
+    format!("%{}[{}]", v.buf.0, affine(&terms, v.offset, true))
+}
+
+/// The name of a GPU axis in the text form.
+pub(crate) fn gpu_axis_name(axis: GpuAxis) -> &'static str {
+    match axis {
+        GpuAxis::BlockX => "block.x",
+        GpuAxis::BlockY => "block.y",
+        GpuAxis::BlockZ => "block.z",
+        GpuAxis::ThreadX => "thread.x",
+        GpuAxis::ThreadY => "thread.y",
+        GpuAxis::ThreadZ => "thread.z",
+        GpuAxis::Warp => "warp",
+        GpuAxis::Lane => "lane",
+    }
+}
+
+fn buffer_line(out: &mut String, id: usize, b: &Buffer) {
+    let role = match b.role {
+        Role::Input(n) => format!("input {n}"),
+        Role::Output(n) => format!("output {n}"),
+        Role::Temp => "temp".to_string(),
+    };
+    let _ = writeln!(
+        out,
+        "  %{id} {}: {}[{}] {role}",
+        name(&b.name),
+        b.ty,
+        b.elems
+    );
+}
+
+fn kernel_block(out: &mut String, k: &Kernel) {
+    if k.origin.is_empty() {
+        let _ = writeln!(out, "kernel {}:", name(&k.name));
+    } else {
+        let _ = writeln!(out, "kernel {} ({}):", name(&k.name), escape(&k.origin, false));
+    }
+    for s in &k.body {
+        stmt(out, s, 1);
+    }
+}
+
+fn stmt(out: &mut String, s: &Stmt, depth: usize) {
+    let pad = "  ".repeat(depth);
+    match s {
+        Stmt::Loop(l) => {
+            let _ = writeln!(out, "{pad}for v{} in {}{} {{", l.var.0, iter(&l.iter), annotations(l));
+            for s in &l.body {
+                stmt(out, s, depth + 1);
+            }
+            let _ = writeln!(out, "{pad}}}");
+        }
+        Stmt::Let { acc, ty, init } => {
+            let _ = writeln!(out, "{pad}let a{}: {ty} = {}", acc.0, expr_text(init));
+        }
+        Stmt::Update { acc, op, value } => {
+            let a = acc.0;
+            let v = expr_text(value);
+            let _ = match op {
+                AccOp::Set => writeln!(out, "{pad}a{a} = {v}"),
+                AccOp::Add => writeln!(out, "{pad}a{a} += {v}"),
+                AccOp::Mul => writeln!(out, "{pad}a{a} *= {v}"),
+                AccOp::Max => writeln!(out, "{pad}a{a} = max(a{a}, {v})"),
+                AccOp::Min => writeln!(out, "{pad}a{a} = min(a{a}, {v})"),
+            };
+        }
+        Stmt::Store { buf, index, value } => {
+            let _ = writeln!(
+                out,
+                "{pad}%{}[{}] = {}",
+                buf.0,
+                index_text(index),
+                expr_text(value)
+            );
+        }
+        Stmt::Call(LibCall::Gemm {
+            m,
+            n,
+            k,
+            batch,
+            a,
+            b,
+            c,
+            accumulate,
+        }) => {
+            let batch: Vec<String> = batch.iter().map(|e| e.to_string()).collect();
+            let _ = writeln!(
+                out,
+                "{pad}gemm m={m} n={n} k={k} batch=[{}] a={} b={} c={} accumulate={accumulate}",
+                batch.join(", "),
+                view_text(a),
+                view_text(b),
+                view_text(c),
+            );
+        }
+    }
+}
+
+fn iter(it: &Iter) -> String {
+    match it {
+        Iter::Range { extent } => format!("0..{extent}"),
+        Iter::Compressed {
+            ptr,
+            ptr_index,
+            crd,
+            coord,
+        } => format!(
+            "compressed ptr=%{}[{}] crd=%{} coord=v{}",
+            ptr.0,
+            index_text(ptr_index),
+            crd.0,
+            coord.0
+        ),
+        Iter::Singleton { crd, pos_index } => {
+            format!("singleton crd=%{}[{}]", crd.0, index_text(pos_index))
+        }
+        Iter::TwoFour {
+            groups,
+            meta,
+            meta_index,
+            coord,
+        } => format!(
+            "twofour groups={groups} meta=%{}[{}] coord=v{}",
+            meta.0,
+            index_text(meta_index),
+            coord.0
+        ),
+    }
+}
+
+fn annotations(l: &Loop) -> String {
+    let mut s = String::new();
+    if l.parallel {
+        s.push_str(" parallel");
+    }
+    if l.vector != 1 {
+        let _ = write!(s, " vector {}", l.vector);
+    }
+    if let Some(axis) = l.gpu {
+        let _ = write!(s, " gpu {}", gpu_axis_name(axis));
+    }
+    s
+}
+
+/// `Σ stride·name + offset`; `explicit` prints every coefficient, `1` included.
+fn affine(terms: &[(String, i64)], offset: i64, explicit: bool) -> String {
+    let mut s = String::new();
+    for (i, (name, stride)) in terms.iter().enumerate() {
+        let mag = stride.unsigned_abs();
+        if i == 0 {
+            if *stride < 0 {
+                s.push('-');
+            }
+        } else if *stride < 0 {
+            s.push_str(" - ");
+        } else {
+            s.push_str(" + ");
+        }
+        if mag != 1 || explicit {
+            let _ = write!(s, "{mag}*");
+        }
+        s.push_str(name);
+    }
+    if terms.is_empty() {
+        let _ = write!(s, "{offset}");
+    } else if offset > 0 {
+        let _ = write!(s, " + {offset}");
+    } else if offset < 0 {
+        let _ = write!(s, " - {}", offset.unsigned_abs());
+    }
+    s
+}
+
+/// Binding strength: 1 for `+ -`, 2 for `* /`, 3 for prefix minus (and negative constants),
+/// 4 for atoms and calls.
+fn prec(e: &Expr) -> u8 {
+    match e {
+        Expr::Binary(BinOp::Add | BinOp::Sub, ..) => 1,
+        Expr::Binary(BinOp::Mul | BinOp::Div, ..) => 2,
+        Expr::Unary(UnOp::Neg, _) => 3,
+        Expr::Const(x) if !x.is_nan() && x.is_sign_negative() => 3,
+        _ => 4,
+    }
+}
+
+fn expr(out: &mut String, e: &Expr) {
+    match e {
+        Expr::Const(x) => out.push_str(&number(*x)),
+        Expr::Load { buf, index } => {
+            let _ = write!(out, "%{}[{}]", buf.0, index_text(index));
+        }
+        Expr::Acc(a) => {
+            let _ = write!(out, "a{}", a.0);
+        }
+        Expr::Unary(UnOp::Neg, x) => {
+            out.push('-');
+            operand(out, x, prec(x) <= 3);
+        }
+        Expr::Unary(op, x) => {
+            out.push_str(unary_name(*op));
+            out.push('(');
+            expr(out, x);
+            out.push(')');
+        }
+        Expr::Binary(op, a, b) => {
+            let infix = match op {
+                BinOp::Add => Some(" + "),
+                BinOp::Sub => Some(" - "),
+                BinOp::Mul => Some(" * "),
+                BinOp::Div => Some(" / "),
+                BinOp::Max | BinOp::Min | BinOp::Pow => None,
+            };
+            match infix {
+                Some(sym) => {
+                    let p = prec(e);
+                    operand(out, a, prec(a) < p);
+                    out.push_str(sym);
+                    operand(out, b, prec(b) <= p);
+                }
+                None => {
+                    let f = match op {
+                        BinOp::Max => "max",
+                        BinOp::Min => "min",
+                        _ => "pow",
+                    };
+                    out.push_str(f);
+                    out.push('(');
+                    expr(out, a);
+                    out.push_str(", ");
+                    expr(out, b);
+                    out.push(')');
+                }
+            }
+        }
+        Expr::Cast(ty, x) => {
+            let _ = write!(out, "cast<{ty}>(");
+            expr(out, x);
+            out.push(')');
+        }
+    }
+}
+
+fn operand(out: &mut String, e: &Expr, paren: bool) {
+    if paren {
+        out.push('(');
+        expr(out, e);
+        out.push(')');
+    } else {
+        expr(out, e);
+    }
+}
+
+fn unary_name(op: UnOp) -> &'static str {
+    match op {
+        UnOp::Neg => "neg",
+        UnOp::Exp => "exp",
+        UnOp::Log => "log",
+        UnOp::Sqrt => "sqrt",
+        UnOp::Rsqrt => "rsqrt",
+        UnOp::Abs => "abs",
+        UnOp::Tanh => "tanh",
+        UnOp::Sigmoid => "sigmoid",
+        UnOp::Relu => "relu",
+        UnOp::Gelu => "gelu",
+        UnOp::Sin => "sin",
+        UnOp::Cos => "cos",
+        UnOp::Square => "square",
+    }
+}
+
+/// A constant: integers without a fraction, others as the shortest text that reads back to the
+/// same f64.
+fn number(x: f64) -> String {
+    if x.is_nan() {
+        "nan".into()
+    } else if x.is_infinite() {
+        if x > 0.0 { "inf" } else { "-inf" }.into()
+    } else if x == 0.0 {
+        if x.is_sign_negative() { "-0" } else { "0" }.into()
+    } else if x.fract() == 0.0 && x.abs() < 1e16 {
+        // Exact: |x| < 2^63 and integral.
+        format!("{}", x as i64)
+    } else {
+        format!("{x:?}")
+    }
+}
+
+/// A buffer or kernel name: bare when it is a plain identifier, else quoted and escaped.
+fn name(s: &str) -> String {
+    let plain = s
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.');
+    if plain {
+        s.to_string()
+    } else {
+        format!("\"{}\"", escape(s, true))
+    }
+}
+
+/// Escapes `\`, control characters and (in quoted names) `"`, so the text stays one line and
+/// different strings print differently.
+fn escape(s: &str, quotes: bool) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' if quotes => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if c.is_control() => {
+                let _ = write!(out, "\\u{{{:x}}}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn stmt_buffers(s: &Stmt, used: &mut BTreeSet<u32>) {
+    match s {
+        Stmt::Loop(l) => {
+            match &l.iter {
+                Iter::Range { .. } => {}
+                Iter::Compressed { ptr, crd, .. } => {
+                    used.insert(ptr.0);
+                    used.insert(crd.0);
+                }
+                Iter::Singleton { crd, .. } => {
+                    used.insert(crd.0);
+                }
+                Iter::TwoFour { meta, .. } => {
+                    used.insert(meta.0);
+                }
+            }
+            for s in &l.body {
+                stmt_buffers(s, used);
+            }
+        }
+        Stmt::Let { init: e, .. } | Stmt::Update { value: e, .. } => expr_buffers(e, used),
+        Stmt::Store { buf, value, .. } => {
+            used.insert(buf.0);
+            expr_buffers(value, used);
+        }
+        Stmt::Call(LibCall::Gemm { a, b, c, .. }) => {
+            used.insert(a.buf.0);
+            used.insert(b.buf.0);
+            used.insert(c.buf.0);
+        }
+    }
+}
+
+fn expr_buffers(e: &Expr, used: &mut BTreeSet<u32>) {
+    match e {
+        Expr::Const(_) | Expr::Acc(_) => {}
+        Expr::Load { buf, .. } => {
+            used.insert(buf.0);
+        }
+        Expr::Unary(_, x) | Expr::Cast(_, x) => expr_buffers(x, used),
+        Expr::Binary(_, a, b) => {
+            expr_buffers(a, used);
+            expr_buffers(b, used);
+        }
+    }
+}
+
+/// A buffer as the verifier's messages name it: `%0 (x: f32[1024])`.
+pub(crate) fn buffer_text(id: u32, b: &Buffer) -> String {
+    format!("%{id} ({}: {}[{}])", name(&b.name), b.ty, b.elems)
+}
