@@ -22,6 +22,7 @@ pub mod init;
 pub mod interp;
 pub mod io;
 pub mod plan;
+pub mod runtime;
 pub mod tensor;
 
 pub use diag::{Code, Diagnostic, Diagnostics};
@@ -40,8 +41,12 @@ pub fn syntax_diagnostic(e: SyntaxError) -> Diagnostic {
     match e.kind {
         SyntaxErrorKind::BadNumber => Diagnostic::new(code, e.message)
             .label(e.span, "out of range")
-            .help("integers are at most 18446744073709551615 and numbers must be finite f64 values"),
-        SyntaxErrorKind::Unexpected => Diagnostic::new(code, e.message).label(e.span, "unexpected here"),
+            .help(
+                "integers are at most 18446744073709551615 and numbers must be finite f64 values",
+            ),
+        SyntaxErrorKind::Unexpected => {
+            Diagnostic::new(code, e.message).label(e.span, "unexpected here")
+        }
     }
 }
 

@@ -169,7 +169,14 @@ fn convert(e: pest::error::Error<Rule>, text: &str) -> SyntaxError {
                 "`0..9`" | "`a..z`" | "`A..Z`" | "`_`" | "`\"`" | "`(`" | "`-`" | "`.`"
             )
         });
-        expected.push(if starts_expr { "an expression" } else { "a name" }.to_string());
+        expected.push(
+            if starts_expr {
+                "an expression"
+            } else {
+                "a name"
+            }
+            .to_string(),
+        );
     }
     // A statement can only start after a line break, which is already in the list.
     if expected.iter().any(|t| t.starts_with('`')) {

@@ -947,7 +947,10 @@ impl Checker {
             let usage = match name {
                 "max" | "min" | "pow" => format!("write `{name}(a, b)`"),
                 "cast" => "write `cast(x, f16)`".to_string(),
-                "einsum" => "write `einsum(a, b, \"i j, j k -> i k\")`: operands first, the pattern last".to_string(),
+                "einsum" => {
+                    "write `einsum(a, b, \"i j, j k -> i k\")`: operands first, the pattern last"
+                        .to_string()
+                }
                 _ => format!("write `{name}(x)`"),
             };
             this.diags.push(

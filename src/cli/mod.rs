@@ -52,6 +52,8 @@ enum MessageFormat {
 enum Backend {
     /// The reference interpreter.
     Interp,
+    /// The planned loop IR, run by its evaluator (slow; bisects planner and backend bugs).
+    Eval,
 }
 
 /// Data sources shared by every subcommand.
@@ -78,6 +80,12 @@ enum Cmd {
         /// Which backend evaluates the program.
         #[arg(long, value_enum, default_value_t = Backend::Interp)]
         backend: Backend,
+    },
+    /// Print the plan: the loop IR every backend compiles.
+    Plan {
+        script: PathBuf,
+        #[command(flatten)]
+        data: DataArgs,
     },
     /// Check a script and print every statement's shape, dtype and format.
     Check {
@@ -136,9 +144,10 @@ pub fn main() -> ExitCode {
         }
     };
     let script_path = match &cli.cmd {
-        Cmd::Run { script, .. } | Cmd::Check { script, .. } | Cmd::Cost { script, .. } => {
-            script.clone()
-        }
+        Cmd::Run { script, .. }
+        | Cmd::Check { script, .. }
+        | Cmd::Cost { script, .. }
+        | Cmd::Plan { script, .. } => script.clone(),
     };
     let text = match std::fs::read_to_string(&script_path) {
         Ok(t) => t,
@@ -174,7 +183,18 @@ pub fn main() -> ExitCode {
 
 fn execute(cmd: &Cmd, text: &str, out: &mut dyn Write) -> Result<(), Failure> {
     match cmd {
-        Cmd::Run { data, out: dir, .. } => {
+        Cmd::Plan { data, .. } => {
+            let (program, _) = load(text, data, false)?;
+            let plan = crate::plan::lower::plan_program(&program);
+            let _ = write!(out, "{}", tdsl_loop::print::print_program(&plan.loops));
+            Ok(())
+        }
+        Cmd::Run {
+            data,
+            out: dir,
+            backend,
+            ..
+        } => {
             let t0 = Instant::now();
             let (program, inputs) = load(text, data, true)?;
             if program.outputs.is_empty() {
@@ -187,7 +207,19 @@ fn execute(cmd: &Cmd, text: &str, out: &mut dyn Write) -> Result<(), Failure> {
             }
             let t1 = Instant::now();
             let inputs: Vec<Tensor> = inputs.into_iter().flatten().collect();
-            let outputs = crate::interp::run(&program, &inputs);
+            let (outputs, engine) = match backend {
+                Backend::Interp => (
+                    crate::interp::run(&program, &inputs),
+                    "reference interpreter",
+                ),
+                Backend::Eval => {
+                    let plan = crate::plan::lower::plan_program(&program);
+                    (
+                        crate::runtime::run_eval(&plan, &inputs, &output_shapes(&program))?,
+                        "loop-IR evaluator",
+                    )
+                }
+            };
             let run_time = t1.elapsed();
             match dir {
                 Some(dir) => write_outputs(&program, &outputs, dir)?,
@@ -195,7 +227,7 @@ fn execute(cmd: &Cmd, text: &str, out: &mut dyn Write) -> Result<(), Failure> {
                     let _ = write!(out, "{}", report::run_summary(&program, &outputs));
                     let _ = writeln!(
                         out,
-                        "time: {} run (reference interpreter), {} total",
+                        "time: {} run ({engine}), {} total",
                         report::duration(run_time),
                         report::duration(t0.elapsed())
                     );
@@ -324,7 +356,12 @@ fn load(
         // `check` and `cost` need data only to validate and count sparse inputs.
         provided
             .into_iter()
-            .filter(|(k, _)| program.inputs.iter().any(|i| &i.name == k && i.ty.format.is_sparse()))
+            .filter(|(k, _)| {
+                program
+                    .inputs
+                    .iter()
+                    .any(|i| &i.name == k && i.ty.format.is_sparse())
+            })
             .collect()
     };
     let mut program_for_bind = program.clone();
@@ -367,7 +404,14 @@ fn check_memory(program: &Program, run: bool) -> Result<(), Failure> {
                 "this program needs about {} of memory ({} of inputs{}), but this machine has {}",
                 report::bytes(need),
                 report::bytes(inputs),
-                if run { format!(", {} for the reference interpreter's values", report::bytes(values)) } else { String::new() },
+                if run {
+                    format!(
+                        ", {} for the reference interpreter's values",
+                        report::bytes(values)
+                    )
+                } else {
+                    String::new()
+                },
                 report::bytes(have as u128)
             ),
         )
@@ -392,6 +436,18 @@ fn physical_memory() -> u64 {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
         .map(|kb| kb.saturating_mul(1024))
         .unwrap_or(fallback)
+}
+
+/// The extents of every program output.
+fn output_shapes(program: &Program) -> Vec<Vec<usize>> {
+    program
+        .outputs
+        .iter()
+        .map(|o| {
+            let ty = program.tensor_type(o.tensor);
+            ty.shape.extents().iter().map(|&e| e as usize).collect()
+        })
+        .collect()
 }
 
 /// Reads `FILE.npy` or `FILE.safetensors:TENSOR`.

@@ -5,4 +5,5 @@
 //! order. The loop IR and fusion arrive with the JIT and extend this module.
 
 pub mod cost;
+pub mod lower;
 pub mod order;

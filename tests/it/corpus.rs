@@ -92,7 +92,26 @@ fn close(a: f64, b: f64, tol: f64) -> bool {
 type Backend = fn(&tdsl::check::Program, &[Tensor]) -> Vec<Tensor>;
 
 fn backends() -> Vec<(&'static str, Backend)> {
-    vec![("interp", tdsl::interp::run)]
+    vec![("interp", tdsl::interp::run), ("loop-eval", loop_eval)]
+}
+
+/// The planner's loop IR run by its evaluator: a mismatch with the interpreter is a planner bug.
+fn loop_eval(program: &tdsl::check::Program, inputs: &[Tensor]) -> Vec<Tensor> {
+    let plan = tdsl::plan::lower::plan_program(program);
+    let shapes: Vec<Vec<usize>> = program
+        .outputs
+        .iter()
+        .map(|o| {
+            program
+                .tensor_type(o.tensor)
+                .shape
+                .extents()
+                .iter()
+                .map(|&e| e as usize)
+                .collect()
+        })
+        .collect();
+    tdsl::runtime::run_eval(&plan, inputs, &shapes).expect("the loop-IR evaluator runs the plan")
 }
 
 fn run_case(path: &std::path::Path) -> Result<(), String> {

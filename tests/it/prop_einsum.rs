@@ -198,7 +198,11 @@ impl Case {
     /// Labels used by some operand.
     fn used(&self) -> Vec<usize> {
         (0..self.labels.len())
-            .filter(|l| self.operands.iter().any(|o| o.slots.iter().flatten().any(|x| x == l)))
+            .filter(|l| {
+                self.operands
+                    .iter()
+                    .any(|o| o.slots.iter().flatten().any(|x| x == l))
+            })
             .collect()
     }
 
@@ -247,14 +251,24 @@ fn oracle(case: &Case, xs: &[Vec<f64>]) -> (Vec<usize>, Vec<f64>, Vec<f64>) {
     // Labels no operand uses take the single value 0.
     let used = case.used();
     let mut exts: Vec<usize> = (0..n_lab)
-        .map(|l| if used.contains(&l) { case.labels[l].1 } else { 1 })
+        .map(|l| {
+            if used.contains(&l) {
+                case.labels[l].1
+            } else {
+                1
+            }
+        })
         .collect();
     exts.extend(&case.ell);
     let out_shape = case.out_shape();
     let n_out: usize = out_shape.iter().product();
     let mut sum = vec![0.0; n_out];
     let mut mag = vec![0.0; n_out];
-    let shapes: Vec<Vec<usize>> = case.operands.iter().map(|o| case.operand_shape(o)).collect();
+    let shapes: Vec<Vec<usize>> = case
+        .operands
+        .iter()
+        .map(|o| case.operand_shape(o))
+        .collect();
     for_each_index(&exts, |c| {
         let mut p = 1.0;
         for (k, op) in case.operands.iter().enumerate() {
@@ -350,7 +364,10 @@ fn inferable(ops: &[Operand]) -> bool {
             }
         }
         if !changed {
-            return groups.iter().flat_map(|g| g.iter()).all(|l| known.contains(l));
+            return groups
+                .iter()
+                .flat_map(|g| g.iter())
+                .all(|l| known.contains(l));
         }
     }
 }
@@ -377,7 +394,9 @@ fn gen_case(d: &mut Draw, min_ops: usize, max_ops: usize) -> Case {
     // Plain slots (a label drawn twice into one operand is a diagonal).
     let mut operands: Vec<Operand> = (0..n_ops)
         .map(|_| Operand {
-            slots: (0..1 + d.below(3)).map(|_| vec![d.below(n_labels)]).collect(),
+            slots: (0..1 + d.below(3))
+                .map(|_| vec![d.below(n_labels)])
+                .collect(),
             ell: None,
         })
         .collect();
@@ -451,8 +470,8 @@ fn gen_case(d: &mut Draw, min_ops: usize, max_ops: usize) -> Case {
     };
     // Keep the naive sum small.
     loop {
-        let combos: usize = labels.iter().map(|l| l.1).product::<usize>()
-            * case.ell.iter().product::<usize>();
+        let combos: usize =
+            labels.iter().map(|l| l.1).product::<usize>() * case.ell.iter().product::<usize>();
         if combos <= MAX_COMBOS {
             break;
         }

@@ -263,9 +263,7 @@ fn oracle(case: &Case, x: &[f64]) -> (Vec<usize>, Vec<f64>, Vec<f64>) {
         for (s, &ext) in case.left.iter().zip(&in_shape) {
             let coord = match s {
                 Slot::Unit(_) => 0,
-                Slot::Group(items, _) => items
-                    .iter()
-                    .fold(0, |a, &i| a * case.elems[i].ext + c[i]),
+                Slot::Group(items, _) => items.iter().fold(0, |a, &i| a * case.elems[i].ext + c[i]),
             };
             flat_in = flat_in * ext + coord;
         }

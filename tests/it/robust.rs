@@ -6,12 +6,67 @@ use crate::common::repo;
 use proptest::prelude::*;
 
 const TOKENS: &[&str] = &[
-    "input", "let", "output", "x", "y", "z", "a", "b", "n", ":", "f32", "f16", "bf16", "f64", "i8",
-    "[", "]", "(", ")", ",", "=", "@", "csr", "bsr", "2:4", "coo", "randn", "seed", "zeros",
-    "arange", "einsum", "rearrange", "reduce", "repeat", "exp", "max", "cast", "+", "-", "*", "/",
-    "\"a b -> b a\"", "\"a b, b c -> a c\"", "\"(a 2) b -> a b\"", "\"... -> ...\"", "\"sum\"",
-    "\"i i ->\"", "\"a\"", "\"\"", "\"->\"", "0", "1", "2", "3", "4", "1e400", "0.5", "\n", ";",
-    "...", "#c\n",
+    "input",
+    "let",
+    "output",
+    "x",
+    "y",
+    "z",
+    "a",
+    "b",
+    "n",
+    ":",
+    "f32",
+    "f16",
+    "bf16",
+    "f64",
+    "i8",
+    "[",
+    "]",
+    "(",
+    ")",
+    ",",
+    "=",
+    "@",
+    "csr",
+    "bsr",
+    "2:4",
+    "coo",
+    "randn",
+    "seed",
+    "zeros",
+    "arange",
+    "einsum",
+    "rearrange",
+    "reduce",
+    "repeat",
+    "exp",
+    "max",
+    "cast",
+    "+",
+    "-",
+    "*",
+    "/",
+    "\"a b -> b a\"",
+    "\"a b, b c -> a c\"",
+    "\"(a 2) b -> a b\"",
+    "\"... -> ...\"",
+    "\"sum\"",
+    "\"i i ->\"",
+    "\"a\"",
+    "\"\"",
+    "\"->\"",
+    "0",
+    "1",
+    "2",
+    "3",
+    "4",
+    "1e400",
+    "0.5",
+    "\n",
+    ";",
+    "...",
+    "#c\n",
 ];
 
 /// Compiles, binds and (when small) interprets; any outcome but a panic is fine.
@@ -24,9 +79,11 @@ fn exercise(src: &str) {
         .iter()
         .all(|n| n.ty.shape.n_elems().is_some_and(|e| e <= 4096));
     let label_space_small = program.nodes.iter().all(|n| match &n.kind {
-        tdsl::check::NodeKind::Einsum { spec, .. } => {
-            spec.labels.iter().try_fold(1u64, |acc, l| acc.checked_mul(l.1)).is_some_and(|p| p <= 1 << 16)
-        }
+        tdsl::check::NodeKind::Einsum { spec, .. } => spec
+            .labels
+            .iter()
+            .try_fold(1u64, |acc, l| acc.checked_mul(l.1))
+            .is_some_and(|p| p <= 1 << 16),
         _ => true,
     });
     if !(small && label_space_small) {

@@ -152,7 +152,10 @@ pub enum Expr {
     /// A constant, rounded to the expression's compute type.
     Const(f64),
     /// `buf[index]`, widened to its compute type.
-    Load { buf: BufId, index: Index },
+    Load {
+        buf: BufId,
+        index: Index,
+    },
     /// The current value of an accumulator.
     Acc(AccId),
     Unary(UnOp, Box<Expr>),
@@ -267,11 +270,23 @@ pub enum Stmt {
     Loop(Loop),
     /// Declares accumulator `acc` of compute type `ty` (F32 or F64) with an initial value; it
     /// lives until the end of the enclosing block.
-    Let { acc: AccId, ty: ElemType, init: Expr },
+    Let {
+        acc: AccId,
+        ty: ElemType,
+        init: Expr,
+    },
     /// `acc = op(acc, value)`.
-    Update { acc: AccId, op: AccOp, value: Expr },
+    Update {
+        acc: AccId,
+        op: AccOp,
+        value: Expr,
+    },
     /// `buf[index] = value`, narrowed to the buffer's type.
-    Store { buf: BufId, index: Index, value: Expr },
+    Store {
+        buf: BufId,
+        index: Index,
+        value: Expr,
+    },
     Call(LibCall),
 }
 

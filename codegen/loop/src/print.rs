@@ -52,8 +52,8 @@
 //! same value.
 
 use crate::ir::{
-    AccOp, BinOp, Buffer, Expr, GpuAxis, Index, Iter, Kernel, LibCall, Loop,
-    LoopProgram, MatView, Role, Stmt, UnOp,
+    AccOp, BinOp, Buffer, Expr, GpuAxis, Index, Iter, Kernel, LibCall, Loop, LoopProgram, MatView,
+    Role, Stmt, UnOp,
 };
 use std::collections::BTreeSet;
 use std::fmt::Write;
@@ -178,7 +178,12 @@ fn kernel_block(out: &mut String, k: &Kernel) {
     if k.origin.is_empty() {
         let _ = writeln!(out, "kernel {}:", name(&k.name));
     } else {
-        let _ = writeln!(out, "kernel {} ({}):", name(&k.name), escape(&k.origin, false));
+        let _ = writeln!(
+            out,
+            "kernel {} ({}):",
+            name(&k.name),
+            escape(&k.origin, false)
+        );
     }
     for s in &k.body {
         stmt(out, s, 1);
@@ -189,7 +194,13 @@ fn stmt(out: &mut String, s: &Stmt, depth: usize) {
     let pad = "  ".repeat(depth);
     match s {
         Stmt::Loop(l) => {
-            let _ = writeln!(out, "{pad}for v{} in {}{} {{", l.var.0, iter(&l.iter), annotations(l));
+            let _ = writeln!(
+                out,
+                "{pad}for v{} in {}{} {{",
+                l.var.0,
+                iter(&l.iter),
+                annotations(l)
+            );
             for s in &l.body {
                 stmt(out, s, depth + 1);
             }
@@ -338,8 +349,9 @@ fn expr(out: &mut String, e: &Expr) {
             let _ = write!(out, "a{}", a.0);
         }
         Expr::Unary(UnOp::Neg, x) => {
+            // A negated constant keeps its parentheses, so it cannot read as a negative one.
             out.push('-');
-            operand(out, x, prec(x) <= 3);
+            operand(out, x, prec(x) <= 3 || matches!(**x, Expr::Const(_)));
         }
         Expr::Unary(op, x) => {
             out.push_str(unary_name(*op));
@@ -515,4 +527,471 @@ fn expr_buffers(e: &Expr, used: &mut BTreeSet<u32>) {
 /// A buffer as the verifier's messages name it: `%0 (x: f32[1024])`.
 pub(crate) fn buffer_text(id: u32, b: &Buffer) -> String {
     format!("%{id} ({}: {}[{}])", name(&b.name), b.ty, b.elems)
+}
+
+#[cfg(test)]
+mod tests {
+    //! Exact expected text for the shared fixture programs and for each construct.
+
+    use super::*;
+    use crate::eval::tests::*;
+    use crate::ir::{BufId, ElemType::*, Kernel};
+    use proptest::prelude::*;
+
+    /// Asserts that `body`, alone in a kernel over two f32 buffers, prints as `expect` (the
+    /// lines after the kernel header, without their two-space indent).
+    fn check_body(body: Vec<Stmt>, expect: &str) {
+        let p = program(
+            vec![
+                buffer("x", F32, 64, Role::Input(0)),
+                buffer("y", F32, 64, Role::Output(0)),
+            ],
+            "k",
+            "",
+            body,
+        );
+        let text = print_program(&p);
+        let body_text: String = text
+            .lines()
+            .skip(4)
+            .map(|l| format!("{}\n", l.strip_prefix("  ").unwrap_or(l)))
+            .collect();
+        assert_eq!(body_text, expect, "full text:\n{text}");
+    }
+
+    fn check_expr(e: Expr, expect: &str) {
+        assert_eq!(expr_text(&e), expect);
+    }
+
+    fn x(i: i64) -> Expr {
+        ld(0, ix(i, &[]))
+    }
+
+    #[test]
+    fn row_sum() {
+        assert_eq!(
+            print_program(&crate::eval::tests::row_sum(3, 5)),
+            r#"buffers:
+  %0 x: f32[15] input 0
+  %1 y: f32[3] output 0
+kernel k0 (y = reduce(x, "r c -> r", "sum")):
+  for v0 in 0..3 parallel {
+    let a0: f32 = 0
+    for v1 in 0..5 vector 4 {
+      a0 += %0[5*v0 + v1]
+    }
+    %1[v0] = a0
+  }
+"#
+        );
+    }
+
+    #[test]
+    fn softmax() {
+        assert_eq!(
+            print_program(&crate::eval::tests::softmax(2, 6)),
+            "buffers:
+  %0 x: f32[12] input 0
+  %1 y: f32[12] output 0
+kernel softmax (y = softmax(x, c)):
+  for v0 in 0..2 parallel {
+    let a0: f32 = -inf
+    for v1 in 0..6 {
+      a0 = max(a0, %0[6*v0 + v1])
+    }
+    let a1: f32 = 0
+    for v2 in 0..6 {
+      a1 += exp(%0[6*v0 + v2] - a0)
+    }
+    for v3 in 0..6 vector 4 {
+      %1[6*v0 + v3] = exp(%0[6*v0 + v3] - a0) / a1
+    }
+  }
+"
+        );
+    }
+
+    #[test]
+    fn strided_and_broadcast_indices() {
+        assert_eq!(
+            print_program(&transpose(3, 4)),
+            r#"buffers:
+  %0 x: f64[12] input 0
+  %1 y: f64[12] output 0
+kernel k0 (y = rearrange(x, "r c -> c r")):
+  for v0 in 0..4 {
+    for v1 in 0..3 {
+      %1[3*v0 + v1] = %0[v0 + 4*v1]
+    }
+  }
+"#
+        );
+        let text = print_program(&broadcast_add(3, 4));
+        assert!(text.contains("  %2 y: f16[12] output 0\n"), "{text}");
+        assert!(
+            text.contains("      %2[4*v0 + v1] = %0[4*v0 + v1] + %1[0*v0 + v1]\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn index_forms() {
+        let cases = [
+            (ix(0, &[]), "0"),
+            (ix(-7, &[]), "-7"),
+            (ix(3, &[(0, 64), (1, 1)]), "64*v0 + v1 + 3"),
+            (ix(-3, &[(0, -1), (1, -2)]), "-v0 - 2*v1 - 3"),
+            (ix(0, &[(2, 0), (0, 1)]), "0*v2 + v0"),
+            (
+                ix(i64::MIN, &[(0, i64::MIN)]),
+                "-9223372036854775808*v0 - 9223372036854775808",
+            ),
+        ];
+        for (index, expect) in cases {
+            assert_eq!(index_text(&index), expect);
+        }
+    }
+
+    #[test]
+    fn gemm_views() {
+        assert_eq!(
+            print_program(&batched_gemm(2, 3, 5, 4, false)),
+            r#"buffers:
+  %0 a: f32[24] input 0
+  %1 w: f32[20] input 1
+  %2 c: f32[30] output 0
+kernel k0 (c = einsum(a, w, "b m k, k n -> b m n")):
+  gemm m=3 n=5 k=4 batch=[2] a=%0[12*b0 + 4*r + 1*c] b=%1[0*b0 + 1*r + 4*c] c=%2[15*b0 + 5*r + 1*c] accumulate=false
+"#
+        );
+        let call = Stmt::Call(LibCall::Gemm {
+            m: 2,
+            n: 2,
+            k: 2,
+            batch: vec![],
+            a: view(0, 3, &[], -2, 1),
+            b: view(0, 0, &[], 2, 0),
+            c: view(1, 0, &[], 2, 1),
+            accumulate: true,
+        });
+        check_body(
+            vec![call],
+            "gemm m=2 n=2 k=2 batch=[] a=%0[-2*r + 1*c + 3] b=%0[2*r + 0*c] c=%1[2*r + 1*c] accumulate=true\n",
+        );
+        let call = Stmt::Call(LibCall::Gemm {
+            m: 1,
+            n: 1,
+            k: 1,
+            batch: vec![2, 3],
+            a: view(0, -1, &[3, 1], 0, 0),
+            b: view(0, 0, &[0, 0], 0, 0),
+            c: view(1, 0, &[3, 1], 0, 0),
+            accumulate: false,
+        });
+        check_body(
+            vec![call],
+            "gemm m=1 n=1 k=1 batch=[2, 3] a=%0[3*b0 + 1*b1 + 0*r + 0*c - 1] b=%0[0*b0 + 0*b1 + 0*r + 0*c] c=%1[3*b0 + 1*b1 + 0*r + 0*c] accumulate=false\n",
+        );
+    }
+
+    #[test]
+    fn sparse_levels() {
+        let text = print_program(&csr_spmv(3, 4, 5));
+        assert!(
+            text.ends_with(
+                r#"kernel spmv (y = einsum(a, x, "i j, j -> i")):
+  for v0 in 0..3 parallel {
+    let a0: f32 = 0
+    for v1 in compressed ptr=%0[v0] crd=%1 coord=v2 {
+      a0 += %2[v1] * %3[v2]
+    }
+    %4[v0] = a0
+  }
+"#
+            ),
+            "{text}"
+        );
+        assert!(
+            text.starts_with("buffers:\n  %0 a.ptr: i32[4] input 0\n  %1 a.crd: i32[5] input 1\n")
+        );
+        let text = print_program(&two_four_matvec(2, 2));
+        assert!(
+            text.ends_with(
+                "  for v0 in 0..2 {
+    let a0: f64 = 0
+    for v1 in twofour groups=2 meta=%1[v0] coord=v2 {
+      a0 += %0[4*v0 + v1] * %2[v2]
+    }
+    %3[v0] = a0
+  }
+"
+            ),
+            "{text}"
+        );
+        let single = Stmt::Loop(loop_(
+            3,
+            Iter::Singleton {
+                crd: BufId(1),
+                pos_index: ix(1, &[(0, 2)]),
+            },
+            vec![],
+        ));
+        check_body(
+            vec![range(0, 2, vec![single])],
+            "for v0 in 0..2 {\n  for v3 in singleton crd=%1[2*v0 + 1] {\n  }\n}\n",
+        );
+    }
+
+    #[test]
+    fn loop_annotations() {
+        let mut l = loop_(0, Iter::Range { extent: 8 }, vec![]);
+        l.parallel = true;
+        l.vector = 0;
+        l.gpu = Some(GpuAxis::BlockX);
+        let mut inner = loop_(1, Iter::Range { extent: 32 }, vec![]);
+        inner.vector = 2;
+        inner.gpu = Some(GpuAxis::Lane);
+        l.body.push(Stmt::Loop(inner));
+        check_body(
+            vec![Stmt::Loop(l)],
+            "for v0 in 0..8 parallel vector 0 gpu block.x {\n  for v1 in 0..32 vector 2 gpu lane {\n  }\n}\n",
+        );
+        let axes = [
+            (GpuAxis::BlockY, "block.y"),
+            (GpuAxis::BlockZ, "block.z"),
+            (GpuAxis::ThreadX, "thread.x"),
+            (GpuAxis::ThreadY, "thread.y"),
+            (GpuAxis::ThreadZ, "thread.z"),
+            (GpuAxis::Warp, "warp"),
+        ];
+        for (axis, name) in axes {
+            assert_eq!(gpu_axis_name(axis), name);
+        }
+    }
+
+    #[test]
+    fn accumulator_statements() {
+        check_body(
+            vec![
+                let_(0, F64, k(1.0)),
+                update(0, AccOp::Set, x(1)),
+                update(0, AccOp::Add, x(1)),
+                update(0, AccOp::Mul, x(1)),
+                update(0, AccOp::Max, x(1)),
+                update(0, AccOp::Min, bin(BinOp::Add, acc(0), x(1))),
+                store(1, ix(0, &[]), acc(0)),
+            ],
+            "let a0: f64 = 1
+a0 = %0[1]
+a0 += %0[1]
+a0 *= %0[1]
+a0 = max(a0, %0[1])
+a0 = min(a0, a0 + %0[1])
+%1[0] = a0
+",
+        );
+    }
+
+    #[test]
+    fn minimal_parentheses() {
+        let (a, b, c) = (x(0), x(1), x(2));
+        let add = |p: Expr, q: Expr| bin(BinOp::Add, p, q);
+        let sub = |p: Expr, q: Expr| bin(BinOp::Sub, p, q);
+        let mul = |p: Expr, q: Expr| bin(BinOp::Mul, p, q);
+        let div = |p: Expr, q: Expr| bin(BinOp::Div, p, q);
+        let neg = |p: Expr| un(UnOp::Neg, p);
+        check_expr(
+            sub(sub(a.clone(), b.clone()), c.clone()),
+            "%0[0] - %0[1] - %0[2]",
+        );
+        check_expr(
+            sub(a.clone(), sub(b.clone(), c.clone())),
+            "%0[0] - (%0[1] - %0[2])",
+        );
+        check_expr(
+            add(mul(a.clone(), b.clone()), c.clone()),
+            "%0[0] * %0[1] + %0[2]",
+        );
+        check_expr(
+            mul(add(a.clone(), b.clone()), c.clone()),
+            "(%0[0] + %0[1]) * %0[2]",
+        );
+        check_expr(
+            div(a.clone(), mul(b.clone(), c.clone())),
+            "%0[0] / (%0[1] * %0[2])",
+        );
+        check_expr(
+            add(a.clone(), mul(b.clone(), c.clone())),
+            "%0[0] + %0[1] * %0[2]",
+        );
+        check_expr(neg(add(a.clone(), b.clone())), "-(%0[0] + %0[1])");
+        check_expr(neg(mul(a.clone(), b.clone())), "-(%0[0] * %0[1])");
+        check_expr(mul(neg(a.clone()), b.clone()), "-%0[0] * %0[1]");
+        check_expr(mul(a.clone(), neg(b.clone())), "%0[0] * -%0[1]");
+        check_expr(neg(neg(a.clone())), "-(-%0[0])");
+        check_expr(sub(a.clone(), k(-1.0)), "%0[0] - -1");
+        check_expr(neg(k(2.0)), "-(2)");
+        check_expr(neg(k(-2.0)), "-(-2)");
+        check_expr(k(-2.0), "-2");
+        check_expr(
+            mul(add(a.clone(), k(-0.5)), k(-0.5)),
+            "(%0[0] + -0.5) * -0.5",
+        );
+        check_expr(
+            bin(BinOp::Max, add(a.clone(), b.clone()), neg(c.clone())),
+            "max(%0[0] + %0[1], -%0[2])",
+        );
+        check_expr(bin(BinOp::Min, acc(3), k(0.0)), "min(a3, 0)");
+        check_expr(bin(BinOp::Pow, a.clone(), k(0.5)), "pow(%0[0], 0.5)");
+        check_expr(
+            cast(BF16, un(UnOp::Exp, a.clone())),
+            "cast<bf16>(exp(%0[0]))",
+        );
+        check_expr(
+            mul(cast(F64, a.clone()), b.clone()),
+            "cast<f64>(%0[0]) * %0[1]",
+        );
+    }
+
+    #[test]
+    fn unary_names() {
+        let names = [
+            (UnOp::Exp, "exp"),
+            (UnOp::Log, "log"),
+            (UnOp::Sqrt, "sqrt"),
+            (UnOp::Rsqrt, "rsqrt"),
+            (UnOp::Abs, "abs"),
+            (UnOp::Tanh, "tanh"),
+            (UnOp::Sigmoid, "sigmoid"),
+            (UnOp::Relu, "relu"),
+            (UnOp::Gelu, "gelu"),
+            (UnOp::Sin, "sin"),
+            (UnOp::Cos, "cos"),
+            (UnOp::Square, "square"),
+        ];
+        for (op, name) in names {
+            check_expr(un(op, acc(0)), &format!("{name}(a0)"));
+        }
+    }
+
+    #[test]
+    fn numbers() {
+        let cases = [
+            (0.0, "0"),
+            (-0.0, "-0"),
+            (1.0, "1"),
+            (-3.0, "-3"),
+            (0.1, "0.1"),
+            (-2.5, "-2.5"),
+            (1e-7, "1e-7"),
+            (9007199254740993.0, "9007199254740992"),
+            (1e16, "1e16"),
+            (1.5e300, "1.5e300"),
+            (f64::INFINITY, "inf"),
+            (f64::NEG_INFINITY, "-inf"),
+            (f64::NAN, "nan"),
+            (0.1f32 as f64, "0.10000000149011612"),
+        ];
+        for (x, expect) in cases {
+            assert_eq!(number(x), expect);
+        }
+    }
+
+    #[test]
+    fn names_and_origins_are_escaped() {
+        let mut p = program(
+            vec![
+                buffer("x.grad_2", F32, 1, Role::Input(0)),
+                buffer("2x", F32, 1, Role::Temp),
+                buffer("a b\"c\\", BF16, 1, Role::Output(0)),
+                buffer("", F32, 1, Role::Temp),
+            ],
+            "my kernel",
+            "y = f(x)\n\t\\ \"quoted\"",
+            vec![],
+        );
+        p.kernels.push(Kernel {
+            name: "k1".into(),
+            origin: String::new(),
+            body: vec![],
+        });
+        assert_eq!(
+            print_program(&p),
+            r#"buffers:
+  %0 x.grad_2: f32[1] input 0
+  %1 "2x": f32[1] temp
+  %2 "a b\"c\\": bf16[1] output 0
+  %3 "": f32[1] temp
+kernel "my kernel" (y = f(x)\n\t\\ "quoted"):
+kernel k1:
+"#
+        );
+        assert_eq!(print_program(&LoopProgram::default()), "buffers:\n");
+    }
+
+    #[test]
+    fn print_kernel_lists_the_buffers_it_touches() {
+        let mut p = csr_spmv(3, 4, 5);
+        p.buffers.push(buffer("unused", F32, 9, Role::Temp));
+        p.kernels.push(Kernel {
+            name: "k1".into(),
+            origin: "z = y".into(),
+            body: vec![range(
+                0,
+                3,
+                vec![store(5, ix(0, &[(0, 1)]), ld(4, ix(0, &[(0, 1)])))],
+            )],
+        });
+        assert_eq!(
+            print_kernel(&p, &p.kernels[1]),
+            "buffers:
+  %4 y: f32[3] output 0
+  %5 unused: f32[9] temp
+kernel k1 (z = y):
+  for v0 in 0..3 {
+    %5[v0] = %4[v0]
+  }
+"
+        );
+        // The first kernel's text is the program's, less the buffers it does not touch.
+        let k0 = print_kernel(&p, &p.kernels[0]);
+        let whole = print_program(&p);
+        assert!(whole.starts_with(&k0.replace(
+            "  %4 y: f32[3] output 0\n",
+            "  %4 y: f32[3] output 0\n  %5 unused: f32[9] temp\n"
+        )));
+        // A kernel that differs only in a buffer's type prints differently.
+        let mut q = p.clone();
+        q.buffers[4].ty = F16;
+        assert_ne!(
+            print_kernel(&p, &p.kernels[1]),
+            print_kernel(&q, &q.kernels[1])
+        );
+        // Ids with no buffer print in the body and are left out of the list.
+        let mut r = p.clone();
+        r.kernels[1].body = vec![store(9, ix(0, &[]), k(0.0))];
+        assert_eq!(
+            print_kernel(&r, &r.kernels[1]),
+            "buffers:\nkernel k1 (z = y):\n  %9[0] = 0\n"
+        );
+    }
+
+    #[test]
+    fn fixtures_print_deterministically() {
+        for p in fixtures() {
+            assert_eq!(print_program(&p), print_program(&p.clone()));
+            let Some(k) = p.kernels.first() else { continue };
+            assert!(print_kernel(&p, k).contains(&format!("kernel {}", k.name)));
+        }
+    }
+
+    proptest! {
+        /// Constants print as text that reads back to the same value.
+        #[test]
+        fn numbers_read_back(bits in any::<u64>()) {
+            let x = f64::from_bits(bits);
+            let back: f64 = number(x).parse().unwrap();
+            prop_assert!(back.to_bits() == x.to_bits() || (x.is_nan() && back.is_nan()), "{} -> {}", x, number(x));
+        }
+    }
 }

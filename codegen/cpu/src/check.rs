@@ -1,0 +1,569 @@
+//! Checks that make running generated code safe: well-formedness of a kernel (every buffer, loop
+//! variable and accumulator is known where it is used), and bounds of every access.
+//!
+//! Bounds are computed by interval arithmetic in `i128` over the values each loop variable can
+//! take. A `Range` variable takes `0..extent`; a compressed position runs between the smallest
+//! and the largest value of its position buffer, a coordinate between the smallest and the
+//! largest value of its coordinate buffer. Without buffer contents (at compile time) the sparse
+//! intervals are unknown and the accesses that depend on them are checked at run time, right
+//! before the kernel runs, on the data it will read. This is the last line of defence: generated
+//! code performs no bounds checks of its own.
+
+use std::collections::{HashMap, HashSet};
+
+use tdsl_loop::{
+    AccId, BufId, Data, ElemType, Expr, Index, Iter, Kernel, LibCall, LoopProgram, MatView, Stmt,
+    VarId,
+};
+
+use crate::error::CodegenError;
+
+/// The values a loop variable can take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Iv {
+    /// The enclosing loop never runs.
+    Empty,
+    Known(i128, i128),
+    /// Depends on sparse index data that is not available yet.
+    Unknown,
+}
+
+/// Well-formedness: ids, scoping, types, and what this backend supports. Returns the set of
+/// buffers the kernel uses as sparse index data.
+pub(crate) fn validate_kernel(p: &LoopProgram, k: &Kernel) -> Result<(), CodegenError> {
+    let mut v = Validator {
+        p,
+        vars: HashSet::new(),
+        accs: HashSet::new(),
+        sparse: HashSet::new(),
+        stored: HashSet::new(),
+    };
+    v.block(&k.body, 0)?;
+    if let Some(b) = v.sparse.intersection(&v.stored).next() {
+        return Err(CodegenError::Unsupported(format!(
+            "kernel `{}` stores into buffer `{}` that it also reads as sparse index data",
+            k.name,
+            p.buffer(*b).name
+        )));
+    }
+    Ok(())
+}
+
+struct Validator<'a> {
+    p: &'a LoopProgram,
+    vars: HashSet<VarId>,
+    accs: HashSet<AccId>,
+    sparse: HashSet<BufId>,
+    stored: HashSet<BufId>,
+}
+
+impl Validator<'_> {
+    fn buf(&self, b: BufId) -> Result<ElemType, CodegenError> {
+        self.p
+            .buffers
+            .get(b.0 as usize)
+            .map(|x| x.ty)
+            .ok_or_else(|| CodegenError::Invalid(format!("unknown buffer b{}", b.0)))
+    }
+
+    fn index(&self, ix: &Index) -> Result<(), CodegenError> {
+        for (v, _) in &ix.terms {
+            if !self.vars.contains(v) {
+                return Err(CodegenError::Invalid(format!(
+                    "loop variable v{} used outside its loop",
+                    v.0
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn i32_buf(&mut self, b: BufId, what: &str) -> Result<(), CodegenError> {
+        if self.buf(b)? != ElemType::I32 {
+            return Err(CodegenError::Invalid(format!(
+                "{what} buffer `{}` must be i32",
+                self.p.buffer(b).name
+            )));
+        }
+        self.sparse.insert(b);
+        Ok(())
+    }
+
+    fn bind(&mut self, v: VarId) -> Result<(), CodegenError> {
+        if !self.vars.insert(v) {
+            return Err(CodegenError::Invalid(format!(
+                "loop variable v{} bound twice in one nest",
+                v.0
+            )));
+        }
+        Ok(())
+    }
+
+    fn block(&mut self, stmts: &[Stmt], depth: usize) -> Result<(), CodegenError> {
+        let mut declared = Vec::new();
+        for s in stmts {
+            match s {
+                Stmt::Loop(l) => {
+                    let mut bound = vec![l.var];
+                    match &l.iter {
+                        Iter::Range { .. } => {}
+                        Iter::Compressed {
+                            ptr,
+                            ptr_index,
+                            crd,
+                            coord,
+                        } => {
+                            self.index(ptr_index)?;
+                            self.i32_buf(*ptr, "position")?;
+                            self.i32_buf(*crd, "coordinate")?;
+                            bound.push(*coord);
+                        }
+                        Iter::Singleton { crd, pos_index } => {
+                            self.index(pos_index)?;
+                            self.i32_buf(*crd, "coordinate")?;
+                        }
+                        Iter::TwoFour { .. } => {
+                            return Err(CodegenError::Unsupported(
+                                "2:4 sparse iteration (Iter::TwoFour)".into(),
+                            ))
+                        }
+                    }
+                    for v in &bound {
+                        self.bind(*v)?;
+                    }
+                    self.block(&l.body, depth + 1)?;
+                    for v in &bound {
+                        self.vars.remove(v);
+                    }
+                }
+                Stmt::Let { acc, ty, init } => {
+                    if !matches!(ty, ElemType::F32 | ElemType::F64) {
+                        return Err(CodegenError::Invalid(format!(
+                            "accumulator a{} has type {ty}; accumulators are f32 or f64",
+                            acc.0
+                        )));
+                    }
+                    self.expr(init)?;
+                    if !self.accs.insert(*acc) {
+                        return Err(CodegenError::Invalid(format!(
+                            "accumulator a{} declared twice in one scope",
+                            acc.0
+                        )));
+                    }
+                    declared.push(*acc);
+                }
+                Stmt::Update { acc, value, .. } => {
+                    if !self.accs.contains(acc) {
+                        return Err(CodegenError::Invalid(format!(
+                            "accumulator a{} updated outside its block",
+                            acc.0
+                        )));
+                    }
+                    self.expr(value)?;
+                }
+                Stmt::Store { buf, index, value } => {
+                    self.buf(*buf)?;
+                    self.index(index)?;
+                    self.expr(value)?;
+                    self.stored.insert(*buf);
+                }
+                Stmt::Call(LibCall::Gemm {
+                    batch, a, b, c, ..
+                }) => {
+                    if depth > 0 {
+                        return Err(CodegenError::Unsupported(
+                            "a library call inside a loop".into(),
+                        ));
+                    }
+                    for (view, name) in [(a, "a"), (b, "b"), (c, "c")] {
+                        let ty = self.buf(view.buf)?;
+                        if ty == ElemType::I32 {
+                            return Err(CodegenError::Unsupported(format!(
+                                "gemm operand {name} of type i32"
+                            )));
+                        }
+                        if view.batch_strides.len() != batch.len() {
+                            return Err(CodegenError::Invalid(format!(
+                                "gemm operand {name} has {} batch strides for {} batch axes",
+                                view.batch_strides.len(),
+                                batch.len()
+                            )));
+                        }
+                    }
+                    self.stored.insert(c.buf);
+                }
+            }
+        }
+        for a in declared {
+            self.accs.remove(&a);
+        }
+        Ok(())
+    }
+
+    fn expr(&mut self, e: &Expr) -> Result<(), CodegenError> {
+        match e {
+            Expr::Const(_) => Ok(()),
+            Expr::Load { buf, index } => {
+                self.buf(*buf)?;
+                self.index(index)
+            }
+            Expr::Acc(a) => {
+                if self.accs.contains(a) {
+                    Ok(())
+                } else {
+                    Err(CodegenError::Invalid(format!(
+                        "accumulator a{} read outside its block",
+                        a.0
+                    )))
+                }
+            }
+            Expr::Unary(_, x) => self.expr(x),
+            Expr::Binary(_, x, y) => {
+                self.expr(x)?;
+                self.expr(y)
+            }
+            Expr::Cast(_, x) => self.expr(x),
+        }
+    }
+}
+
+/// Min, max and monotonicity of an i32 buffer's contents.
+#[derive(Debug, Clone, Copy)]
+struct Facts {
+    /// `None` for an empty buffer.
+    range: Option<(i128, i128)>,
+    monotone: bool,
+}
+
+fn facts(d: &Data) -> Facts {
+    match d {
+        Data::I32(v) => Facts {
+            range: v.iter().min().zip(v.iter().max()).map(|(a, b)| (*a as i128, *b as i128)),
+            monotone: v.windows(2).all(|w| w[0] <= w[1]),
+        },
+        _ => Facts {
+            range: None,
+            monotone: false,
+        },
+    }
+}
+
+/// A bounds violation: what, and whether it comes from sparse index data.
+pub(crate) struct Violation {
+    pub message: String,
+    pub sparse_data: bool,
+}
+
+/// Bounds of every access of `k`. With `data`, sparse iteration is bounded by the contents of
+/// its index buffers (which must then have the declared types and lengths); without, accesses
+/// that depend on sparse data are skipped.
+pub(crate) fn check_bounds(
+    p: &LoopProgram,
+    k: &Kernel,
+    data: Option<&[Data]>,
+) -> Result<(), Violation> {
+    let mut b = Bounds {
+        p,
+        data,
+        facts: HashMap::new(),
+        vars: HashMap::new(),
+    };
+    b.block(&k.body)
+}
+
+struct Bounds<'a> {
+    p: &'a LoopProgram,
+    data: Option<&'a [Data]>,
+    facts: HashMap<BufId, Facts>,
+    vars: HashMap<VarId, Iv>,
+}
+
+fn fail(message: String) -> Result<(), Violation> {
+    Err(Violation {
+        message,
+        sparse_data: false,
+    })
+}
+
+fn fail_sparse(message: String) -> Result<(), Violation> {
+    Err(Violation {
+        message,
+        sparse_data: true,
+    })
+}
+
+impl Bounds<'_> {
+    fn facts(&mut self, b: BufId) -> Option<Facts> {
+        let data = self.data?;
+        Some(
+            *self
+                .facts
+                .entry(b)
+                .or_insert_with(|| facts(&data[b.0 as usize])),
+        )
+    }
+
+    fn index_range(&self, ix: &Index) -> Iv {
+        let (mut lo, mut hi) = (ix.offset as i128, ix.offset as i128);
+        let mut unknown = false;
+        for (v, s) in &ix.terms {
+            match self.vars.get(v).copied().unwrap_or(Iv::Unknown) {
+                Iv::Empty => return Iv::Empty,
+                Iv::Unknown => unknown = true,
+                Iv::Known(a, b) => {
+                    let (x, y) = (*s as i128 * a, *s as i128 * b);
+                    lo += x.min(y);
+                    hi += x.max(y);
+                }
+            }
+        }
+        if unknown {
+            Iv::Unknown
+        } else {
+            Iv::Known(lo, hi)
+        }
+    }
+
+    fn access(&self, buf: BufId, ix: &Index, extra: i128, what: &str) -> Result<(), Violation> {
+        let b = self.p.buffer(buf);
+        match self.index_range(ix) {
+            Iv::Known(lo, hi) => {
+                if lo < 0 || hi + extra >= b.elems as i128 {
+                    return fail(format!(
+                        "{what} of `{}` reaches elements {lo}..={} of {}",
+                        b.name,
+                        hi + extra,
+                        b.elems
+                    ));
+                }
+                Ok(())
+            }
+            Iv::Empty | Iv::Unknown => Ok(()),
+        }
+    }
+
+    fn block(&mut self, stmts: &[Stmt]) -> Result<(), Violation> {
+        for s in stmts {
+            self.stmt(s)?;
+        }
+        Ok(())
+    }
+
+    fn stmt(&mut self, s: &Stmt) -> Result<(), Violation> {
+        match s {
+            Stmt::Loop(l) => {
+                let mut bound = vec![];
+                match &l.iter {
+                    Iter::Range { extent } => {
+                        let iv = if *extent == 0 {
+                            Iv::Empty
+                        } else {
+                            Iv::Known(0, *extent as i128 - 1)
+                        };
+                        bound.push((l.var, iv));
+                    }
+                    Iter::Compressed {
+                        ptr,
+                        ptr_index,
+                        crd,
+                        coord,
+                    } => {
+                        self.access(*ptr, ptr_index, 1, "position load")?;
+                        let reach = self.index_range(ptr_index);
+                        let (pos, co) = match (reach, self.facts(*ptr), self.facts(*crd)) {
+                            (Iv::Empty, _, _) => (Iv::Empty, Iv::Empty),
+                            (_, Some(pf), Some(cf)) => {
+                                if !pf.monotone {
+                                    return fail_sparse(format!(
+                                        "positions in `{}` are not monotone",
+                                        self.p.buffer(*ptr).name
+                                    ));
+                                }
+                                let pos = match pf.range {
+                                    Some((a, b)) if b > a => Iv::Known(a, b - 1),
+                                    _ => Iv::Empty,
+                                };
+                                if let Iv::Known(a, b) = pos {
+                                    let n = self.p.buffer(*crd).elems as i128;
+                                    if a < 0 || b >= n {
+                                        return fail_sparse(format!(
+                                            "positions {a}..={} in `{}` reach outside the {n} \
+                                             coordinates of `{}`",
+                                            b + 1,
+                                            self.p.buffer(*ptr).name,
+                                            self.p.buffer(*crd).name
+                                        ));
+                                    }
+                                }
+                                let co = match (pos, cf.range) {
+                                    (Iv::Known(..), Some((a, b))) => Iv::Known(a, b),
+                                    _ => Iv::Empty,
+                                };
+                                (pos, co)
+                            }
+                            _ => (Iv::Unknown, Iv::Unknown),
+                        };
+                        bound.push((l.var, pos));
+                        bound.push((*coord, co));
+                    }
+                    Iter::Singleton { crd, pos_index } => {
+                        self.access(*crd, pos_index, 0, "coordinate load")?;
+                        let reach = self.index_range(pos_index);
+                        let iv = match (reach, self.facts(*crd)) {
+                            (Iv::Empty, _) => Iv::Empty,
+                            (Iv::Known(..), Some(f)) => match f.range {
+                                Some((a, b)) => Iv::Known(a, b),
+                                None => Iv::Empty,
+                            },
+                            _ => Iv::Unknown,
+                        };
+                        bound.push((l.var, iv));
+                    }
+                    // Rejected by `validate_kernel`; nothing here may run.
+                    Iter::TwoFour { .. } => bound.push((l.var, Iv::Unknown)),
+                }
+                for (v, iv) in &bound {
+                    self.vars.insert(*v, *iv);
+                }
+                let r = self.block(&l.body);
+                for (v, _) in &bound {
+                    self.vars.remove(v);
+                }
+                r
+            }
+            Stmt::Let { init, .. } => self.expr(init),
+            Stmt::Update { value, .. } => self.expr(value),
+            Stmt::Store { buf, index, value } => {
+                self.access(*buf, index, 0, "store")?;
+                self.expr(value)
+            }
+            Stmt::Call(LibCall::Gemm {
+                m,
+                n,
+                k,
+                batch,
+                a,
+                b,
+                c,
+                ..
+            }) => {
+                self.view(a, batch, *m, *k, "gemm operand a")?;
+                self.view(b, batch, *k, *n, "gemm operand b")?;
+                self.view(c, batch, *m, *n, "gemm result c")
+            }
+        }
+    }
+
+    fn expr(&self, e: &Expr) -> Result<(), Violation> {
+        match e {
+            Expr::Const(_) | Expr::Acc(_) => Ok(()),
+            Expr::Load { buf, index } => self.access(*buf, index, 0, "load"),
+            Expr::Unary(_, x) | Expr::Cast(_, x) => self.expr(x),
+            Expr::Binary(_, x, y) => {
+                self.expr(x)?;
+                self.expr(y)
+            }
+        }
+    }
+
+    fn view(
+        &self,
+        v: &MatView,
+        batch: &[u64],
+        rows: u64,
+        cols: u64,
+        what: &str,
+    ) -> Result<(), Violation> {
+        if let Some((lo, hi)) = view_range(v, batch, rows, cols) {
+            let b = self.p.buffer(v.buf);
+            if lo < 0 || hi >= b.elems as i128 {
+                return fail(format!(
+                    "{what} view of `{}` reaches elements {lo}..={hi} of {}",
+                    b.name, b.elems
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The axes (stride, extent) of a `rows`×`cols` batched view.
+pub(crate) fn view_axes(v: &MatView, batch: &[u64], rows: u64, cols: u64) -> Vec<(i64, u64)> {
+    let mut axes: Vec<(i64, u64)> = v
+        .batch_strides
+        .iter()
+        .copied()
+        .zip(batch.iter().copied())
+        .collect();
+    axes.push((v.row_stride, rows));
+    axes.push((v.col_stride, cols));
+    axes
+}
+
+/// The smallest and largest element a view touches, `None` if it touches none.
+pub(crate) fn view_range(
+    v: &MatView,
+    batch: &[u64],
+    rows: u64,
+    cols: u64,
+) -> Option<(i128, i128)> {
+    let axes = view_axes(v, batch, rows, cols);
+    if axes.iter().any(|&(_, e)| e == 0) {
+        return None;
+    }
+    let (mut lo, mut hi) = (v.offset as i128, v.offset as i128);
+    for (s, e) in axes {
+        let span = s as i128 * (e as i128 - 1);
+        lo += span.min(0);
+        hi += span.max(0);
+    }
+    Some((lo, hi))
+}
+
+/// Whether distinct (batch, row, col) of a view are distinct elements. Sufficient test: sorted
+/// by |stride|, every stride exceeds the span of all smaller ones.
+pub(crate) fn view_injective(v: &MatView, batch: &[u64], rows: u64, cols: u64) -> bool {
+    let mut axes: Vec<(i128, i128)> = view_axes(v, batch, rows, cols)
+        .into_iter()
+        .filter(|&(_, e)| e > 1)
+        .map(|(s, e)| ((s as i128).abs(), e as i128))
+        .collect();
+    axes.sort();
+    let mut span = 0i128;
+    for (s, e) in axes {
+        if s <= span {
+            return false;
+        }
+        span += s * (e - 1);
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(offset: i64, rs: i64, cs: i64, bs: Vec<i64>) -> MatView {
+        MatView {
+            buf: BufId(0),
+            offset,
+            row_stride: rs,
+            col_stride: cs,
+            batch_strides: bs,
+        }
+    }
+
+    #[test]
+    fn view_ranges_and_injectivity() {
+        let v = view(0, 4, 1, vec![12]);
+        assert_eq!(view_range(&v, &[2], 3, 4), Some((0, 23)));
+        assert!(view_injective(&v, &[2], 3, 4));
+        let r = view(23, -4, -1, vec![-12]);
+        assert_eq!(view_range(&r, &[2], 3, 4), Some((0, 23)));
+        assert!(view_injective(&r, &[2], 3, 4));
+        let bcast = view(0, 4, 1, vec![0]);
+        assert!(!view_injective(&bcast, &[2], 3, 4));
+        assert!(view_injective(&bcast, &[1], 3, 4));
+        assert_eq!(view_range(&v, &[0], 3, 4), None);
+    }
+}

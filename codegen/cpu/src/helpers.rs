@@ -1,0 +1,127 @@
+//! Scalar runtime helpers that generated code calls: transcendentals (exp, log, tanh, sin, cos,
+//! pow, sigmoid, gelu) in f32 and f64, exact f64 → f16/bf16 rounding, and the `fma`/`fmaf`
+//! libcalls Cranelift emits on hosts without FMA.
+//!
+//! Every helper is a plain `extern "C"` function registered with the JIT under a fixed name
+//! ([`symbols`]); [`unary_helper`] and [`POW`] say which name an operation calls.
+
+use half::{bf16, f16};
+use tdsl_loop::UnOp;
+
+/// The helper name for a unary operation that has no native instruction, in f32 (`wide =
+/// false`) or f64.
+pub(crate) fn unary_helper(op: UnOp, wide: bool) -> Option<&'static str> {
+    let (narrow, w) = match op {
+        UnOp::Exp => ("tdsl_exp_f32", "tdsl_exp_f64"),
+        UnOp::Log => ("tdsl_log_f32", "tdsl_log_f64"),
+        UnOp::Tanh => ("tdsl_tanh_f32", "tdsl_tanh_f64"),
+        UnOp::Sigmoid => ("tdsl_sigmoid_f32", "tdsl_sigmoid_f64"),
+        UnOp::Gelu => ("tdsl_gelu_f32", "tdsl_gelu_f64"),
+        UnOp::Sin => ("tdsl_sin_f32", "tdsl_sin_f64"),
+        UnOp::Cos => ("tdsl_cos_f32", "tdsl_cos_f64"),
+        UnOp::Neg
+        | UnOp::Sqrt
+        | UnOp::Rsqrt
+        | UnOp::Abs
+        | UnOp::Relu
+        | UnOp::Square => return None,
+    };
+    Some(if wide { w } else { narrow })
+}
+
+/// The helper names for `pow` in f32 and f64.
+pub(crate) const POW: (&str, &str) = ("tdsl_pow_f32", "tdsl_pow_f64");
+/// f64 → f16 bits (in the low 16 bits of an i32), rounded to nearest even.
+pub(crate) const F64_TO_F16: &str = "tdsl_f64_to_f16";
+/// f64 → bf16 bits, rounded as `half::bf16::from_f64`.
+pub(crate) const F64_TO_BF16: &str = "tdsl_f64_to_bf16";
+
+extern "C" fn exp_f32(x: f32) -> f32 {
+    x.exp()
+}
+extern "C" fn exp_f64(x: f64) -> f64 {
+    x.exp()
+}
+extern "C" fn log_f32(x: f32) -> f32 {
+    x.ln()
+}
+extern "C" fn log_f64(x: f64) -> f64 {
+    x.ln()
+}
+extern "C" fn tanh_f32(x: f32) -> f32 {
+    x.tanh()
+}
+extern "C" fn tanh_f64(x: f64) -> f64 {
+    x.tanh()
+}
+extern "C" fn sin_f32(x: f32) -> f32 {
+    x.sin()
+}
+extern "C" fn sin_f64(x: f64) -> f64 {
+    x.sin()
+}
+extern "C" fn cos_f32(x: f32) -> f32 {
+    x.cos()
+}
+extern "C" fn cos_f64(x: f64) -> f64 {
+    x.cos()
+}
+extern "C" fn pow_f32(x: f32, y: f32) -> f32 {
+    x.powf(y)
+}
+extern "C" fn pow_f64(x: f64, y: f64) -> f64 {
+    x.powf(y)
+}
+extern "C" fn sigmoid_f32(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}
+extern "C" fn sigmoid_f64(x: f64) -> f64 {
+    1.0 / (1.0 + (-x).exp())
+}
+/// The tanh approximation, as tdsl's spec (and GPT-2) define gelu.
+extern "C" fn gelu_f32(x: f32) -> f32 {
+    gelu_f64(x as f64) as f32
+}
+extern "C" fn gelu_f64(x: f64) -> f64 {
+    let c = (2.0 / std::f64::consts::PI).sqrt();
+    0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())
+}
+extern "C" fn f64_to_f16(x: f64) -> i32 {
+    f16::from_f64(x).to_bits() as i32
+}
+extern "C" fn f64_to_bf16(x: f64) -> i32 {
+    bf16::from_f64(x).to_bits() as i32
+}
+extern "C" fn fmaf(a: f32, b: f32, c: f32) -> f32 {
+    a.mul_add(b, c)
+}
+extern "C" fn fma(a: f64, b: f64, c: f64) -> f64 {
+    a.mul_add(b, c)
+}
+
+/// Every helper with the name generated code imports it under.
+pub(crate) fn symbols() -> Vec<(&'static str, *const u8)> {
+    vec![
+        ("tdsl_exp_f32", exp_f32 as *const u8),
+        ("tdsl_exp_f64", exp_f64 as *const u8),
+        ("tdsl_log_f32", log_f32 as *const u8),
+        ("tdsl_log_f64", log_f64 as *const u8),
+        ("tdsl_tanh_f32", tanh_f32 as *const u8),
+        ("tdsl_tanh_f64", tanh_f64 as *const u8),
+        ("tdsl_sin_f32", sin_f32 as *const u8),
+        ("tdsl_sin_f64", sin_f64 as *const u8),
+        ("tdsl_cos_f32", cos_f32 as *const u8),
+        ("tdsl_cos_f64", cos_f64 as *const u8),
+        ("tdsl_pow_f32", pow_f32 as *const u8),
+        ("tdsl_pow_f64", pow_f64 as *const u8),
+        ("tdsl_sigmoid_f32", sigmoid_f32 as *const u8),
+        ("tdsl_sigmoid_f64", sigmoid_f64 as *const u8),
+        ("tdsl_gelu_f32", gelu_f32 as *const u8),
+        ("tdsl_gelu_f64", gelu_f64 as *const u8),
+        (F64_TO_F16, f64_to_f16 as *const u8),
+        (F64_TO_BF16, f64_to_bf16 as *const u8),
+        // Cranelift's own libcalls for `fma` when the host lacks FMA (TOOLCHAIN.md §1e).
+        ("fmaf", fmaf as *const u8),
+        ("fma", fma as *const u8),
+    ]
+}

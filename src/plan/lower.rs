@@ -1,0 +1,1338 @@
+//! Checked program → loop IR: fusion, views, contraction steps and library calls.
+//!
+//! The planner decides which values are *materialised* (get a buffer) and lowers each one to a
+//! kernel:
+//!
+//! - Inputs, outputs, einsum results and values that would be too costly to recompute are
+//!   materialised. Everything else (elementwise ops, broadcasts, casts, rearranges, repeats and
+//!   reductions with a single consumer) is fused into its consumer's loop nest: injective
+//!   values are inlined as expressions (recomputed where used), and a reduction becomes an
+//!   accumulator computed at the loop depth where all the loop variables it depends on are
+//!   bound (Halide's `compute_at`). So `reduce(x * y, "b d -> b", "sum")` is one pass over `x` and
+//!   `y`, and a softmax is two passes (max, sum of exp) plus the write.
+//! - A rearrange only changes strides: loads through it are affine in the consumer's loop
+//!   variables, so it is never copied unless a loop nest cannot express it (conflicting splits
+//!   of one axis), in which case it is materialised.
+//! - A kernel's loops run over its output's elementary axes in row-major order, so the store is
+//!   unit-stride in the innermost loop; the outermost loop is parallel.
+//! - An einsum runs along the contraction path of `order::contraction_path` (the one `cost`
+//!   reports). Each pairwise step that is a (batched) matrix product of strided views becomes a
+//!   `Gemm` library call; other steps become loop nests with an accumulator.
+
+use super::cost::einsum_path;
+use crate::check::{
+    BinaryFn, EinsumSpec, Format, NodeId, NodeKind, OutElem, Program, Recipe, ReduceOp, TensorRef,
+    UnaryFn,
+};
+use crate::dtype::DType;
+use std::collections::{BTreeMap, BTreeSet};
+use tdsl_loop::{
+    AccId, AccOp, BinOp, BufId, Buffer, ElemType, Expr, Index, Iter, Kernel, LibCall, Loop,
+    LoopProgram, MatView, Role, Stmt, UnOp, VarId,
+};
+
+/// A planned program: the loop IR plus how program inputs and outputs map to its buffers.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub loops: LoopProgram,
+    /// Buffer of each program input, in declaration order.
+    pub input_bufs: Vec<BufId>,
+    /// Buffer of each program output, in `output` order.
+    pub output_bufs: Vec<BufId>,
+}
+
+/// The loop-IR element type of a dtype.
+pub fn elem_type(d: DType) -> ElemType {
+    match d {
+        DType::F32 => ElemType::F32,
+        DType::F64 => ElemType::F64,
+        DType::F16 => ElemType::F16,
+        DType::BF16 => ElemType::BF16,
+    }
+}
+
+/// Plans a checked program.
+pub fn plan_program(p: &Program) -> Plan {
+    let mut pl = Planner::new(p);
+    pl.run();
+    let plan = Plan {
+        loops: pl.out,
+        input_bufs: pl.input_bufs,
+        output_bufs: pl.output_bufs,
+    };
+    debug_assert!(
+        tdsl_loop::verify::verify(&plan.loops).is_ok(),
+        "planner produced invalid loop IR: {:?}",
+        tdsl_loop::verify::verify(&plan.loops).err()
+    );
+    plan
+}
+
+/// Why building a fused kernel must restart.
+enum Retry {
+    /// Materialise this node and plan again.
+    Materialise(NodeId),
+    /// Split root atom `atom` of slot `slot` into `(outer, extent / outer)`.
+    Split {
+        slot: usize,
+        atom: usize,
+        outer: u64,
+    },
+}
+
+/// A slot coordinate: `Σ var·weight` over atoms in row-major order; empty = the constant 0.
+#[derive(Debug, Clone, Default)]
+struct Coord {
+    /// (variable, extent) from most to least significant.
+    atoms: Vec<(VarId, u64)>,
+}
+
+impl Coord {
+    fn extent(&self) -> u64 {
+        self.atoms.iter().map(|a| a.1).product()
+    }
+}
+
+/// A strided view of a buffer: per-slot strides (elements) and an offset.
+#[derive(Debug, Clone)]
+struct View {
+    buf: BufId,
+    offset: i64,
+    strides: Vec<i64>,
+}
+
+fn row_major(extents: &[u64]) -> Vec<i64> {
+    let mut s = vec![1i64; extents.len()];
+    for i in (0..extents.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * extents[i + 1] as i64;
+    }
+    s
+}
+
+/// Loop nest under construction: its loop variables and the statements hoisted to each depth.
+struct Nest {
+    vars: Vec<(VarId, u64)>,
+    /// `pre[d]` runs inside the first `d` loops, before loop `d`.
+    pre: Vec<Vec<Stmt>>,
+}
+
+struct Planner<'a> {
+    p: &'a Program,
+    out: LoopProgram,
+    input_bufs: Vec<BufId>,
+    output_bufs: Vec<BufId>,
+    /// Materialised nodes and their buffers (after resolving `Var`).
+    mat: BTreeMap<NodeId, BufId>,
+    /// Nodes that must be materialised (decided up front or by a retry).
+    must: BTreeSet<NodeId>,
+    consumers: Vec<usize>,
+    next_var: u32,
+    next_acc: u32,
+    env: Vec<Nest>,
+    /// Root loop variable → (slot, atom) of the kernel being built, for split requests.
+    root_pos: BTreeMap<VarId, (usize, usize)>,
+    /// Reductions already placed in the kernel being built, by node and coordinates: a value
+    /// inlined in two places (softmax's `exp(x - max)`) reuses one accumulator.
+    reductions: BTreeMap<(NodeId, Vec<Vec<(VarId, u64)>>), Expr>,
+    n_temps: usize,
+}
+
+impl<'a> Planner<'a> {
+    fn new(p: &'a Program) -> Planner<'a> {
+        Planner {
+            p,
+            out: LoopProgram::default(),
+            input_bufs: Vec::new(),
+            output_bufs: Vec::new(),
+            mat: BTreeMap::new(),
+            must: BTreeSet::new(),
+            consumers: vec![0; p.nodes.len()],
+            next_var: 0,
+            next_acc: 0,
+            env: Vec::new(),
+            root_pos: BTreeMap::new(),
+            reductions: BTreeMap::new(),
+            n_temps: 0,
+        }
+    }
+
+    /// A node with `Var` references followed to the assignment's root.
+    fn resolve(&self, mut id: NodeId) -> NodeId {
+        while let NodeKind::Var(a) = self.p.node(id).kind {
+            id = self.p.assigns[a].node;
+        }
+        id
+    }
+
+    fn operands(&self, id: NodeId) -> Vec<NodeId> {
+        self.p
+            .operands(id)
+            .into_iter()
+            .map(|o| self.resolve(o))
+            .collect()
+    }
+
+    fn add_buffer(&mut self, name: String, d: DType, elems: u64, role: Role) -> BufId {
+        self.out.buffers.push(Buffer {
+            name,
+            ty: elem_type(d),
+            elems,
+            role,
+        });
+        BufId(self.out.buffers.len() as u32 - 1)
+    }
+
+    fn extents(&self, id: NodeId) -> Vec<u64> {
+        self.p.node(id).ty.shape.extents()
+    }
+
+    fn run(&mut self) {
+        let p = self.p;
+        for (i, inp) in p.inputs.iter().enumerate() {
+            let elems = inp.ty.shape.n_elems().unwrap_or(0);
+            let b = self.add_buffer(inp.name.clone(), inp.ty.dtype, elems, Role::Input(i as u32));
+            self.input_bufs.push(b);
+        }
+        // Consumers of every node, counted once per use, through `Var`s.
+        let live = self.live_nodes();
+        for &id in &live {
+            for o in self.operands(id) {
+                self.consumers[o.idx()] += 1;
+            }
+        }
+        for (i, n) in p.nodes.iter().enumerate() {
+            let id = NodeId(i as u32);
+            if let NodeKind::Input(k) = n.kind {
+                self.mat.insert(id, self.input_bufs[k]);
+            }
+        }
+        // Outputs: each output gets its own buffer; an output that is an input is copied.
+        let mut out_nodes: Vec<(usize, Option<NodeId>)> = Vec::new();
+        for (k, o) in p.outputs.iter().enumerate() {
+            let (name, ty) = (o.name.clone(), p.tensor_type(o.tensor).clone());
+            let b = self.add_buffer(
+                name,
+                ty.dtype,
+                ty.shape.n_elems().unwrap_or(0),
+                Role::Output(k as u32),
+            );
+            self.output_bufs.push(b);
+            match o.tensor {
+                TensorRef::Assign(a) => {
+                    let root = self.resolve(p.assigns[a].node);
+                    if self.mat.contains_key(&root) {
+                        // An alias of an input or of another output: copy it below.
+                        out_nodes.push((k, Some(root)));
+                    } else {
+                        self.mat.insert(root, b);
+                        self.must.insert(root);
+                    }
+                }
+                TensorRef::Input(_) => out_nodes.push((k, None)),
+            }
+        }
+        for &id in &live {
+            let n = self.p.node(id);
+            let multi = self.consumers[id.idx()] > 1;
+            match &n.kind {
+                NodeKind::Einsum { .. } => {
+                    self.must.insert(id);
+                }
+                NodeKind::Pattern {
+                    reduce: Some(_), ..
+                } if multi => {
+                    self.must.insert(id);
+                }
+                _ => {}
+            }
+        }
+        self.limit_recompute(&live);
+        // Plan materialised nodes in evaluation order; retries may add more.
+        let mut done: BTreeSet<NodeId> = self
+            .mat
+            .iter()
+            .filter(|(_, b)| matches!(self.out.buffers[b.0 as usize].role, Role::Input(_)))
+            .map(|(n, _)| *n)
+            .collect();
+        loop {
+            let next = live
+                .iter()
+                .copied()
+                .find(|id| self.must.contains(id) && !done.contains(id));
+            let Some(id) = next else { break };
+            // Everything it reads that must be materialised comes first (live is in order).
+            self.ensure_buffer(id);
+            let kernels_before = self.out.kernels.len();
+            let buffers_before = self.out.buffers.len();
+            match self.lower_node(id) {
+                Ok(()) => {
+                    done.insert(id);
+                }
+                Err(Retry::Materialise(m)) => {
+                    self.out.kernels.truncate(kernels_before);
+                    self.out.buffers.truncate(buffers_before);
+                    self.must.insert(m);
+                }
+                Err(Retry::Split { .. }) => unreachable_split(),
+            }
+        }
+        // Outputs that alias inputs or other outputs: copies.
+        for (k, src) in out_nodes {
+            let src_buf = match src {
+                Some(n) => self.mat[&n],
+                None => match p.outputs[k].tensor {
+                    TensorRef::Input(i) => self.input_bufs[i],
+                    TensorRef::Assign(_) => continue,
+                },
+            };
+            let dst = self.output_bufs[k];
+            let ext = p.tensor_type(p.outputs[k].tensor).shape.extents();
+            let kernel =
+                self.copy_kernel(src_buf, dst, &ext, &format!("output {}", p.outputs[k].name));
+            self.out.kernels.push(kernel);
+        }
+    }
+
+    /// Nodes reachable from the outputs, in evaluation order.
+    fn live_nodes(&self) -> Vec<NodeId> {
+        let mut live = vec![false; self.p.nodes.len()];
+        let mut stack: Vec<NodeId> = Vec::new();
+        for o in &self.p.outputs {
+            if let TensorRef::Assign(a) = o.tensor {
+                stack.push(self.resolve(self.p.assigns[a].node));
+            }
+        }
+        while let Some(id) = stack.pop() {
+            if live[id.idx()] {
+                continue;
+            }
+            live[id.idx()] = true;
+            stack.extend(self.operands(id));
+        }
+        (0..self.p.nodes.len())
+            .filter(|&i| live[i])
+            .map(|i| NodeId(i as u32))
+            .collect()
+    }
+
+    /// Materialises shared injective values whose recomputation would grow too large: the
+    /// inlined size of every node (counting each use) stays under a budget.
+    fn limit_recompute(&mut self, live: &[NodeId]) {
+        const BUDGET: usize = 48;
+        let mut size = vec![1usize; self.p.nodes.len()];
+        for &id in live {
+            if self.must.contains(&id) || self.mat.contains_key(&id) {
+                size[id.idx()] = 1;
+                continue;
+            }
+            let s: usize = 1 + self
+                .operands(id)
+                .iter()
+                .map(|o| {
+                    if self.must.contains(o) {
+                        1
+                    } else {
+                        size[o.idx()]
+                    }
+                })
+                .sum::<usize>();
+            if s > BUDGET {
+                // Materialise the operand contributing most, if shared; else this node.
+                let ops = self.operands(id);
+                let worst = ops
+                    .iter()
+                    .copied()
+                    .filter(|o| !self.must.contains(o) && !self.mat.contains_key(o))
+                    .max_by_key(|o| size[o.idx()] * self.consumers[o.idx()]);
+                match worst {
+                    Some(o) if self.consumers[o.idx()] > 1 => {
+                        self.must.insert(o);
+                    }
+                    _ => {
+                        self.must.insert(id);
+                    }
+                }
+                size[id.idx()] = 1;
+            } else {
+                size[id.idx()] = s;
+            }
+        }
+    }
+
+    /// Gives a node that must be materialised its buffer (outputs already have one).
+    fn ensure_buffer(&mut self, id: NodeId) -> BufId {
+        if let Some(&b) = self.mat.get(&id) {
+            return b;
+        }
+        let ty = &self.p.node(id).ty;
+        let name = format!("t{}", self.n_temps);
+        self.n_temps += 1;
+        let b = self.add_buffer(name, ty.dtype, ty.shape.n_elems().unwrap_or(0), Role::Temp);
+        self.mat.insert(id, b);
+        b
+    }
+
+    fn fresh_var(&mut self) -> VarId {
+        self.next_var += 1;
+        VarId(self.next_var - 1)
+    }
+
+    fn fresh_acc(&mut self) -> AccId {
+        self.next_acc += 1;
+        AccId(self.next_acc - 1)
+    }
+
+    fn origin(&self, id: NodeId) -> String {
+        // The assignment whose statement contains this node.
+        let stmt = self
+            .p
+            .assigns
+            .iter()
+            .find(|a| a.node.idx() >= id.idx())
+            .map(|a| a.name.clone())
+            .unwrap_or_default();
+        let what = match &self.p.node(id).kind {
+            NodeKind::Einsum { .. } => "einsum",
+            NodeKind::Pattern {
+                reduce: Some(_), ..
+            } => "reduce",
+            NodeKind::Pattern { .. } => "pattern",
+            NodeKind::Unary(..) | NodeKind::Binary(..) | NodeKind::Cast(_) => "elementwise",
+            _ => "value",
+        };
+        format!("{stmt}: {what}")
+    }
+
+    fn lower_node(&mut self, id: NodeId) -> Result<(), Retry> {
+        match &self.p.node(id).kind {
+            NodeKind::Einsum { operands, spec } => {
+                let ops: Vec<NodeId> = operands.iter().map(|&o| self.resolve(o)).collect();
+                let spec = spec.clone();
+                self.lower_einsum(id, &ops, &spec)
+            }
+            _ => self.lower_fused(id),
+        }
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // Fused loop nests
+    // ---------------------------------------------------------------------------------------
+
+    /// Root atoms for a materialised node: one per output slot, split further where the node
+    /// itself is a pattern whose output slots compose several elementary axes.
+    fn root_atoms(&self, id: NodeId) -> Vec<Vec<u64>> {
+        let ext = self.extents(id);
+        match &self.p.node(id).kind {
+            NodeKind::Pattern { recipe, .. } => recipe
+                .out_groups
+                .iter()
+                .zip(&ext)
+                .map(|(g, &e)| {
+                    let parts: Vec<u64> = g
+                        .iter()
+                        .map(|o| match *o {
+                            OutElem::In(i) => recipe.in_elems[i],
+                            OutElem::New(n) => n,
+                        })
+                        .filter(|&x| x > 1)
+                        .collect();
+                    if parts.is_empty() {
+                        vec![e]
+                    } else {
+                        parts
+                    }
+                })
+                .collect(),
+            _ => ext.iter().map(|&e| vec![e]).collect(),
+        }
+    }
+
+    fn lower_fused(&mut self, id: NodeId) -> Result<(), Retry> {
+        let mut atoms = self.root_atoms(id);
+        loop {
+            match self.try_fused(id, &atoms) {
+                Ok(k) => {
+                    self.out.kernels.push(k);
+                    return Ok(());
+                }
+                Err(Retry::Split { slot, atom, outer }) => {
+                    let a = atoms[slot][atom];
+                    atoms[slot].splice(atom..=atom, [outer, a / outer]);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    fn try_fused(&mut self, id: NodeId, atoms: &[Vec<u64>]) -> Result<Kernel, Retry> {
+        self.next_var = 0;
+        self.next_acc = 0;
+        self.reductions.clear();
+        let buf = self.mat[&id];
+        let mut coords = Vec::new();
+        let mut vars = Vec::new();
+        self.root_pos.clear();
+        for (si, slot) in atoms.iter().enumerate() {
+            let mut c = Coord::default();
+            for (ai, &e) in slot.iter().enumerate() {
+                if e > 1 {
+                    let v = self.fresh_var();
+                    self.root_pos.insert(v, (si, ai));
+                    c.atoms.push((v, e));
+                    vars.push((v, e));
+                }
+            }
+            coords.push(c);
+        }
+        let n = vars.len();
+        self.env = vec![Nest {
+            vars: vars.clone(),
+            pre: vec![Vec::new(); n + 1],
+        }];
+        let value = self.build(id, &coords, true);
+        let nest = self.env.pop().expect("root nest");
+        let value = value?;
+        // Store index: row-major over slots, each slot row-major over its atoms.
+        let slot_strides = row_major(&self.extents(id));
+        let index = coord_index(&coords, &slot_strides, 0);
+        let dtype = elem_type(self.p.node(id).ty.dtype);
+        let store = Stmt::Store {
+            buf,
+            index,
+            value: cast_to(value, self.expr_ty(id), dtype.compute()),
+        };
+        let body = close_nest(nest, vec![store], true, dtype);
+        Ok(Kernel {
+            name: format!("k{}", self.out.kernels.len()),
+            origin: self.origin(id),
+            body,
+        })
+    }
+
+    /// Compute type of a node's value inside a kernel.
+    fn expr_ty(&self, id: NodeId) -> ElemType {
+        elem_type(self.p.node(id).ty.dtype).compute()
+    }
+
+    /// The expression for node `id` at slot coordinates `coords`. `root` is true for the node
+    /// being materialised by this kernel (which must be computed, not loaded).
+    fn build(&mut self, id: NodeId, coords: &[Coord], root: bool) -> Result<Expr, Retry> {
+        let id = self.resolve(id);
+        if !root {
+            if let Some(&b) = self.mat.get(&id) {
+                return Ok(self.load(b, id, coords));
+            }
+            if self.must.contains(&id) {
+                // Not planned yet: plan it first.
+                return Err(Retry::Materialise(id));
+            }
+        }
+        let node = self.p.node(id).clone();
+        if node.weak {
+            // Literals and sizes fold to one constant at plan time.
+            if let Some(v) = self.weak_value(id) {
+                return Ok(Expr::Const(v));
+            }
+        }
+        match &node.kind {
+            NodeKind::Input(_) | NodeKind::Var(_) => {
+                let b = self.mat[&id];
+                Ok(self.load(b, id, coords))
+            }
+            NodeKind::Scalar(v) => {
+                // A weak scalar takes the dtype of what it meets; rounding to a narrow dtype
+                // happens where it is combined (see `Binary`).
+                Ok(Expr::Const(*v))
+            }
+            NodeKind::Unary(f, x) => {
+                let xe = self.build_operand(*x, id, coords)?;
+                Ok(Expr::Unary(un_op(*f), Box::new(xe)))
+            }
+            NodeKind::Binary(f, a, b) => {
+                let dtype = node.ty.dtype;
+                let mut ea = self.build_operand(*a, id, coords)?;
+                let mut eb = self.build_operand(*b, id, coords)?;
+                // Weak scalars round to the result's dtype first (NEP 50), as the interpreter.
+                for (e, o) in [(&mut ea, *a), (&mut eb, *b)] {
+                    if self.p.node(self.resolve(o)).weak
+                        && !node.weak
+                        && matches!(dtype, DType::F16 | DType::BF16)
+                    {
+                        *e = Expr::Cast(
+                            elem_type(dtype),
+                            Box::new(std::mem::replace(e, Expr::Const(0.0))),
+                        );
+                    }
+                }
+                Ok(Expr::Binary(bin_op(*f), Box::new(ea), Box::new(eb)))
+            }
+            NodeKind::Cast(x) => {
+                let xe = self.build_operand(*x, id, coords)?;
+                Ok(Expr::Cast(elem_type(node.ty.dtype), Box::new(xe)))
+            }
+            NodeKind::Pattern {
+                reduce, x, recipe, ..
+            } => {
+                let x = self.resolve(*x);
+                self.build_pattern(id, x, recipe, *reduce, coords)
+            }
+            NodeKind::Einsum { .. } => Err(Retry::Materialise(id)),
+        }
+    }
+
+    /// The value of a weak scalar expression (literals, sizes and arithmetic on them), computed
+    /// exactly as the reference interpreter does.
+    fn weak_value(&self, id: NodeId) -> Option<f64> {
+        let id = self.resolve(id);
+        let n = self.p.node(id);
+        if !n.weak {
+            return None;
+        }
+        match &n.kind {
+            NodeKind::Scalar(v) => Some(*v),
+            NodeKind::Unary(f, x) => Some(crate::interp::unary(*f, self.weak_value(*x)?)),
+            NodeKind::Binary(f, a, b) => Some(crate::interp::binary(
+                *f,
+                self.weak_value(*a)?,
+                self.weak_value(*b)?,
+            )),
+            _ => None,
+        }
+    }
+
+    /// An operand of an elementwise node: right-aligned, numpy broadcasting, converted to the
+    /// consumer's compute type.
+    fn build_operand(
+        &mut self,
+        x: NodeId,
+        consumer: NodeId,
+        coords: &[Coord],
+    ) -> Result<Expr, Retry> {
+        let x = self.resolve(x);
+        let xe = self.extents(x);
+        let rank = coords.len();
+        let off = rank - xe.len();
+        let sub: Vec<Coord> = xe
+            .iter()
+            .enumerate()
+            .map(|(k, &e)| {
+                let c = &coords[k + off];
+                if e == 1 && c.extent() != 1 {
+                    Coord::default()
+                } else {
+                    c.clone()
+                }
+            })
+            .collect();
+        let e = self.build(x, &sub, false)?;
+        Ok(cast_to(e, self.expr_ty(x), self.expr_ty(consumer)))
+    }
+
+    /// A load of materialised node `id` at `coords` (row-major buffer).
+    fn load(&self, buf: BufId, id: NodeId, coords: &[Coord]) -> Expr {
+        let strides = row_major(&self.extents(id));
+        Expr::Load {
+            buf,
+            index: coord_index(coords, &strides, 0),
+        }
+    }
+
+    fn build_pattern(
+        &mut self,
+        id: NodeId,
+        x: NodeId,
+        r: &Recipe,
+        reduce: Option<ReduceOp>,
+        coords: &[Coord],
+    ) -> Result<Expr, Retry> {
+        // Output slot coordinates → elementary coordinates.
+        let mut elem: Vec<Option<Coord>> = vec![None; r.in_elems.len()];
+        for (slot, g) in r.out_groups.iter().enumerate() {
+            let exts: Vec<u64> = g
+                .iter()
+                .map(|o| match *o {
+                    OutElem::In(i) => r.in_elems[i],
+                    OutElem::New(n) => n,
+                })
+                .collect();
+            let parts = self.split_coord(&coords[slot], &exts, id)?;
+            for (o, c) in g.iter().zip(parts) {
+                if let OutElem::In(i) = *o {
+                    elem[i] = Some(c);
+                }
+            }
+        }
+        let in_coords = |elem: &[Option<Coord>]| -> Vec<Coord> {
+            r.in_groups
+                .iter()
+                .map(|g| Coord {
+                    atoms: g
+                        .iter()
+                        .flat_map(|&e| elem[e].clone().unwrap_or_default().atoms)
+                        .collect(),
+                })
+                .collect()
+        };
+        let Some(op) = reduce else {
+            let xin = in_coords(&elem);
+            let e = self.build(x, &xin, false)?;
+            return Ok(e);
+        };
+        let key = (
+            id,
+            coords.iter().map(|c| c.atoms.clone()).collect::<Vec<_>>(),
+        );
+        if let Some(e) = self.reductions.get(&key) {
+            return Ok(e.clone());
+        }
+        // A reduction: fresh loops over the reduced elementary axes, an accumulator placed
+        // where its free variables are bound.
+        let mut own = Vec::new();
+        for &i in &r.reduced {
+            let ext = r.in_elems[i];
+            if ext > 1 {
+                let v = self.fresh_var();
+                own.push((v, ext));
+                elem[i] = Some(Coord {
+                    atoms: vec![(v, ext)],
+                });
+            } else {
+                elem[i] = Some(Coord::default());
+            }
+        }
+        let count: u64 = r.reduced.iter().map(|&i| r.in_elems[i]).product();
+        let xin = in_coords(&elem);
+        let acc_ty = self.expr_ty(id);
+        let n_own = own.len();
+        self.env.push(Nest {
+            vars: own.clone(),
+            pre: vec![Vec::new(); n_own + 1],
+        });
+        let body = self.build(x, &xin, false);
+        let nest = self.env.pop().expect("reduction nest");
+        let body = cast_to(body?, self.expr_ty(x), acc_ty);
+        let acc = self.fresh_acc();
+        let (init, aop) = match op {
+            ReduceOp::Sum | ReduceOp::Mean => (0.0, AccOp::Add),
+            ReduceOp::Prod => (1.0, AccOp::Mul),
+            ReduceOp::Max => (f64::NEG_INFINITY, AccOp::Max),
+            ReduceOp::Min => (f64::INFINITY, AccOp::Min),
+        };
+        let update = Stmt::Update {
+            acc,
+            op: aop,
+            value: body,
+        };
+        let loops = close_nest(nest, vec![update], false, acc_ty);
+        let mut stmts = vec![Stmt::Let {
+            acc,
+            ty: acc_ty,
+            init: Expr::Const(init),
+        }];
+        stmts.extend(loops);
+        // Placement: the deepest enclosing loop whose variable the statements use.
+        let used = stmt_vars(&stmts);
+        let mut place = (0usize, 0usize);
+        for (k, n) in self.env.iter().enumerate() {
+            for (d, (v, _)) in n.vars.iter().enumerate() {
+                if used.contains(v) {
+                    place = place.max((k, d + 1));
+                }
+            }
+        }
+        let (k, d) = place;
+        self.env[k].pre[d].extend(stmts);
+        let value = Expr::Acc(acc);
+        let value = if op == ReduceOp::Mean {
+            Expr::Binary(
+                BinOp::Div,
+                Box::new(value),
+                Box::new(Expr::Const(count as f64)),
+            )
+        } else {
+            value
+        };
+        self.reductions.insert(key, value.clone());
+        Ok(value)
+    }
+
+    /// Splits a slot coordinate into consecutive parts of the given extents. Root atoms are
+    /// split by restarting with finer root loops; other atoms cannot be split, so the pattern
+    /// node is materialised instead.
+    fn split_coord(&self, c: &Coord, exts: &[u64], pattern: NodeId) -> Result<Vec<Coord>, Retry> {
+        let mut atoms: Vec<(VarId, u64)> = c.atoms.clone();
+        let mut out = Vec::new();
+        for &e in exts {
+            let mut part = Coord::default();
+            let mut have = 1u64;
+            while have < e {
+                let Some(&(v, a)) = atoms.first() else {
+                    return Err(Retry::Materialise(pattern));
+                };
+                if have * a <= e {
+                    if !e.is_multiple_of(have * a) {
+                        return self.refine(v, a, e / have, pattern);
+                    }
+                    part.atoms.push((v, a));
+                    have *= a;
+                    atoms.remove(0);
+                } else {
+                    // The atom is larger than what is left of this part: split it.
+                    let need = e / have;
+                    return self.refine(v, a, need, pattern);
+                }
+            }
+            out.push(part);
+        }
+        if !atoms.is_empty() {
+            return Err(Retry::Materialise(pattern));
+        }
+        Ok(out)
+    }
+
+    /// Asks for root atom `v` (extent `a`) to be split as `(outer, a / outer)`, where `outer`
+    /// must divide `a`; only root loop variables can be split.
+    fn refine(&self, v: VarId, a: u64, need: u64, pattern: NodeId) -> Result<Vec<Coord>, Retry> {
+        if need == 0 || !a.is_multiple_of(need) {
+            return Err(Retry::Materialise(pattern));
+        }
+        match self.root_pos.get(&v) {
+            Some(&(slot, atom)) => Err(Retry::Split {
+                slot,
+                atom,
+                outer: need,
+            }),
+            None => Err(Retry::Materialise(pattern)),
+        }
+    }
+
+    /// A copy kernel `dst = src` over `ext` (both row-major).
+    fn copy_kernel(&mut self, src: BufId, dst: BufId, ext: &[u64], origin: &str) -> Kernel {
+        self.next_var = 0;
+        let mut vars = Vec::new();
+        let mut coords = Vec::new();
+        for &e in ext {
+            let mut c = Coord::default();
+            if e > 1 {
+                let v = self.fresh_var();
+                c.atoms.push((v, e));
+                vars.push((v, e));
+            }
+            coords.push(c);
+        }
+        let strides = row_major(ext);
+        let index = coord_index(&coords, &strides, 0);
+        let ty = self.out.buffers[dst.0 as usize].ty;
+        let n = vars.len();
+        let nest = Nest {
+            vars,
+            pre: vec![Vec::new(); n + 1],
+        };
+        let store = Stmt::Store {
+            buf: dst,
+            index: index.clone(),
+            value: Expr::Load { buf: src, index },
+        };
+        Kernel {
+            name: format!("k{}", self.out.kernels.len()),
+            origin: origin.to_string(),
+            body: close_nest(nest, vec![store], true, ty),
+        }
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // Einsum
+    // ---------------------------------------------------------------------------------------
+
+    /// A strided view of a node for einsum: its buffer if materialised, or a rearrange of a
+    /// view. Anything else must be materialised first.
+    fn view_of(&self, id: NodeId) -> Result<View, Retry> {
+        let id = self.resolve(id);
+        if let Some(&b) = self.mat.get(&id) {
+            return Ok(View {
+                buf: b,
+                offset: 0,
+                strides: row_major(&self.extents(id)),
+            });
+        }
+        if let NodeKind::Pattern {
+            reduce: None,
+            x,
+            recipe,
+            ..
+        } = &self.p.node(id).kind
+        {
+            if recipe
+                .out_groups
+                .iter()
+                .flatten()
+                .all(|o| matches!(o, OutElem::In(_)))
+            {
+                let xv = self.view_of(*x)?;
+                // Elementary strides of the input.
+                let mut es = vec![0i64; recipe.in_elems.len()];
+                for (slot, g) in recipe.in_groups.iter().enumerate() {
+                    let mut s = xv.strides[slot];
+                    for &e in g.iter().rev() {
+                        es[e] = s;
+                        s *= recipe.in_elems[e] as i64;
+                    }
+                }
+                // Each output slot must be a mergeable run of elementary axes.
+                let mut strides = Vec::new();
+                for g in &recipe.out_groups {
+                    let elems: Vec<usize> = g
+                        .iter()
+                        .filter_map(|o| match *o {
+                            OutElem::In(i) if recipe.in_elems[i] > 1 => Some(i),
+                            _ => None,
+                        })
+                        .collect();
+                    let Some(&last) = elems.last() else {
+                        strides.push(0);
+                        continue;
+                    };
+                    for w in elems.windows(2) {
+                        if es[w[0]] != es[w[1]] * recipe.in_elems[w[1]] as i64 {
+                            return Err(Retry::Materialise(id));
+                        }
+                    }
+                    strides.push(es[last]);
+                }
+                return Ok(View {
+                    buf: xv.buf,
+                    offset: xv.offset,
+                    strides,
+                });
+            }
+        }
+        Err(Retry::Materialise(id))
+    }
+
+    fn lower_einsum(&mut self, id: NodeId, ops: &[NodeId], spec: &EinsumSpec) -> Result<(), Retry> {
+        let Some((path, _inputs, _output)) = einsum_path(self.p, id) else {
+            return Err(Retry::Materialise(id));
+        };
+        let ext: Vec<u64> = spec.labels.iter().map(|l| l.1).collect();
+        // Operand label strides (a repeated label adds its strides: a diagonal).
+        let mut cur: Vec<Operand> = Vec::new();
+        for (k, &o) in ops.iter().enumerate() {
+            let v = self.view_of(o)?;
+            let mut strides: BTreeMap<usize, i64> = BTreeMap::new();
+            for (slot, s) in spec.operands[k].iter().enumerate() {
+                if s.broadcast {
+                    continue;
+                }
+                let mut st = v.strides[slot];
+                for &l in s.labels.iter().rev() {
+                    *strides.entry(l).or_insert(0) += st;
+                    st *= ext[l] as i64;
+                }
+            }
+            let labels = spec.operand_labels(k);
+            for &l in &labels {
+                strides.entry(l).or_insert(0);
+            }
+            cur.push(Operand {
+                buf: v.buf,
+                offset: v.offset,
+                labels,
+                strides,
+                dtype: self.p.node(o).ty.dtype,
+            });
+        }
+        let out_dtype = self.p.node(id).ty.dtype;
+        let out_buf = self.mat[&id];
+        let n_steps = path.steps.len();
+        for (si, step) in path.steps.iter().enumerate() {
+            let last = si + 1 == n_steps;
+            let mut taken: Vec<Operand> = Vec::new();
+            let mut positions = step.operands.clone();
+            positions.sort_unstable_by(|a, b| b.cmp(a));
+            for p in positions {
+                taken.push(cur.remove(p));
+            }
+            taken.reverse();
+            let result = if last {
+                // The einsum's own buffer, row-major over output slots of composed labels.
+                let mut strides = BTreeMap::new();
+                let slot_strides = row_major(&self.extents(id));
+                for (slot, g) in spec.output.iter().enumerate() {
+                    let mut st = slot_strides[slot];
+                    for &l in g.iter().rev() {
+                        strides.insert(l, st);
+                        st *= ext[l] as i64;
+                    }
+                }
+                Operand {
+                    buf: out_buf,
+                    offset: 0,
+                    labels: spec.output_labels(),
+                    strides,
+                    dtype: out_dtype,
+                }
+            } else {
+                // An intermediate: row-major over its labels in the step's order.
+                let labels = step.result_labels.clone();
+                let le: Vec<u64> = labels.iter().map(|&l| ext[l]).collect();
+                let rm = row_major(&le);
+                let elems = le.iter().product::<u64>();
+                let name = format!("t{}", self.n_temps);
+                self.n_temps += 1;
+                let dtype = taken
+                    .iter()
+                    .map(|t| t.dtype)
+                    .reduce(DType::promote)
+                    .unwrap_or(out_dtype);
+                let buf = self.add_buffer(name, dtype, elems, Role::Temp);
+                Operand {
+                    buf,
+                    offset: 0,
+                    strides: labels.iter().copied().zip(rm).collect(),
+                    labels,
+                    dtype,
+                }
+            };
+            let origin = format!("{} step {}/{}", self.origin(id), si + 1, n_steps);
+            let kernel = match self.gemm_step(&taken, &result, &ext) {
+                Some(call) => Kernel {
+                    name: format!("k{}", self.out.kernels.len()),
+                    origin,
+                    body: vec![Stmt::Call(call)],
+                },
+                None => self.contraction_loops(&taken, &result, &ext, origin),
+            };
+            self.out.kernels.push(kernel);
+            cur.push(result);
+        }
+        Ok(())
+    }
+
+    /// A pairwise step as a batched GEMM, when the labels group into batch / m / n / k runs
+    /// that each flatten to one stride in every view, and the dtypes agree.
+    fn gemm_step(&self, ops: &[Operand], out: &Operand, ext: &[u64]) -> Option<LibCall> {
+        let [a, b] = ops else { return None };
+        if a.dtype != b.dtype || a.dtype != out.dtype {
+            return None;
+        }
+        let (la, lb, lo): (BTreeSet<usize>, BTreeSet<usize>, BTreeSet<usize>) = (
+            a.labels.iter().copied().collect(),
+            b.labels.iter().copied().collect(),
+            out.labels.iter().copied().collect(),
+        );
+        let batch: Vec<usize> = out
+            .labels
+            .iter()
+            .copied()
+            .filter(|l| la.contains(l) && lb.contains(l))
+            .collect();
+        let m: Vec<usize> = out
+            .labels
+            .iter()
+            .copied()
+            .filter(|l| la.contains(l) && !lb.contains(l))
+            .collect();
+        let n: Vec<usize> = out
+            .labels
+            .iter()
+            .copied()
+            .filter(|l| lb.contains(l) && !la.contains(l))
+            .collect();
+        let k: Vec<usize> = a
+            .labels
+            .iter()
+            .copied()
+            .filter(|l| lb.contains(l) && !lo.contains(l))
+            .collect();
+        // Labels summed in only one operand need a separate pass: not a GEMM.
+        if la
+            .iter()
+            .chain(lb.iter())
+            .any(|l| !lo.contains(l) && !(la.contains(l) && lb.contains(l)))
+        {
+            return None;
+        }
+        let (mm, nn, kk): (u64, u64, u64) = (
+            m.iter().map(|&l| ext[l]).product(),
+            n.iter().map(|&l| ext[l]).product(),
+            k.iter().map(|&l| ext[l]).product(),
+        );
+        let bb: u64 = batch.iter().map(|&l| ext[l]).product();
+        // Small products run faster as plain loops than through a library call.
+        if mm * nn * kk * bb < 16 * 16 * 16 || mm * nn * kk < 8 * 8 * 8 {
+            return None;
+        }
+        let flat = |o: &Operand, group: &[usize]| -> Option<i64> {
+            let g: Vec<usize> = group.iter().copied().filter(|&l| ext[l] > 1).collect();
+            if g.is_empty() {
+                return Some(0);
+            }
+            for w in g.windows(2) {
+                if o.strides[&w[0]] != o.strides[&w[1]] * ext[w[1]] as i64 {
+                    return None;
+                }
+            }
+            Some(o.strides[g.last()?])
+        };
+        // Order each group by the output's memory order (already the case: out.labels order).
+        let (a_m, a_k) = (flat(a, &m)?, flat(a, &k)?);
+        let (b_k, b_n) = (flat(b, &k)?, flat(b, &n)?);
+        let (c_m, c_n) = (flat(out, &m)?, flat(out, &n)?);
+        let batch_ext: Vec<u64> = batch.iter().map(|&l| ext[l]).collect();
+        let bs = |o: &Operand| batch.iter().map(|l| o.strides[l]).collect::<Vec<i64>>();
+        Some(LibCall::Gemm {
+            m: mm,
+            n: nn,
+            k: kk,
+            batch: batch_ext,
+            a: MatView {
+                buf: a.buf,
+                offset: a.offset,
+                row_stride: a_m,
+                col_stride: a_k,
+                batch_strides: bs(a),
+            },
+            b: MatView {
+                buf: b.buf,
+                offset: b.offset,
+                row_stride: b_k,
+                col_stride: b_n,
+                batch_strides: bs(b),
+            },
+            c: MatView {
+                buf: out.buf,
+                offset: out.offset,
+                row_stride: c_m,
+                col_stride: c_n,
+                batch_strides: bs(out),
+            },
+            accumulate: false,
+        })
+    }
+
+    /// A contraction step as loops: over the result's labels (its memory order), then over the
+    /// summed labels, accumulating the product of the operands.
+    fn contraction_loops(
+        &mut self,
+        ops: &[Operand],
+        out: &Operand,
+        ext: &[u64],
+        origin: String,
+    ) -> Kernel {
+        self.next_var = 0;
+        self.next_acc = 0;
+        let mut out_labels: Vec<usize> =
+            out.labels.iter().copied().filter(|&l| ext[l] > 1).collect();
+        out_labels.dedup();
+        // Outer loops in decreasing stride of the result, so the innermost store is unit-stride.
+        out_labels.sort_by_key(|l| std::cmp::Reverse(out.strides[l]));
+        let all: BTreeSet<usize> = ops.iter().flat_map(|o| o.labels.iter().copied()).collect();
+        let summed: Vec<usize> = all
+            .iter()
+            .copied()
+            .filter(|l| !out.labels.contains(l) && ext[*l] > 1)
+            .collect();
+        let mut var_of: BTreeMap<usize, VarId> = BTreeMap::new();
+        let mut outer = Vec::new();
+        for &l in &out_labels {
+            let v = self.fresh_var();
+            var_of.insert(l, v);
+            outer.push((v, ext[l]));
+        }
+        let mut inner = Vec::new();
+        for &l in &summed {
+            let v = self.fresh_var();
+            var_of.insert(l, v);
+            inner.push((v, ext[l]));
+        }
+        let index = |o: &Operand| Index {
+            offset: o.offset,
+            terms: o
+                .strides
+                .iter()
+                .filter_map(|(l, &s)| var_of.get(l).filter(|_| s != 0).map(|&v| (v, s)))
+                .collect(),
+        };
+        let acc_ty = elem_type(out.dtype).compute();
+        let mut prod: Option<Expr> = None;
+        for o in ops {
+            let e = cast_to(
+                Expr::Load {
+                    buf: o.buf,
+                    index: index(o),
+                },
+                elem_type(o.dtype).compute(),
+                acc_ty,
+            );
+            prod = Some(match prod {
+                None => e,
+                Some(p) => Expr::Binary(BinOp::Mul, Box::new(p), Box::new(e)),
+            });
+        }
+        let acc = self.fresh_acc();
+        let value = prod.unwrap_or(Expr::Const(1.0));
+        let n_in = inner.len();
+        let reduce_nest = Nest {
+            vars: inner,
+            pre: vec![Vec::new(); n_in + 1],
+        };
+        let mut body = vec![Stmt::Let {
+            acc,
+            ty: acc_ty,
+            init: Expr::Const(0.0),
+        }];
+        body.extend(close_nest(
+            reduce_nest,
+            vec![Stmt::Update {
+                acc,
+                op: AccOp::Add,
+                value,
+            }],
+            false,
+            elem_type(out.dtype),
+        ));
+        body.push(Stmt::Store {
+            buf: out.buf,
+            index: index(out),
+            value: Expr::Acc(acc),
+        });
+        let n_out = outer.len();
+        let nest = Nest {
+            vars: outer,
+            pre: vec![Vec::new(); n_out + 1],
+        };
+        Kernel {
+            name: format!("k{}", self.out.kernels.len()),
+            origin,
+            body: close_nest(nest, body, true, elem_type(out.dtype)),
+        }
+    }
+}
+
+/// One operand of a contraction step: a buffer, its labels and each label's stride.
+#[derive(Debug, Clone)]
+struct Operand {
+    buf: BufId,
+    offset: i64,
+    labels: Vec<usize>,
+    strides: BTreeMap<usize, i64>,
+    dtype: DType,
+}
+
+fn unreachable_split() {
+    // Splits are handled inside `lower_fused`; reaching here would be a planner bug.
+    debug_assert!(false, "split request escaped lower_fused");
+}
+
+/// `Σ var·weight·slot_stride + offset` for slot coordinates.
+fn coord_index(coords: &[Coord], slot_strides: &[i64], offset: i64) -> Index {
+    let mut terms = Vec::new();
+    for (c, &s) in coords.iter().zip(slot_strides) {
+        let mut w = s;
+        for &(v, e) in c.atoms.iter().rev() {
+            terms.push((v, w));
+            w *= e as i64;
+        }
+    }
+    Index { offset, terms }
+}
+
+/// Wraps `e` (of compute type `from`) so it has compute type `to`.
+fn cast_to(e: Expr, from: ElemType, to: ElemType) -> Expr {
+    if from == to {
+        e
+    } else {
+        Expr::Cast(to, Box::new(e))
+    }
+}
+
+/// Builds the loops of a nest around `inner`, interleaving each depth's hoisted statements.
+/// The outermost loop of a root nest is parallel; the innermost loop gets a vector hint.
+fn close_nest(nest: Nest, inner: Vec<Stmt>, root: bool, ty: ElemType) -> Vec<Stmt> {
+    let Nest { vars, mut pre } = nest;
+    let lanes = if ty.compute() == ElemType::F64 { 2 } else { 4 };
+    let mut body = pre.pop().unwrap_or_default();
+    body.extend(inner);
+    let n = vars.len();
+    for (d, (v, e)) in vars.into_iter().enumerate().rev() {
+        let innermost = d + 1 == n && !body.iter().any(|s| matches!(s, Stmt::Loop(_)));
+        let lp = Stmt::Loop(Loop {
+            var: v,
+            iter: Iter::Range { extent: e },
+            parallel: root && d == 0,
+            vector: if innermost { lanes } else { 1 },
+            gpu: None,
+            body,
+        });
+        body = pre.pop().unwrap_or_default();
+        body.push(lp);
+    }
+    body
+}
+
+/// Variables used by statements' indices (loops' own variables included).
+fn stmt_vars(stmts: &[Stmt]) -> BTreeSet<VarId> {
+    let mut out = BTreeSet::new();
+    fn expr(e: &Expr, out: &mut BTreeSet<VarId>) {
+        match e {
+            Expr::Load { index, .. } => out.extend(index.terms.iter().map(|t| t.0)),
+            Expr::Unary(_, x) | Expr::Cast(_, x) => expr(x, out),
+            Expr::Binary(_, a, b) => {
+                expr(a, out);
+                expr(b, out);
+            }
+            Expr::Const(_) | Expr::Acc(_) => {}
+        }
+    }
+    fn stmt(s: &Stmt, out: &mut BTreeSet<VarId>) {
+        match s {
+            Stmt::Loop(l) => l.body.iter().for_each(|s| stmt(s, out)),
+            Stmt::Let { init, .. } => expr(init, out),
+            Stmt::Update { value, .. } => expr(value, out),
+            Stmt::Store { index, value, .. } => {
+                out.extend(index.terms.iter().map(|t| t.0));
+                expr(value, out);
+            }
+            Stmt::Call(_) => {}
+        }
+    }
+    stmts.iter().for_each(|s| stmt(s, &mut out));
+    out
+}
+
+fn un_op(f: UnaryFn) -> UnOp {
+    match f {
+        UnaryFn::Neg => UnOp::Neg,
+        UnaryFn::Exp => UnOp::Exp,
+        UnaryFn::Log => UnOp::Log,
+        UnaryFn::Sqrt => UnOp::Sqrt,
+        UnaryFn::Rsqrt => UnOp::Rsqrt,
+        UnaryFn::Abs => UnOp::Abs,
+        UnaryFn::Tanh => UnOp::Tanh,
+        UnaryFn::Sigmoid => UnOp::Sigmoid,
+        UnaryFn::Relu => UnOp::Relu,
+        UnaryFn::Gelu => UnOp::Gelu,
+        UnaryFn::Sin => UnOp::Sin,
+        UnaryFn::Cos => UnOp::Cos,
+        UnaryFn::Square => UnOp::Square,
+    }
+}
+
+fn bin_op(f: BinaryFn) -> BinOp {
+    match f {
+        BinaryFn::Add => BinOp::Add,
+        BinaryFn::Sub => BinOp::Sub,
+        BinaryFn::Mul => BinOp::Mul,
+        BinaryFn::Div => BinOp::Div,
+        BinaryFn::Max => BinOp::Max,
+        BinaryFn::Min => BinOp::Min,
+        BinaryFn::Pow => BinOp::Pow,
+    }
+}
+
+/// Sparse formats are evaluated on dense values for now: the planner reads them as dense
+/// buffers. (Kept as a function so the sparse issue has one place to change.)
+pub fn dense_storage(f: Format) -> bool {
+    let _ = f;
+    true
+}
