@@ -21,6 +21,7 @@ pub mod dtype;
 pub mod init;
 pub mod interp;
 pub mod io;
+pub mod machine;
 pub mod plan;
 pub mod runtime;
 pub mod tensor;

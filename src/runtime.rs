@@ -9,11 +9,85 @@ use crate::plan::lower::Plan;
 use crate::tensor::{Storage, Tensor};
 use tdsl_loop::{Data, Role};
 
-/// Which engine runs the loop IR.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Engine {
-    /// `tdsl_loop::eval`: the loop-IR evaluator (slow; for bisecting planner and backend bugs).
-    LoopEval,
+use std::cell::RefCell;
+use std::time::{Duration, Instant};
+use tdsl_cpu::{CpuBackend, Executable};
+
+thread_local! {
+    /// One JIT backend per thread: its kernel cache makes a second compile of the same kernel
+    /// free (`CpuBackend` owns JIT memory and is not shared across threads).
+    static CPU: RefCell<Option<CpuBackend>> = const { RefCell::new(None) };
+}
+
+/// Compiles a plan with this thread's CPU backend (kernels already compiled are reused).
+/// Returns the executable and how many kernels had to be compiled.
+pub fn compile_jit(plan: &Plan) -> Result<(Executable, usize), Diagnostic> {
+    CPU.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        if slot.is_none() {
+            *slot = Some(
+                CpuBackend::new()
+                    .map_err(|e| internal(format!("the CPU backend could not start: {e}")))?,
+            );
+        }
+        let be = slot
+            .as_mut()
+            .ok_or_else(|| internal("the CPU backend is missing".into()))?;
+        let before = be.n_compiled();
+        let exe = be
+            .compile(&plan.loops)
+            .map_err(|e| internal(format!("JIT compilation failed: {e}")))?;
+        Ok((exe, be.n_compiled() - before))
+    })
+}
+
+fn internal(message: String) -> Diagnostic {
+    Diagnostic::new(Code::Internal, message)
+        .help("this is a tdsl bug: please report it with the script")
+}
+
+/// Timings of one JIT run.
+#[derive(Debug, Clone, Default)]
+pub struct JitTimes {
+    pub compile: Duration,
+    pub n_compiled: usize,
+    pub run: Duration,
+    pub kernel_times: Vec<Duration>,
+}
+
+/// Compiles (or reuses) and runs a plan on the CPU JIT with `threads` threads.
+pub fn run_jit_timed(
+    plan: &Plan,
+    inputs: &[Tensor],
+    shapes: &[Vec<usize>],
+    threads: usize,
+) -> Result<(Vec<Tensor>, JitTimes), Diagnostic> {
+    let t0 = Instant::now();
+    let (exe, n_compiled) = compile_jit(plan)?;
+    let compile = t0.elapsed();
+    let mut bufs = buffers(plan, inputs);
+    let t1 = Instant::now();
+    let stats = exe
+        .run(&mut bufs, threads)
+        .map_err(|e| internal(format!("running compiled kernels failed: {e}")))?;
+    let run = t1.elapsed();
+    let times = JitTimes {
+        compile,
+        n_compiled,
+        run,
+        kernel_times: stats.kernel_times,
+    };
+    Ok((outputs(plan, shapes, bufs), times))
+}
+
+/// Runs a plan on the CPU JIT using every core.
+pub fn run_jit(
+    plan: &Plan,
+    inputs: &[Tensor],
+    shapes: &[Vec<usize>],
+) -> Result<Vec<Tensor>, Diagnostic> {
+    let threads = rayon::current_num_threads();
+    Ok(run_jit_timed(plan, inputs, shapes, threads)?.0)
 }
 
 /// Buffers for a plan, with the inputs bound.

@@ -4,6 +4,7 @@
 //! stderr), 2 for bad command-line use (clap's own errors, an unreadable script path, a malformed
 //! `--input`). Only this module reads the environment and the terminal.
 
+mod bench;
 pub mod render;
 mod report;
 
@@ -50,6 +51,8 @@ enum MessageFormat {
 
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
 enum Backend {
+    /// The Cranelift JIT on every core (the default).
+    Jit,
     /// The reference interpreter.
     Interp,
     /// The planned loop IR, run by its evaluator (slow; bisects planner and backend bugs).
@@ -78,7 +81,7 @@ enum Cmd {
         #[arg(long, value_name = "DIR")]
         out: Option<PathBuf>,
         /// Which backend evaluates the program.
-        #[arg(long, value_enum, default_value_t = Backend::Interp)]
+        #[arg(long, value_enum, default_value_t = Backend::Jit)]
         backend: Backend,
     },
     /// Print the plan: the loop IR every backend compiles.
@@ -86,6 +89,25 @@ enum Cmd {
         script: PathBuf,
         #[command(flatten)]
         data: DataArgs,
+    },
+    /// JIT-compile a script, run it repeatedly and report times against this machine's peak.
+    /// Inputs without data or initialiser get random values.
+    Bench {
+        script: PathBuf,
+        #[command(flatten)]
+        data: DataArgs,
+        /// Timed runs (the median is reported).
+        #[arg(long, default_value_t = 10)]
+        runs: usize,
+        /// Untimed runs first.
+        #[arg(long, default_value_t = 2)]
+        warmup: usize,
+        /// Threads (default: every core).
+        #[arg(long)]
+        threads: Option<usize>,
+        /// One JSON object: compile_ms, run_ms_median, gflops, and more.
+        #[arg(long)]
+        json: bool,
     },
     /// Check a script and print every statement's shape, dtype and format.
     Check {
@@ -147,7 +169,8 @@ pub fn main() -> ExitCode {
         Cmd::Run { script, .. }
         | Cmd::Check { script, .. }
         | Cmd::Cost { script, .. }
-        | Cmd::Plan { script, .. } => script.clone(),
+        | Cmd::Plan { script, .. }
+        | Cmd::Bench { script, .. } => script.clone(),
     };
     let text = match std::fs::read_to_string(&script_path) {
         Ok(t) => t,
@@ -183,8 +206,37 @@ pub fn main() -> ExitCode {
 
 fn execute(cmd: &Cmd, text: &str, out: &mut dyn Write) -> Result<(), Failure> {
     match cmd {
+        Cmd::Bench {
+            data,
+            runs,
+            warmup,
+            threads,
+            json,
+            ..
+        } => {
+            let t0 = Instant::now();
+            let (program, inputs) = load(text, data, Need::Random)?;
+            let parse_check = t0.elapsed();
+            let t1 = Instant::now();
+            let plan = crate::plan::lower::plan_program(&program);
+            let plan_time = t1.elapsed();
+            let inputs: Vec<Tensor> = inputs.into_iter().flatten().collect();
+            let opts = bench::Options {
+                runs: *runs,
+                warmup: *warmup,
+                threads: threads.unwrap_or_else(rayon::current_num_threads),
+                json: *json,
+            };
+            let front = bench::Front {
+                parse_check,
+                plan: plan_time,
+            };
+            let report = bench::bench(&program, &plan, &inputs, front, &opts)?;
+            let _ = write!(out, "{report}");
+            Ok(())
+        }
         Cmd::Plan { data, .. } => {
-            let (program, _) = load(text, data, false)?;
+            let (program, _) = load(text, data, Need::Sparse)?;
             let plan = crate::plan::lower::plan_program(&program);
             let _ = write!(out, "{}", tdsl_loop::print::print_program(&plan.loops));
             Ok(())
@@ -196,7 +248,7 @@ fn execute(cmd: &Cmd, text: &str, out: &mut dyn Write) -> Result<(), Failure> {
             ..
         } => {
             let t0 = Instant::now();
-            let (program, inputs) = load(text, data, true)?;
+            let (program, inputs) = load(text, data, Need::All)?;
             if program.outputs.is_empty() {
                 return Err(Diagnostic::new(
                     Code::NoOutput,
@@ -208,6 +260,13 @@ fn execute(cmd: &Cmd, text: &str, out: &mut dyn Write) -> Result<(), Failure> {
             let t1 = Instant::now();
             let inputs: Vec<Tensor> = inputs.into_iter().flatten().collect();
             let (outputs, engine) = match backend {
+                Backend::Jit => {
+                    let plan = crate::plan::lower::plan_program(&program);
+                    (
+                        crate::runtime::run_jit(&plan, &inputs, &output_shapes(&program))?,
+                        "JIT",
+                    )
+                }
                 Backend::Interp => (
                     crate::interp::run(&program, &inputs),
                     "reference interpreter",
@@ -236,12 +295,12 @@ fn execute(cmd: &Cmd, text: &str, out: &mut dyn Write) -> Result<(), Failure> {
             Ok(())
         }
         Cmd::Check { data, .. } => {
-            let (program, _) = load(text, data, false)?;
+            let (program, _) = load(text, data, Need::Sparse)?;
             let _ = write!(out, "{}", report::check_report(&program));
             Ok(())
         }
         Cmd::Cost { data, json, .. } => {
-            let (program, inputs) = load(text, data, false)?;
+            let (program, inputs) = load(text, data, Need::Sparse)?;
             let stored: Vec<_> = program
                 .inputs
                 .iter()
@@ -261,13 +320,24 @@ fn execute(cmd: &Cmd, text: &str, out: &mut dyn Write) -> Result<(), Failure> {
     }
 }
 
+/// Which inputs need data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Need {
+    /// Every input: from files or initialisers (`run`).
+    All,
+    /// Every input, and inputs with neither get random values (`bench`).
+    Random,
+    /// Only sparse inputs, to validate and count them (`check`, `cost`, `plan`).
+    Sparse,
+}
+
 /// Parses, loads bound data, checks, and binds inputs. With `need_all`, every input must have
 /// data (files or initialisers); otherwise inputs without data are `None` (costs then assume
 /// dense storage for sparse inputs without data).
 fn load(
     text: &str,
     data: &DataArgs,
-    need_all: bool,
+    need: Need,
 ) -> Result<(Program, Vec<Option<Tensor>>), Failure> {
     let script = crate::parse(text)?;
     let decl_span = |name: &str| -> Option<Span> {
@@ -349,6 +419,7 @@ fn load(
         })
         .collect();
     let program = crate::check::check_script(&script, &bound)?;
+    let need_all = need != Need::Sparse;
     check_memory(&program, need_all)?;
     let provided = if need_all {
         provided
@@ -365,6 +436,17 @@ fn load(
             .collect()
     };
     let mut program_for_bind = program.clone();
+    if need == Need::Random {
+        for (i, inp) in program_for_bind.inputs.iter_mut().enumerate() {
+            if inp.init.is_none() && !provided.contains_key(&inp.name) {
+                inp.init = Some(crate::check::Init {
+                    kind: crate::check::InitKind::Randn { seed: i as u64 },
+                    density: None,
+                    span: inp.span,
+                });
+            }
+        }
+    }
     if !need_all {
         for inp in program_for_bind.inputs.iter_mut() {
             if !inp.ty.format.is_sparse() {

@@ -31,6 +31,9 @@ use tdsl_loop::{
     LoopProgram, MatView, Role, Stmt, UnOp, VarId,
 };
 
+/// A reduction placed in a kernel: the node and the atoms of its output coordinates.
+type ReductionKey = (NodeId, Vec<Vec<(VarId, u64)>>);
+
 /// A planned program: the loop IR plus how program inputs and outputs map to its buffers.
 #[derive(Debug, Clone)]
 pub struct Plan {
@@ -133,7 +136,7 @@ struct Planner<'a> {
     root_pos: BTreeMap<VarId, (usize, usize)>,
     /// Reductions already placed in the kernel being built, by node and coordinates: a value
     /// inlined in two places (softmax's `exp(x - max)`) reuses one accumulator.
-    reductions: BTreeMap<(NodeId, Vec<Vec<(VarId, u64)>>), Expr>,
+    reductions: BTreeMap<ReductionKey, Expr>,
     n_temps: usize,
 }
 
@@ -220,12 +223,12 @@ impl<'a> Planner<'a> {
             match o.tensor {
                 TensorRef::Assign(a) => {
                     let root = self.resolve(p.assigns[a].node);
-                    if self.mat.contains_key(&root) {
+                    if let std::collections::btree_map::Entry::Vacant(e) = self.mat.entry(root) {
+                        e.insert(b);
+                        self.must.insert(root);
+                    } else {
                         // An alias of an input or of another output: copy it below.
                         out_nodes.push((k, Some(root)));
-                    } else {
-                        self.mat.insert(root, b);
-                        self.must.insert(root);
                     }
                 }
                 TensorRef::Input(_) => out_nodes.push((k, None)),
@@ -994,23 +997,29 @@ impl<'a> Planner<'a> {
                 }
             };
             let origin = format!("{} step {}/{}", self.origin(id), si + 1, n_steps);
-            let kernel = match self.gemm_step(&taken, &result, &ext) {
-                Some(call) => Kernel {
-                    name: format!("k{}", self.out.kernels.len()),
-                    origin,
-                    body: vec![Stmt::Call(call)],
-                },
-                None => self.contraction_loops(&taken, &result, &ext, origin),
-            };
-            self.out.kernels.push(kernel);
+            match self.gemm_step(&taken, &result, &ext, &origin) {
+                Some(kernels) => self.out.kernels.extend(kernels),
+                None => {
+                    let k = self.contraction_loops(&taken, &result, &ext, origin);
+                    self.out.kernels.push(k);
+                }
+            }
             cur.push(result);
         }
         Ok(())
     }
 
-    /// A pairwise step as a batched GEMM, when the labels group into batch / m / n / k runs
-    /// that each flatten to one stride in every view, and the dtypes agree.
-    fn gemm_step(&self, ops: &[Operand], out: &Operand, ext: &[u64]) -> Option<LibCall> {
+    /// A pairwise step as a batched GEMM: labels group into batch / m / n / k. An operand whose
+    /// m/k (or k/n) labels do not flatten to one stride each is first copied into that layout;
+    /// so is the result, through a temporary. Returns the kernels (copies and the call), or
+    /// `None` when the step is not a matrix product worth a library call.
+    fn gemm_step(
+        &mut self,
+        ops: &[Operand],
+        out: &Operand,
+        ext: &[u64],
+        origin: &str,
+    ) -> Option<Vec<Kernel>> {
         let [a, b] = ops else { return None };
         if a.dtype != b.dtype || a.dtype != out.dtype {
             return None;
@@ -1020,94 +1029,190 @@ impl<'a> Planner<'a> {
             b.labels.iter().copied().collect(),
             out.labels.iter().copied().collect(),
         );
-        let batch: Vec<usize> = out
-            .labels
-            .iter()
-            .copied()
-            .filter(|l| la.contains(l) && lb.contains(l))
-            .collect();
-        let m: Vec<usize> = out
-            .labels
-            .iter()
-            .copied()
-            .filter(|l| la.contains(l) && !lb.contains(l))
-            .collect();
-        let n: Vec<usize> = out
-            .labels
-            .iter()
-            .copied()
-            .filter(|l| lb.contains(l) && !la.contains(l))
-            .collect();
-        let k: Vec<usize> = a
-            .labels
-            .iter()
-            .copied()
-            .filter(|l| lb.contains(l) && !lo.contains(l))
-            .collect();
         // Labels summed in only one operand need a separate pass: not a GEMM.
         if la
             .iter()
             .chain(lb.iter())
-            .any(|l| !lo.contains(l) && !(la.contains(l) && lb.contains(l)))
+            .any(|l| !(lo.contains(l) || (la.contains(l) && lb.contains(l))))
         {
             return None;
         }
-        let (mm, nn, kk): (u64, u64, u64) = (
-            m.iter().map(|&l| ext[l]).product(),
-            n.iter().map(|&l| ext[l]).product(),
-            k.iter().map(|&l| ext[l]).product(),
-        );
-        let bb: u64 = batch.iter().map(|&l| ext[l]).product();
+        let big =
+            |g: &[usize]| -> Vec<usize> { g.iter().copied().filter(|&l| ext[l] > 1).collect() };
+        let batch = big(&out
+            .labels
+            .iter()
+            .copied()
+            .filter(|l| la.contains(l) && lb.contains(l))
+            .collect::<Vec<_>>());
+        let m = big(&out
+            .labels
+            .iter()
+            .copied()
+            .filter(|l| la.contains(l) && !lb.contains(l))
+            .collect::<Vec<_>>());
+        let n = big(&out
+            .labels
+            .iter()
+            .copied()
+            .filter(|l| lb.contains(l) && !la.contains(l))
+            .collect::<Vec<_>>());
+        let k = big(&a
+            .labels
+            .iter()
+            .copied()
+            .filter(|l| lb.contains(l) && !lo.contains(l))
+            .collect::<Vec<_>>());
+        let prod = |g: &[usize]| -> u64 { g.iter().map(|&l| ext[l]).product() };
+        let (mm, nn, kk, bb) = (prod(&m), prod(&n), prod(&k), prod(&batch));
         // Small products run faster as plain loops than through a library call.
         if mm * nn * kk * bb < 16 * 16 * 16 || mm * nn * kk < 8 * 8 * 8 {
             return None;
         }
-        let flat = |o: &Operand, group: &[usize]| -> Option<i64> {
-            let g: Vec<usize> = group.iter().copied().filter(|&l| ext[l] > 1).collect();
-            if g.is_empty() {
+        let flat = |o: &Operand, g: &[usize]| -> Option<i64> {
+            let Some(&last) = g.last() else {
                 return Some(0);
-            }
+            };
             for w in g.windows(2) {
                 if o.strides[&w[0]] != o.strides[&w[1]] * ext[w[1]] as i64 {
                     return None;
                 }
             }
-            Some(o.strides[g.last()?])
+            Some(o.strides[&last])
         };
-        // Order each group by the output's memory order (already the case: out.labels order).
-        let (a_m, a_k) = (flat(a, &m)?, flat(a, &k)?);
-        let (b_k, b_n) = (flat(b, &k)?, flat(b, &n)?);
-        let (c_m, c_n) = (flat(out, &m)?, flat(out, &n)?);
-        let batch_ext: Vec<u64> = batch.iter().map(|&l| ext[l]).collect();
+        let mut kernels = Vec::new();
+        let cat = |x: &[usize], y: &[usize], z: &[usize]| -> Vec<usize> {
+            x.iter().chain(y).chain(z).copied().collect()
+        };
+        let a = match (flat(a, &m), flat(a, &k)) {
+            (Some(_), Some(_)) => a.clone(),
+            _ => {
+                let (t, kern) = self.relayout(a, &cat(&batch, &m, &k), ext, origin);
+                kernels.push(kern);
+                t
+            }
+        };
+        let b = match (flat(b, &k), flat(b, &n)) {
+            (Some(_), Some(_)) => b.clone(),
+            _ => {
+                let (t, kern) = self.relayout(b, &cat(&batch, &k, &n), ext, origin);
+                kernels.push(kern);
+                t
+            }
+        };
+        let (c, copy_back) = match (flat(out, &m), flat(out, &n)) {
+            (Some(_), Some(_)) => (out.clone(), None),
+            _ => {
+                let labels = cat(&batch, &m, &n);
+                let t = self.temp_operand(&labels, ext, out.dtype);
+                (t.clone(), Some(t))
+            }
+        };
         let bs = |o: &Operand| batch.iter().map(|l| o.strides[l]).collect::<Vec<i64>>();
-        Some(LibCall::Gemm {
+        let view = |o: &Operand, r: &[usize], c: &[usize]| MatView {
+            buf: o.buf,
+            offset: o.offset,
+            row_stride: flat(o, r).unwrap_or(0),
+            col_stride: flat(o, c).unwrap_or(0),
+            batch_strides: bs(o),
+        };
+        let call = LibCall::Gemm {
             m: mm,
             n: nn,
             k: kk,
-            batch: batch_ext,
-            a: MatView {
-                buf: a.buf,
-                offset: a.offset,
-                row_stride: a_m,
-                col_stride: a_k,
-                batch_strides: bs(a),
-            },
-            b: MatView {
-                buf: b.buf,
-                offset: b.offset,
-                row_stride: b_k,
-                col_stride: b_n,
-                batch_strides: bs(b),
-            },
-            c: MatView {
-                buf: out.buf,
-                offset: out.offset,
-                row_stride: c_m,
-                col_stride: c_n,
-                batch_strides: bs(out),
-            },
+            batch: batch.iter().map(|&l| ext[l]).collect(),
+            a: view(&a, &m, &k),
+            b: view(&b, &k, &n),
+            c: view(&c, &m, &n),
             accumulate: false,
-        })
+        };
+        kernels.push(Kernel {
+            name: format!("k{}", self.out.kernels.len() + kernels.len()),
+            origin: origin.to_string(),
+            body: vec![Stmt::Call(call)],
+        });
+        if let Some(t) = copy_back {
+            let kern = self.copy_operand(&t, out, ext, origin);
+            kernels.push(kern);
+        }
+        Some(kernels)
+    }
+
+    /// A temporary buffer laid out row-major over `labels`.
+    fn temp_operand(&mut self, labels: &[usize], ext: &[u64], dtype: DType) -> Operand {
+        let le: Vec<u64> = labels.iter().map(|&l| ext[l]).collect();
+        let rm = row_major(&le);
+        let name = format!("t{}", self.n_temps);
+        self.n_temps += 1;
+        let buf = self.add_buffer(name, dtype, le.iter().product(), Role::Temp);
+        Operand {
+            buf,
+            offset: 0,
+            strides: labels.iter().copied().zip(rm).collect(),
+            labels: labels.to_vec(),
+            dtype,
+        }
+    }
+
+    /// Copies `src` into a new temporary laid out row-major over `order` (the transposing copy
+    /// a library call needs when a view does not flatten).
+    fn relayout(
+        &mut self,
+        src: &Operand,
+        order: &[usize],
+        ext: &[u64],
+        origin: &str,
+    ) -> (Operand, Kernel) {
+        let mut labels = order.to_vec();
+        // Labels of extent 1 are not in `order`; keep them so the operand stays complete.
+        for &l in &src.labels {
+            if !labels.contains(&l) {
+                labels.push(l);
+            }
+        }
+        let t = self.temp_operand(&labels, ext, src.dtype);
+        let k = self.copy_operand(src, &t, ext, origin);
+        (t, k)
+    }
+
+    /// `dst = src` over the labels of `dst`, looping in `dst`'s memory order.
+    fn copy_operand(&mut self, src: &Operand, dst: &Operand, ext: &[u64], origin: &str) -> Kernel {
+        self.next_var = 0;
+        let mut labels: Vec<usize> = dst.labels.iter().copied().filter(|&l| ext[l] > 1).collect();
+        labels.sort_by_key(|l| std::cmp::Reverse(dst.strides[l]));
+        let mut vars = Vec::new();
+        let mut var_of = BTreeMap::new();
+        for &l in &labels {
+            let v = self.fresh_var();
+            var_of.insert(l, v);
+            vars.push((v, ext[l]));
+        }
+        let index = |o: &Operand| Index {
+            offset: o.offset,
+            terms: o
+                .strides
+                .iter()
+                .filter_map(|(l, &s)| var_of.get(l).filter(|_| s != 0).map(|&v| (v, s)))
+                .collect(),
+        };
+        let store = Stmt::Store {
+            buf: dst.buf,
+            index: index(dst),
+            value: Expr::Load {
+                buf: src.buf,
+                index: index(src),
+            },
+        };
+        let n = vars.len();
+        let nest = Nest {
+            vars,
+            pre: vec![Vec::new(); n + 1],
+        };
+        Kernel {
+            name: format!("k{}", self.out.kernels.len()),
+            origin: format!("{origin} (relayout)"),
+            body: close_nest(nest, vec![store], true, elem_type(dst.dtype)),
+        }
     }
 
     /// A contraction step as loops: over the result's labels (its memory order), then over the

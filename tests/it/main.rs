@@ -3,7 +3,9 @@
 mod cli;
 mod common;
 mod corpus;
+mod diff;
 mod errors;
+mod plan;
 mod prop_einsum;
 mod prop_patterns;
 mod robust;

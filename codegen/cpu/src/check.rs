@@ -28,8 +28,7 @@ enum Iv {
     Unknown,
 }
 
-/// Well-formedness: ids, scoping, types, and what this backend supports. Returns the set of
-/// buffers the kernel uses as sparse index data.
+/// Well-formedness: ids, scoping, types, and what this backend supports.
 pub(crate) fn validate_kernel(p: &LoopProgram, k: &Kernel) -> Result<(), CodegenError> {
     let mut v = Validator {
         p,
@@ -122,10 +121,15 @@ impl Validator<'_> {
                             self.index(pos_index)?;
                             self.i32_buf(*crd, "coordinate")?;
                         }
-                        Iter::TwoFour { .. } => {
-                            return Err(CodegenError::Unsupported(
-                                "2:4 sparse iteration (Iter::TwoFour)".into(),
-                            ))
+                        Iter::TwoFour {
+                            meta,
+                            meta_index,
+                            coord,
+                            ..
+                        } => {
+                            self.index(meta_index)?;
+                            self.i32_buf(*meta, "2:4 metadata")?;
+                            bound.push(*coord);
                         }
                     }
                     for v in &bound {
@@ -168,7 +172,13 @@ impl Validator<'_> {
                     self.stored.insert(*buf);
                 }
                 Stmt::Call(LibCall::Gemm {
-                    batch, a, b, c, ..
+                    m,
+                    n,
+                    batch,
+                    a,
+                    b,
+                    c,
+                    ..
                 }) => {
                     if depth > 0 {
                         return Err(CodegenError::Unsupported(
@@ -189,6 +199,11 @@ impl Validator<'_> {
                                 batch.len()
                             )));
                         }
+                    }
+                    if !view_injective(c, batch, *m, *n) {
+                        return Err(CodegenError::Unsupported(
+                            "a gemm destination view that maps two elements to one place".into(),
+                        ));
                     }
                     self.stored.insert(c.buf);
                 }
@@ -238,7 +253,11 @@ struct Facts {
 fn facts(d: &Data) -> Facts {
     match d {
         Data::I32(v) => Facts {
-            range: v.iter().min().zip(v.iter().max()).map(|(a, b)| (*a as i128, *b as i128)),
+            range: v
+                .iter()
+                .min()
+                .zip(v.iter().max())
+                .map(|(a, b)| (*a as i128, *b as i128)),
             monotone: v.windows(2).all(|w| w[0] <= w[1]),
         },
         _ => Facts {
@@ -254,21 +273,39 @@ pub(crate) struct Violation {
     pub sparse_data: bool,
 }
 
-/// Bounds of every access of `k`. With `data`, sparse iteration is bounded by the contents of
-/// its index buffers (which must then have the declared types and lengths); without, accesses
-/// that depend on sparse data are skipped.
-pub(crate) fn check_bounds(
-    p: &LoopProgram,
-    k: &Kernel,
-    data: Option<&[Data]>,
-) -> Result<(), Violation> {
+/// Proof that [`check_bounds`] accepted a kernel for the buffers it is about to run on:
+/// `jit::KernelFn::call` requires one. Only this module creates it.
+pub(crate) struct Checked {
+    _private: (),
+}
+
+/// Bounds of every access of `k` that does not depend on sparse index data (compile time).
+pub(crate) fn check_static_bounds(p: &LoopProgram, k: &Kernel) -> Result<(), Violation> {
     let mut b = Bounds {
         p,
-        data,
+        data: None,
         facts: HashMap::new(),
         vars: HashMap::new(),
     };
     b.block(&k.body)
+}
+
+/// Bounds of every access of `k` on `data`, the run's buffers. The caller has checked that
+/// `data` has the declared types and lengths; sparse iteration is bounded by the contents of its
+/// index buffers.
+pub(crate) fn check_bounds(
+    p: &LoopProgram,
+    k: &Kernel,
+    data: &[Data],
+) -> Result<Checked, Violation> {
+    let mut b = Bounds {
+        p,
+        data: Some(data),
+        facts: HashMap::new(),
+        vars: HashMap::new(),
+    };
+    b.block(&k.body)?;
+    Ok(Checked { _private: () })
 }
 
 struct Bounds<'a> {
@@ -419,8 +456,24 @@ impl Bounds<'_> {
                         };
                         bound.push((l.var, iv));
                     }
-                    // Rejected by `validate_kernel`; nothing here may run.
-                    Iter::TwoFour { .. } => bound.push((l.var, Iv::Unknown)),
+                    Iter::TwoFour {
+                        groups,
+                        meta,
+                        meta_index,
+                        coord,
+                    } => {
+                        // Kept value `var` in 0..2G reads word `meta[I + var / 16]`; its coordinate
+                        // lies in its group, so in 0..4G whatever the metadata holds.
+                        if *groups == 0 {
+                            bound.push((l.var, Iv::Empty));
+                            bound.push((*coord, Iv::Empty));
+                        } else {
+                            let last_word = (2 * *groups as i128 - 1) / 16;
+                            self.access(*meta, meta_index, last_word, "2:4 metadata load")?;
+                            bound.push((l.var, Iv::Known(0, 2 * *groups as i128 - 1)));
+                            bound.push((*coord, Iv::Known(0, 4 * *groups as i128 - 1)));
+                        }
+                    }
                 }
                 for (v, iv) in &bound {
                     self.vars.insert(*v, *iv);
@@ -501,12 +554,7 @@ pub(crate) fn view_axes(v: &MatView, batch: &[u64], rows: u64, cols: u64) -> Vec
 }
 
 /// The smallest and largest element a view touches, `None` if it touches none.
-pub(crate) fn view_range(
-    v: &MatView,
-    batch: &[u64],
-    rows: u64,
-    cols: u64,
-) -> Option<(i128, i128)> {
+pub(crate) fn view_range(v: &MatView, batch: &[u64], rows: u64, cols: u64) -> Option<(i128, i128)> {
     let axes = view_axes(v, batch, rows, cols);
     if axes.iter().any(|&(_, e)| e == 0) {
         return None;

@@ -3,7 +3,9 @@
 //! libcalls Cranelift emits on hosts without FMA.
 //!
 //! Every helper is a plain `extern "C"` function registered with the JIT under a fixed name
-//! ([`symbols`]); [`unary_helper`] and [`POW`] say which name an operation calls.
+//! ([`symbols`]); [`unary_helper`] and [`POW`] say which name an operation calls. The f32
+//! versions evaluate the f64 function and round once, as the loop-IR evaluator does
+//! (spec/loop-ir.md §2), so the two agree to the last bit almost always.
 
 use half::{bf16, f16};
 use tdsl_loop::UnOp;
@@ -19,12 +21,9 @@ pub(crate) fn unary_helper(op: UnOp, wide: bool) -> Option<&'static str> {
         UnOp::Gelu => ("tdsl_gelu_f32", "tdsl_gelu_f64"),
         UnOp::Sin => ("tdsl_sin_f32", "tdsl_sin_f64"),
         UnOp::Cos => ("tdsl_cos_f32", "tdsl_cos_f64"),
-        UnOp::Neg
-        | UnOp::Sqrt
-        | UnOp::Rsqrt
-        | UnOp::Abs
-        | UnOp::Relu
-        | UnOp::Square => return None,
+        UnOp::Neg | UnOp::Sqrt | UnOp::Rsqrt | UnOp::Abs | UnOp::Relu | UnOp::Square => {
+            return None
+        }
     };
     Some(if wide { w } else { narrow })
 }
@@ -37,43 +36,43 @@ pub(crate) const F64_TO_F16: &str = "tdsl_f64_to_f16";
 pub(crate) const F64_TO_BF16: &str = "tdsl_f64_to_bf16";
 
 extern "C" fn exp_f32(x: f32) -> f32 {
-    x.exp()
+    (x as f64).exp() as f32
 }
 extern "C" fn exp_f64(x: f64) -> f64 {
     x.exp()
 }
 extern "C" fn log_f32(x: f32) -> f32 {
-    x.ln()
+    (x as f64).ln() as f32
 }
 extern "C" fn log_f64(x: f64) -> f64 {
     x.ln()
 }
 extern "C" fn tanh_f32(x: f32) -> f32 {
-    x.tanh()
+    (x as f64).tanh() as f32
 }
 extern "C" fn tanh_f64(x: f64) -> f64 {
     x.tanh()
 }
 extern "C" fn sin_f32(x: f32) -> f32 {
-    x.sin()
+    (x as f64).sin() as f32
 }
 extern "C" fn sin_f64(x: f64) -> f64 {
     x.sin()
 }
 extern "C" fn cos_f32(x: f32) -> f32 {
-    x.cos()
+    (x as f64).cos() as f32
 }
 extern "C" fn cos_f64(x: f64) -> f64 {
     x.cos()
 }
 extern "C" fn pow_f32(x: f32, y: f32) -> f32 {
-    x.powf(y)
+    (x as f64).powf(y as f64) as f32
 }
 extern "C" fn pow_f64(x: f64, y: f64) -> f64 {
     x.powf(y)
 }
 extern "C" fn sigmoid_f32(x: f32) -> f32 {
-    1.0 / (1.0 + (-x).exp())
+    sigmoid_f64(x as f64) as f32
 }
 extern "C" fn sigmoid_f64(x: f64) -> f64 {
     1.0 / (1.0 + (-x).exp())

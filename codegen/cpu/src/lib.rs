@@ -1,1 +1,556 @@
-//! tdsl-cpu: the CPU backend (being written).
+//! tdsl-cpu: the CPU backend. A [`LoopProgram`] goes in; an [`Executable`] that runs its kernels
+//! on host buffers ([`tdsl_loop::Data`]) comes out.
+//!
+//! - `lower.rs`: loop IR → Cranelift IR (scalar loops, f32x4/f64x2 vector loops with several
+//!   accumulators, f16/bf16 conversions, sparse compressed and singleton levels);
+//! - `jit.rs`: JIT modules, function pointers, GEMM calls: the only module with `unsafe`;
+//! - `check.rs`: well-formedness and bounds (checked at compile time, and again at run time on
+//!   the actual buffers before any generated code runs);
+//! - `gemm.rs`: `LibCall::Gemm` through the `gemm` crate;
+//! - `helpers.rs`: scalar transcendental helpers the generated code calls;
+//! - `key.rs`: the kernel cache key.
+//!
+//! Each kernel is cut at its top-level library calls into *segments*; every other segment is one
+//! generated function `extern "C" fn(bufs, lo, hi)`. A segment that is a single parallel `Range`
+//! loop runs iterations `lo..hi`, so [`Executable::run`] splits it across rayon tasks.
+
+#![deny(unsafe_code)]
+
+mod check;
+mod error;
+mod gemm;
+mod helpers;
+#[allow(unsafe_code)]
+mod jit;
+mod key;
+mod lower;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cranelift_codegen::ir::{types, AbiParam, Signature, UserFuncName};
+use cranelift_frontend::FunctionBuilderContext;
+use cranelift_jit::JITModule;
+use cranelift_module::{FuncId, Linkage, Module};
+use rayon::prelude::*;
+use tdsl_loop::{Data, Expr, Iter, Kernel, LibCall, LoopProgram, Stmt};
+
+pub use error::{CodegenError, RuntimeError};
+
+use jit::{BufPtrs, KernelFn, Target};
+use lower::LowerOptions;
+
+/// Total work (element operations) below which a kernel stays on one thread.
+const MIN_PARALLEL_WORK: u64 = 32 * 1024;
+
+/// Cranelift's optimisation level for generated code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OptLevel {
+    /// Program order kept: no e-graph rewrites, no code motion.
+    None,
+    /// E-graph optimisation (GVN, LICM, rewrites).
+    Speed,
+}
+
+/// Code generation settings. [`Default`] is what [`CpuBackend::new`] uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CpuOptions {
+    pub opt_level: OptLevel,
+    /// Vector accumulators (and unroll factor) of vectorised loops.
+    pub n_acc: usize,
+    /// Vectorise innermost loops marked `vector >= 2`.
+    pub vectorize: bool,
+    /// Fuse `acc += a * b` into `fma` when the host has AVX and FMA.
+    pub fma: bool,
+}
+
+impl Default for CpuOptions {
+    fn default() -> CpuOptions {
+        CpuOptions {
+            opt_level: OptLevel::Speed,
+            n_acc: 4,
+            vectorize: true,
+            fma: true,
+        }
+    }
+}
+
+/// What a generated function's split loop looks like, to choose a task count.
+#[derive(Debug, Clone, Copy)]
+struct Split {
+    extent: u64,
+    work_per_iter: u64,
+}
+
+enum Segment {
+    Jit {
+        f: KernelFn,
+        split: Option<Split>,
+    },
+    /// The library call at this index of the kernel body.
+    Call {
+        stmt: usize,
+    },
+}
+
+/// The compiled form of one kernel, shared between executables through the cache.
+struct CompiledKernel {
+    segments: Vec<Segment>,
+}
+
+/// The CPU backend: the host target, and a cache of compiled kernels keyed by kernel text,
+/// touched buffers and target.
+pub struct CpuBackend {
+    target: Target,
+    opts: LowerOptions,
+    cache: HashMap<String, Arc<CompiledKernel>>,
+    n_compiled: usize,
+}
+
+/// A compiled program. Cheap to share: the code is reference-counted.
+pub struct Executable {
+    program: LoopProgram,
+    kernels: Vec<Arc<CompiledKernel>>,
+}
+
+/// What a run did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RunStats {
+    /// Kernels run.
+    pub kernels: usize,
+    /// Calls of generated functions (one per rayon task).
+    pub tasks: usize,
+    /// GEMM library calls.
+    pub gemm_calls: usize,
+    /// Wall time of each kernel, in order.
+    pub kernel_times: Vec<Duration>,
+}
+
+/// How a kernel is cut into segments: runs of statements between top-level library calls.
+fn segment_ranges(k: &Kernel) -> Vec<(usize, usize, bool)> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    for (i, s) in k.body.iter().enumerate() {
+        if matches!(s, Stmt::Call(_)) {
+            if start < i {
+                out.push((start, i, false));
+            }
+            out.push((i, i + 1, true));
+            start = i + 1;
+        }
+    }
+    if start < k.body.len() {
+        out.push((start, k.body.len(), false));
+    }
+    out
+}
+
+/// Element operations of one run of `stmts` (a rough count for choosing a task count).
+fn work(stmts: &[Stmt]) -> u64 {
+    fn expr_size(e: &Expr) -> u64 {
+        match e {
+            Expr::Const(_) | Expr::Acc(_) | Expr::Load { .. } => 1,
+            Expr::Unary(_, x) | Expr::Cast(_, x) => 1 + expr_size(x),
+            Expr::Binary(_, x, y) => 1 + expr_size(x) + expr_size(y),
+        }
+    }
+    stmts
+        .iter()
+        .map(|s| match s {
+            Stmt::Loop(l) => {
+                let body = work(&l.body).max(1);
+                match l.iter {
+                    Iter::Range { extent } => extent.saturating_mul(body),
+                    Iter::Singleton { .. } => body,
+                    Iter::TwoFour { groups, .. } => groups.saturating_mul(2).saturating_mul(body),
+                    Iter::Compressed { .. } => body.saturating_mul(16),
+                }
+            }
+            Stmt::Let { init: e, .. } | Stmt::Update { value: e, .. } => expr_size(e),
+            Stmt::Store { value, .. } => expr_size(value),
+            Stmt::Call(LibCall::Gemm { m, n, k, batch, .. }) => batch
+                .iter()
+                .fold(m.saturating_mul(*n).saturating_mul(*k), |a, b| {
+                    a.saturating_mul(*b)
+                }),
+        })
+        .fold(0u64, |a, b| a.saturating_add(b))
+}
+
+/// Whether iterations of `l` store to distinct elements: every store in its body moves with its
+/// variable. A loop that is not is run on one thread even when marked `parallel`.
+fn race_free(l: &tdsl_loop::Loop) -> bool {
+    fn block(stmts: &[Stmt], var: tdsl_loop::VarId) -> bool {
+        stmts.iter().all(|s| match s {
+            Stmt::Loop(l) => block(&l.body, var),
+            Stmt::Store { index, .. } => index.stride_of(var) != 0,
+            Stmt::Call(_) => false,
+            Stmt::Let { .. } | Stmt::Update { .. } => true,
+        })
+    }
+    block(&l.body, l.var)
+}
+
+fn kernel_signature(module: &JITModule) -> Signature {
+    let mut sig = module.make_signature();
+    for _ in 0..3 {
+        sig.params.push(AbiParam::new(types::I64));
+    }
+    sig
+}
+
+impl CpuBackend {
+    /// A backend for the host ISA (`cranelift_native`), with default options.
+    pub fn new() -> Result<CpuBackend, CodegenError> {
+        CpuBackend::with_options(CpuOptions::default())
+    }
+
+    pub fn with_options(o: CpuOptions) -> Result<CpuBackend, CodegenError> {
+        let level = match o.opt_level {
+            OptLevel::None => "none",
+            OptLevel::Speed => "speed",
+        };
+        let target = jit::host_target(level)?;
+        let opts = LowerOptions {
+            n_acc: o.n_acc.clamp(1, 8),
+            use_fma: o.fma && target.has_fma,
+            vectorize: o.vectorize,
+        };
+        Ok(CpuBackend {
+            target,
+            opts,
+            cache: HashMap::new(),
+            n_compiled: 0,
+        })
+    }
+
+    /// Whether generated code uses `vfmadd` (the host has AVX and FMA, and FMA is enabled).
+    pub fn uses_fma(&self) -> bool {
+        self.opts.use_fma
+    }
+
+    /// How many kernels this backend has compiled (cache hits compile nothing).
+    pub fn n_compiled(&self) -> usize {
+        self.n_compiled
+    }
+
+    fn validate(&self, p: &LoopProgram, k: &Kernel) -> Result<(), CodegenError> {
+        check::validate_kernel(p, k)?;
+        check::check_static_bounds(p, k)
+            .map_err(|v| CodegenError::OutOfBounds(format!("kernel `{}`: {}", k.name, v.message)))
+    }
+
+    /// Compiles every kernel of `p` that is not in the cache yet (one JIT module for all of
+    /// them) and returns an executable.
+    pub fn compile(&mut self, p: &LoopProgram) -> Result<Executable, CodegenError> {
+        let mut keys = Vec::with_capacity(p.kernels.len());
+        let mut missing: Vec<(usize, String)> = Vec::new();
+        for (i, k) in p.kernels.iter().enumerate() {
+            self.validate(p, k)?;
+            let key = key::kernel_key(p, k, &self.target.key, &self.opts);
+            if !self.cache.contains_key(&key) && !missing.iter().any(|(_, m)| *m == key) {
+                missing.push((i, key.clone()));
+            }
+            keys.push(key);
+        }
+        if !missing.is_empty() {
+            let mut module = jit::new_module(&self.target);
+            let mut ids = Vec::new();
+            let mut plans = Vec::new();
+            let defined = missing.iter().try_for_each(|(i, _)| {
+                let plan = self.define_kernel(&mut module, p, &p.kernels[*i], &mut ids)?;
+                plans.push(plan);
+                Ok::<(), CodegenError>(())
+            });
+            if let Err(e) = defined {
+                jit::discard_module(module);
+                return Err(e);
+            }
+            let mut fns = jit::finalize(module, &ids)?.into_iter();
+            for ((_, key), plan) in missing.iter().zip(plans) {
+                let segments = plan
+                    .into_iter()
+                    .map(|s| match s {
+                        PlannedSegment::Jit { split } => Segment::Jit {
+                            f: fns.next().expect("one function per generated segment"),
+                            split,
+                        },
+                        PlannedSegment::Call { stmt } => Segment::Call { stmt },
+                    })
+                    .collect();
+                self.cache
+                    .insert(key.clone(), Arc::new(CompiledKernel { segments }));
+                self.n_compiled += 1;
+            }
+        }
+        Ok(Executable {
+            program: p.clone(),
+            kernels: keys.iter().map(|k| self.cache[k].clone()).collect(),
+        })
+    }
+
+    /// Lowers and defines every generated segment of `k` in `module`, appending their ids.
+    fn define_kernel(
+        &self,
+        module: &mut JITModule,
+        p: &LoopProgram,
+        k: &Kernel,
+        ids: &mut Vec<FuncId>,
+    ) -> Result<Vec<PlannedSegment>, CodegenError> {
+        let mut fctx = FunctionBuilderContext::new();
+        let mut ctx = module.make_context();
+        let sig = kernel_signature(module);
+        let mut plan = Vec::new();
+        for (start, end, is_call) in segment_ranges(k) {
+            if is_call {
+                plan.push(PlannedSegment::Call { stmt: start });
+                continue;
+            }
+            let stmts = &k.body[start..end];
+            let name = format!("tdsl_fn{}", ids.len());
+            let id = module
+                .declare_function(&name, Linkage::Local, &sig)
+                .map_err(|e| cranelift_err(k, e.to_string()))?;
+            ctx.func.signature = sig.clone();
+            ctx.func.name = UserFuncName::user(0, id.as_u32());
+            lower::lower_segment(module, &mut ctx.func, &mut fctx, p, stmts, &self.opts)?;
+            module
+                .define_function(id, &mut ctx)
+                .map_err(|e| cranelift_err(k, format!("{e:?}")))?;
+            module.clear_context(&mut ctx);
+            ids.push(id);
+            let split = lower::split_loop(stmts)
+                .filter(|l| race_free(l))
+                .map(|l| Split {
+                    extent: match l.iter {
+                        Iter::Range { extent } => extent,
+                        _ => 1,
+                    },
+                    work_per_iter: work(&l.body).max(1),
+                });
+            plan.push(PlannedSegment::Jit { split });
+        }
+        Ok(plan)
+    }
+
+    /// The Cranelift IR of kernel `kernel` (every generated segment; library calls as comments).
+    pub fn clif(&self, p: &LoopProgram, kernel: usize) -> Result<String, CodegenError> {
+        self.emit_text(p, kernel, false)
+    }
+
+    /// The machine code (Cranelift's VCode listing) of kernel `kernel`.
+    pub fn disasm(&self, p: &LoopProgram, kernel: usize) -> Result<String, CodegenError> {
+        self.emit_text(p, kernel, true)
+    }
+
+    fn emit_text(
+        &self,
+        p: &LoopProgram,
+        kernel: usize,
+        disasm: bool,
+    ) -> Result<String, CodegenError> {
+        let k = p
+            .kernels
+            .get(kernel)
+            .ok_or(CodegenError::NoSuchKernel(kernel))?;
+        self.validate(p, k)?;
+        let mut module = jit::new_module(&self.target);
+        let r = self.emit_text_in(&mut module, p, k, disasm);
+        jit::discard_module(module);
+        r
+    }
+
+    fn emit_text_in(
+        &self,
+        module: &mut JITModule,
+        p: &LoopProgram,
+        k: &Kernel,
+        disasm: bool,
+    ) -> Result<String, CodegenError> {
+        let mut out = String::new();
+        let mut fctx = FunctionBuilderContext::new();
+        let mut ctx = module.make_context();
+        let sig = kernel_signature(module);
+        for (n, (start, end, is_call)) in segment_ranges(k).into_iter().enumerate() {
+            if is_call {
+                out.push_str(&format!(
+                    "; segment {n}: library call {:?}\n\n",
+                    k.body[start]
+                ));
+                continue;
+            }
+            let stmts = &k.body[start..end];
+            let name = format!("{}_s{n}", k.name);
+            ctx.func.signature = sig.clone();
+            lower::lower_segment(module, &mut ctx.func, &mut fctx, p, stmts, &self.opts)?;
+            if disasm {
+                let id = module
+                    .declare_function(&name, Linkage::Local, &sig)
+                    .map_err(|e| cranelift_err(k, e.to_string()))?;
+                ctx.func.name = UserFuncName::user(0, id.as_u32());
+                ctx.set_disasm(true);
+                module
+                    .define_function(id, &mut ctx)
+                    .map_err(|e| cranelift_err(k, format!("{e:?}")))?;
+                let vcode = ctx
+                    .compiled_code()
+                    .and_then(|c| c.vcode.clone())
+                    .unwrap_or_default();
+                out.push_str(&format!("; segment {n}: {name}\n{vcode}\n"));
+            } else {
+                ctx.func.name = UserFuncName::testcase(&name);
+                out.push_str(&format!("{}\n", ctx.func.display()));
+            }
+            module.clear_context(&mut ctx);
+        }
+        Ok(out)
+    }
+}
+
+enum PlannedSegment {
+    Jit { split: Option<Split> },
+    Call { stmt: usize },
+}
+
+fn cranelift_err(k: &Kernel, message: String) -> CodegenError {
+    CodegenError::Cranelift {
+        kernel: k.name.clone(),
+        message,
+    }
+}
+
+impl Executable {
+    /// The program this executable runs.
+    pub fn program(&self) -> &LoopProgram {
+        &self.program
+    }
+
+    /// Checks buffer count, types and lengths against the program's buffers before running any
+    /// generated code, then runs the kernels in order on up to `threads` threads (0: as many as
+    /// rayon has). Bounds that depend on sparse index data are checked before each kernel.
+    pub fn run(&self, bufs: &mut [Data], threads: usize) -> Result<RunStats, RuntimeError> {
+        let p = &self.program;
+        if bufs.len() != p.buffers.len() {
+            return Err(RuntimeError::BufferCount {
+                expected: p.buffers.len(),
+                got: bufs.len(),
+            });
+        }
+        for (i, (d, b)) in bufs.iter().zip(&p.buffers).enumerate() {
+            if d.ty() != b.ty {
+                return Err(RuntimeError::BufferType {
+                    index: i,
+                    name: b.name.clone(),
+                    expected: b.ty.to_string(),
+                    got: d.ty().to_string(),
+                });
+            }
+            if d.len() as u64 != b.elems {
+                return Err(RuntimeError::BufferLen {
+                    index: i,
+                    name: b.name.clone(),
+                    expected: b.elems,
+                    got: d.len(),
+                });
+            }
+        }
+        let threads = if threads == 0 {
+            rayon::current_num_threads()
+        } else {
+            threads
+        };
+        let mut stats = RunStats::default();
+        for (k, ck) in p.kernels.iter().zip(&self.kernels) {
+            let t0 = Instant::now();
+            let checked = check::check_bounds(p, k, bufs).map_err(|v| {
+                if v.sparse_data {
+                    RuntimeError::BadSparseData {
+                        kernel: k.name.clone(),
+                        message: v.message,
+                    }
+                } else {
+                    RuntimeError::OutOfBounds {
+                        kernel: k.name.clone(),
+                        message: v.message,
+                    }
+                }
+            })?;
+            for seg in &ck.segments {
+                match seg {
+                    Segment::Jit { f, split } => {
+                        let ptrs = BufPtrs::new(bufs);
+                        let chunks = match split {
+                            Some(s) if threads > 1 => {
+                                let total = s.extent.saturating_mul(s.work_per_iter);
+                                (total / MIN_PARALLEL_WORK)
+                                    .min(threads as u64)
+                                    .min(s.extent)
+                                    .max(1)
+                            }
+                            _ => 1,
+                        };
+                        if chunks <= 1 {
+                            f.call(&ptrs, &checked, 0, u64::MAX);
+                            stats.tasks += 1;
+                        } else {
+                            let extent = split.map_or(1, |s| s.extent);
+                            (0..chunks).into_par_iter().for_each(|c| {
+                                let lo = (extent as u128 * c as u128 / chunks as u128) as u64;
+                                let hi = (extent as u128 * (c + 1) as u128 / chunks as u128) as u64;
+                                f.call(&ptrs, &checked, lo, hi);
+                            });
+                            stats.tasks += chunks as usize;
+                        }
+                    }
+                    Segment::Call { stmt } => {
+                        let Some(Stmt::Call(LibCall::Gemm {
+                            m,
+                            n,
+                            k: kk,
+                            batch,
+                            a,
+                            b,
+                            c,
+                            accumulate,
+                        })) = k.body.get(*stmt)
+                        else {
+                            unreachable!("segment {stmt} of `{}` is a library call", k.name);
+                        };
+                        let call = gemm::GemmCall {
+                            m: *m,
+                            n: *n,
+                            k: *kk,
+                            batch,
+                            a,
+                            b,
+                            c,
+                            accumulate: *accumulate,
+                        };
+                        gemm::run(&call, bufs, threads).map_err(|message| {
+                            RuntimeError::OutOfBounds {
+                                kernel: k.name.clone(),
+                                message,
+                            }
+                        })?;
+                        stats.gemm_calls += 1;
+                    }
+                }
+            }
+            stats.kernels += 1;
+            stats.kernel_times.push(t0.elapsed());
+        }
+        Ok(stats)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn executable_is_send_and_sync() {
+        fn assert<T: Send + Sync>() {}
+        assert::<Executable>();
+    }
+}

@@ -185,9 +185,7 @@ pub(crate) fn lower_segment<M: Module>(
     let mut bases = HashMap::new();
     for id in used {
         let flags = MemFlagsData::trusted().with_readonly();
-        let base = b
-            .ins()
-            .load(types::I64, flags, bufs, (id.0 as i32) * 8);
+        let base = b.ins().load(types::I64, flags, bufs, (id.0 as i32) * 8);
         bases.insert(id, base);
     }
     let mut l = Lower {
@@ -328,8 +326,7 @@ impl<M: Module> Lower<'_, '_, M> {
         value: &Expr,
         ct: Ct,
     ) -> Result<Value, CodegenError> {
-        if let (AccOp::Add, Expr::Binary(BinOp::Mul, x, y), true) = (op, value, self.opts.use_fma)
-        {
+        if let (AccOp::Add, Expr::Binary(BinOp::Mul, x, y), true) = (op, value, self.opts.use_fma) {
             if self.infer(value).is_none_or(|c| c == ct) {
                 let xv = self.expr(x, ct)?;
                 let yv = self.expr(y, ct)?;
@@ -504,15 +501,53 @@ impl<M: Module> Lower<'_, '_, M> {
                 self.vars.remove(&l.var);
                 r
             }
-            Iter::TwoFour { .. } => Err(CodegenError::Unsupported(
-                "2:4 sparse iteration (Iter::TwoFour)".into(),
-            )),
+            Iter::TwoFour {
+                groups,
+                meta,
+                meta_index,
+                coord,
+            } => {
+                if *groups == 0 {
+                    return Ok(());
+                }
+                // Kept value `v` sits in group v / 2 at the 2-bit position stored in bits
+                // 2·(v % 16) of word `meta[I + v / 16]` (spec/loop-ir.md §3).
+                let (a, off) = self.addr(*meta, meta_index);
+                let zero = self.b.ins().iconst(types::I64, 0);
+                let end = self.b.ins().iconst(types::I64, 2 * *groups as i64);
+                let f = self.loop_begin(zero, end, 1);
+                self.bind(l.var, f.var)?;
+                let v = self.b.use_var(f.var);
+                let word_ix = self.b.ins().ushr_imm_u(v, 4);
+                let word_off = self.b.ins().ishl_imm_u(word_ix, 2);
+                let wa = self.b.ins().iadd(a, word_off);
+                let word = self.b.ins().uload32(MemFlagsData::trusted(), wa, off);
+                let lane = self.b.ins().band_imm_u(v, 15);
+                let shift = self.b.ins().ishl_imm_u(lane, 1);
+                let bits = self.b.ins().ushr(word, shift);
+                let pos = self.b.ins().band_imm_u(bits, 3);
+                let group = self.b.ins().ushr_imm_u(v, 1);
+                let group_start = self.b.ins().ishl_imm_u(group, 2);
+                let c = self.b.ins().iadd(group_start, pos);
+                let cvar = self.b.declare_var(types::I64);
+                self.b.def_var(cvar, c);
+                self.bind(*coord, cvar)?;
+                let r = self.block(&l.body);
+                self.vars.remove(coord);
+                self.vars.remove(&l.var);
+                r?;
+                self.loop_end(f);
+                Ok(())
+            }
         }
     }
 
     fn bind(&mut self, v: VarId, var: Variable) -> Result<(), CodegenError> {
         if self.vars.insert(v, var).is_some() {
-            return Err(bad(format!("loop variable v{} bound twice in one nest", v.0)));
+            return Err(bad(format!(
+                "loop variable v{} bound twice in one nest",
+                v.0
+            )));
         }
         Ok(())
     }
@@ -920,7 +955,13 @@ impl<M: Module> Lower<'_, '_, M> {
         })
     }
 
-    fn helper(&mut self, name: &'static str, n_args: usize, arg: Type, ret: Type) -> Result<FuncRef, CodegenError> {
+    fn helper(
+        &mut self,
+        name: &'static str,
+        n_args: usize,
+        arg: Type,
+        ret: Type,
+    ) -> Result<FuncRef, CodegenError> {
         if let Some(f) = self.helpers.get(name) {
             return Ok(*f);
         }
@@ -947,7 +988,12 @@ impl<M: Module> Lower<'_, '_, M> {
     }
 
     /// Calls a scalar helper on every lane (or once in scalar mode).
-    fn lanewise(&mut self, name: &'static str, args: &[Value], ct: Ct) -> Result<Value, CodegenError> {
+    fn lanewise(
+        &mut self,
+        name: &'static str,
+        args: &[Value],
+        ct: Ct,
+    ) -> Result<Value, CodegenError> {
         let sty = ct.scalar();
         let f = self.helper(name, args.len(), sty, sty)?;
         if self.vec.is_none() {

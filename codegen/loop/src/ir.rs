@@ -89,7 +89,8 @@ pub struct Buffer {
 }
 
 /// An affine element index: `offset + Σ stride·var`. Strides are in elements and may be zero
-/// (broadcast) or negative (a reversed view); the verifier proves every access in bounds.
+/// (broadcast) or negative (a reversed view); the verifier proves every access whose variables
+/// have static ranges in bounds.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub struct Index {
     pub offset: i64,
@@ -145,8 +146,10 @@ pub enum BinOp {
     Pow,
 }
 
-/// A pure scalar expression. Its compute type is f64 if any load, accumulator or cast in it is
-/// f64, else f32 (the planner inserts explicit casts so that operands agree).
+/// A pure scalar expression. Its compute type is decided bottom-up (spec/loop-ir.md §2): a load
+/// has its buffer's compute type, an accumulator its `Let` type, a cast its target's compute
+/// type, an operation the wider of its operands'; constant-only subtrees take the type of the
+/// place they are used. The planner inserts explicit casts so that operands agree.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Expr {
     /// A constant, rounded to the expression's compute type.
@@ -197,7 +200,8 @@ pub enum Iter {
     Singleton { crd: BufId, pos_index: Index },
     /// 2:4 groups along an axis of extent `4·groups`: `var` runs over the `2·groups` kept values
     /// and `coord` is bound to `4·(var / 2) + meta(var)`, where `meta` is the 2-bit position read
-    /// from `meta` (layout in spec/formats.md, the one sparse tensor cores consume).
+    /// from `meta`: 2 bits per kept value, 16 per i32 word, value `var` at bits `2·(var % 16)`
+    /// of `meta[meta_index + var / 16]` (spec/loop-ir.md §3).
     TwoFour {
         groups: u64,
         meta: BufId,
@@ -251,7 +255,8 @@ pub struct MatView {
 #[derive(Debug, Clone, PartialEq)]
 pub enum LibCall {
     /// `c[b…] = a[b…] · b[b…]` (or `+=` with `accumulate`), `a` is m×k, `b` is k×n, `c` is m×n,
-    /// over the batch extents `batch`. Accumulates in f32 for f32/f16/bf16 operands.
+    /// over the batch extents `batch`. `a`, `b` and `c` share one element type. Accumulates in
+    /// f32 for f32/f16/bf16 operands.
     Gemm {
         m: u64,
         n: u64,

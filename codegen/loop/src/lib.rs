@@ -2,7 +2,7 @@
 //!
 //! - [`ir`]: the types (buffers, kernels, loops, accumulators, strided loads and stores,
 //!   elementwise expressions, library calls, sparse level iteration, GPU mapping).
-//! - [`print`]: the stable text form (`tdsl plan`, snapshots, the kernel cache key).
+//! - [`print`](mod@print): the stable text form (`tdsl plan`, snapshots, the kernel cache key).
 //! - [`verify`]: well-formedness and bounds, run after planning in debug builds and tests.
 //! - [`eval`]: a plain evaluator, so a wrong result bisects itself: interpreter ≠ evaluator is a
 //!   planner bug, evaluator ≠ JIT is a backend bug.
@@ -15,6 +15,7 @@ pub mod data;
 pub mod eval;
 pub mod ir;
 pub mod print;
+pub mod stats;
 pub mod verify;
 
 pub use data::Data;

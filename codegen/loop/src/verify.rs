@@ -34,9 +34,10 @@
 //!
 //! What it cannot check: positions and coordinates read from sparse data (a compressed level's
 //! variable and `coord`, a singleton's variable) have no static range, so accesses that depend
-//! on them (and a compressed level's `crd[var]` read) are not bounds-checked here. The runtime
-//! validates sparse buffers (monotone `ptr`, coordinates below the axis extent, 2:4 metadata)
-//! before a program runs, and the evaluator checks every access as it goes.
+//! on them (and a compressed level's `crd[var]` read) are not bounds-checked here. Whatever binds
+//! sparse data must validate it (monotone `ptr`, coordinates below the axis extent, 2:4
+//! positions) before a backend runs; the evaluator checks every access as it goes. Races between
+//! different variables and overlapping library-call operands are not detected either.
 
 use crate::ir::{
     AccId, BufId, ElemType, Expr, GpuAxis, Index, Iter, Kernel, LibCall, Loop, LoopProgram,
@@ -633,13 +634,539 @@ mod tests {
     }
 
     #[test]
-    fn dump() {
-        let cases = vec![
-            kernel(vec![range(0, 16, vec![store(7, v(0), ld(9, v(0)))])]),
-            kernel(vec![range(0, 16, vec![]), copy(0)]),
-        ];
-        for p in cases {
-            println!("{:?}", verify(&p));
+    fn fixtures_verify() {
+        for p in fixtures() {
+            check(&p, &[]);
         }
+        // A reversed view (negative stride) and a broadcast (zero stride) stay in bounds.
+        let reversed = store(1, ix(15, &[(0, -1)]), ld(0, ix(3, &[(1, 0), (0, 0)])));
+        check(
+            &kernel(vec![range(0, 16, vec![range(1, 4, vec![reversed])])]),
+            &[],
+        );
+    }
+
+    #[test]
+    fn unknown_buffers() {
+        check(
+            &kernel(vec![range(0, 16, vec![store(7, v(0), ld(9, v(1)))])]),
+            &[
+                "kernel k: load %9[v1]: buffer %9 does not exist (4 buffers)",
+                "kernel k: load %9[v1]: variable v1 is not bound by an enclosing loop",
+                "kernel k: store %7[v0]: buffer %7 does not exist (4 buffers)",
+            ],
+        );
+    }
+
+    #[test]
+    fn variables_must_be_in_scope() {
+        check(
+            &kernel(vec![range(0, 16, vec![]), copy(0)]),
+            &[
+                "kernel k: load %0[v0]: variable v0 is not bound by an enclosing loop",
+                "kernel k: store %1[v0]: variable v0 is not bound by an enclosing loop",
+            ],
+        );
+        // A compressed level's coordinate is bound only inside its loop, and its ptr index only
+        // sees enclosing variables.
+        let level = Stmt::Loop(loop_(
+            1,
+            Iter::Compressed {
+                ptr: BufId(2),
+                ptr_index: v(1),
+                crd: BufId(2),
+                coord: VarId(2),
+            },
+            vec![],
+        ));
+        check(
+            &kernel(vec![range(0, 4, vec![level, store(1, v(2), k(0.0))])]),
+            &[
+                "kernel k: compressed level of loop v1 reads ptr %2: variable v1 is not bound by an enclosing loop",
+                "kernel k: store %1[v2]: variable v2 is not bound by an enclosing loop",
+            ],
+        );
+    }
+
+    #[test]
+    fn accumulators_must_be_declared_in_an_enclosing_block() {
+        check(
+            &kernel(vec![update(0, AccOp::Add, k(1.0))]),
+            &["kernel k: accumulator a0 is updated but not declared in an enclosing block"],
+        );
+        // a0 lives until the end of the loop body that declares it.
+        check(
+            &kernel(vec![
+                range(0, 16, vec![let_(0, F32, k(0.0)), store(1, v(0), acc(0))]),
+                store(1, ix(0, &[]), acc(0)),
+            ]),
+            &["kernel k: accumulator a0 is read but not declared in an enclosing block"],
+        );
+        // A Let's initial value cannot read the accumulator it declares.
+        check(
+            &kernel(vec![let_(0, F32, bin(BinOp::Add, acc(0), k(1.0)))]),
+            &["kernel k: accumulator a0 is read but not declared in an enclosing block"],
+        );
+    }
+
+    #[test]
+    fn ids_are_defined_once_per_kernel() {
+        check(
+            &kernel(vec![
+                range(0, 16, vec![let_(0, F32, k(0.0))]),
+                range(0, 16, vec![let_(0, F32, k(0.0)), copy(0)]),
+            ]),
+            &[
+                "kernel k: variable v0 is defined twice",
+                "kernel k: accumulator a0 is declared twice",
+            ],
+        );
+        let level = Stmt::Loop(loop_(
+            1,
+            Iter::TwoFour {
+                groups: 2,
+                meta: BufId(2),
+                meta_index: ix(0, &[]),
+                coord: VarId(1),
+            },
+            vec![],
+        ));
+        check(
+            &kernel(vec![level]),
+            &["kernel k: variable v1 is defined twice"],
+        );
+        // The same ids in two kernels are fine.
+        let mut p = kernel(vec![range(0, 16, vec![let_(0, F32, k(0.0)), copy(0)])]);
+        let mut second = p.kernels[0].clone();
+        second.name = "k2".into();
+        p.kernels.push(second);
+        check(&p, &[]);
+    }
+
+    #[test]
+    fn accumulator_types_are_f32_or_f64() {
+        check(
+            &kernel(vec![let_(0, F16, k(0.0)), let_(1, I32, k(0.0))]),
+            &[
+                "kernel k: accumulator a0 has type f16; accumulators are f32 or f64",
+                "kernel k: accumulator a1 has type i32; accumulators are f32 or f64",
+            ],
+        );
+        check(
+            &kernel(vec![store(1, ix(0, &[]), cast(I32, k(1.5)))]),
+            &["kernel k: `cast<i32>(1.5)` casts to i32; casts are to float types"],
+        );
+    }
+
+    #[test]
+    fn inputs_are_read_only() {
+        check(
+            &kernel(vec![range(0, 16, vec![store(0, v(0), k(1.0))])]),
+            &["kernel k: store %0[v0] writes input 0; inputs are read-only"],
+        );
+        check(
+            &kernel(vec![gemm(
+                4,
+                4,
+                4,
+                &[],
+                view(1, 0, &[], 4, 1),
+                view(1, 0, &[], 4, 1),
+                view(0, 0, &[], 4, 1),
+            )]),
+            &["kernel k: gemm operand c = %0[4*r + 1*c] writes input 0; inputs are read-only"],
+        );
+    }
+
+    #[test]
+    fn i32_buffers_hold_only_sparse_indices() {
+        check(
+            &kernel(vec![range(0, 5, vec![store(1, v(0), ld(2, v(0)))])]),
+            &["kernel k: load %2[v0]: %2 (ptr: i32[5]) holds sparse indices, not values"],
+        );
+        check(
+            &kernel(vec![range(0, 5, vec![store(2, v(0), k(0.0))])]),
+            &["kernel k: store %2[v0]: %2 (ptr: i32[5]) holds sparse indices, not values"],
+        );
+        let level = Stmt::Loop(loop_(
+            1,
+            Iter::Compressed {
+                ptr: BufId(0),
+                ptr_index: ix(0, &[]),
+                crd: BufId(3),
+                coord: VarId(2),
+            },
+            vec![],
+        ));
+        check(
+            &kernel(vec![level]),
+            &[
+                "kernel k: compressed level of loop v1 reads ptr %0: %0 (x: f32[16]) must be i32 to hold sparse indices",
+                "kernel k: compressed level of loop v1 reads crd %3: %3 (t: f32[16]) must be i32 to hold sparse indices",
+            ],
+        );
+        check(
+            &kernel(vec![gemm(1, 1, 1, &[], view(2, 0, &[], 1, 1), view(0, 0, &[], 1, 1), view(1, 0, &[], 1, 1))]),
+            &["kernel k: gemm operand a = %2[1*r + 1*c]: %2 (ptr: i32[5]) holds sparse indices, not values"],
+        );
+    }
+
+    #[test]
+    fn extents_and_vector_widths() {
+        check(
+            &kernel(vec![
+                range(0, 0, vec![copy(0)]),
+                vector(range(1, 16, vec![copy(1)]), 0),
+            ]),
+            &[
+                "kernel k: loop v0 has extent 0",
+                "kernel k: loop v1 has vector width 0",
+            ],
+        );
+        let level = Stmt::Loop(loop_(
+            1,
+            Iter::TwoFour {
+                groups: 0,
+                meta: BufId(2),
+                meta_index: ix(0, &[]),
+                coord: VarId(2),
+            },
+            vec![],
+        ));
+        check(
+            &kernel(vec![level]),
+            &["kernel k: 2:4 loop v1 has 0 groups"],
+        );
+        // Only innermost loops are vectorised.
+        check(
+            &kernel(vec![vector(
+                range(
+                    0,
+                    4,
+                    vec![range(
+                        1,
+                        4,
+                        vec![store(1, ix(0, &[(0, 4), (1, 1)]), k(0.0))],
+                    )],
+                ),
+                4,
+            )]),
+            &["kernel k: loop v0 is vectorised (4 lanes) but is not innermost"],
+        );
+        let call = gemm(
+            1,
+            1,
+            1,
+            &[],
+            view(0, 0, &[], 1, 1),
+            view(0, 0, &[], 1, 1),
+            view(1, 0, &[], 1, 1),
+        );
+        check(
+            &kernel(vec![vector(range(0, 4, vec![call]), 4)]),
+            &["kernel k: loop v0 is vectorised (4 lanes) but is not innermost"],
+        );
+    }
+
+    #[test]
+    fn parallel_loops_do_not_race() {
+        // Updating an accumulator declared outside the loop.
+        check(
+            &kernel(vec![
+                let_(0, F32, k(0.0)),
+                par(range(0, 16, vec![update(0, AccOp::Add, ld(0, v(0)))])),
+                store(1, ix(0, &[]), acc(0)),
+            ]),
+            &["kernel k: parallel loop v0 updates accumulator a0 declared outside it: iterations race"],
+        );
+        // An accumulator declared between two parallel loops races in the inner one.
+        check(
+            &kernel(vec![par(range(
+                0,
+                4,
+                vec![
+                    let_(0, F32, k(0.0)),
+                    par(range(1, 4, vec![update(0, AccOp::Add, ld(0, ix(0, &[(0, 4), (1, 1)])))])),
+                    store(1, v(0), acc(0)),
+                ],
+            ))]),
+            &["kernel k: parallel loop v1 updates accumulator a0 declared outside it: iterations race"],
+        );
+        // Every iteration storing to the same element.
+        check(
+            &kernel(vec![par(range(
+                0,
+                4,
+                vec![range(
+                    1,
+                    4,
+                    vec![store(1, v(1), ld(0, ix(0, &[(0, 4), (1, 1)])))],
+                )],
+            ))]),
+            &["kernel k: store %1[v1] does not depend on parallel loop v0: iterations race"],
+        );
+        check(
+            &kernel(vec![par(range(
+                0,
+                2,
+                vec![gemm(
+                    1,
+                    1,
+                    1,
+                    &[],
+                    view(0, 0, &[], 1, 1),
+                    view(0, 0, &[], 1, 1),
+                    view(1, 0, &[], 1, 1),
+                )],
+            ))]),
+            &["kernel k: gemm inside parallel loop v0: every iteration writes the same output"],
+        );
+        // A parallel loop that runs once cannot race; one over a sparse level may store through
+        // its coordinate.
+        check(
+            &kernel(vec![
+                let_(0, F32, k(0.0)),
+                par(range(
+                    0,
+                    1,
+                    vec![update(0, AccOp::Add, k(1.0)), store(1, ix(0, &[]), acc(0))],
+                )),
+            ]),
+            &[],
+        );
+        let mut level = loop_(
+            1,
+            Iter::Compressed {
+                ptr: BufId(2),
+                ptr_index: v(0),
+                crd: BufId(2),
+                coord: VarId(2),
+            },
+            vec![store(1, v(2), k(1.0))],
+        );
+        level.parallel = true;
+        check(&kernel(vec![range(0, 4, vec![Stmt::Loop(level)])]), &[]);
+    }
+
+    #[test]
+    fn gpu_axes_are_mapped_once_per_nest() {
+        let mut inner = loop_(
+            1,
+            Iter::Range { extent: 4 },
+            vec![store(1, ix(0, &[(0, 4), (1, 1)]), k(0.0))],
+        );
+        inner.gpu = Some(GpuAxis::ThreadX);
+        let mut outer = loop_(
+            0,
+            Iter::Range { extent: 4 },
+            vec![Stmt::Loop(inner.clone())],
+        );
+        outer.gpu = Some(GpuAxis::ThreadX);
+        check(
+            &kernel(vec![Stmt::Loop(outer.clone())]),
+            &["kernel k: loops v0 and v1 are both mapped to gpu thread.x"],
+        );
+        outer.gpu = Some(GpuAxis::BlockX);
+        check(&kernel(vec![Stmt::Loop(outer)]), &[]);
+    }
+
+    #[test]
+    fn dense_accesses_stay_in_bounds() {
+        check(
+            &kernel(vec![range(0, 4, vec![range(1, 5, vec![store(1, ix(0, &[(0, 4), (1, 1)]), ld(0, ix(-1, &[(0, 4), (1, 1)])))])])]),
+            &[
+                "kernel k: load %0[4*v0 + v1 - 1] reaches elements -1..=15 of %0 (x: f32[16]), outside 0..16",
+                "kernel k: store %1[4*v0 + v1] reaches elements 0..=16 of %1 (y: f32[16]), outside 0..16",
+            ],
+        );
+        check(
+            &kernel(vec![range(0, 16, vec![store(1, ix(14, &[(0, -1)]), k(0.0))])]),
+            &["kernel k: store %1[-v0 + 14] reaches elements -1..=14 of %1 (y: f32[16]), outside 0..16"],
+        );
+        // Strides and offsets near i64's limits do not overflow.
+        check(
+            &kernel(vec![range(0, 16, vec![store(1, ix(i64::MAX, &[(0, i64::MAX)]), k(0.0))])]),
+            &["kernel k: store %1[9223372036854775807*v0 + 9223372036854775807] reaches elements 9223372036854775807..=147573952589676412912 of %1 (y: f32[16]), outside 0..16"],
+        );
+    }
+
+    #[test]
+    fn sparse_level_reads_stay_in_bounds() {
+        // ptr has 5 elements: rows 0..4 read ptr[v0] and ptr[v0 + 1].
+        let compressed = |rows| {
+            range(
+                0,
+                rows,
+                vec![Stmt::Loop(loop_(
+                    1,
+                    Iter::Compressed {
+                        ptr: BufId(2),
+                        ptr_index: v(0),
+                        crd: BufId(2),
+                        coord: VarId(2),
+                    },
+                    // Accesses through sparse positions and coordinates are not checked.
+                    vec![store(1, ix(0, &[(2, 1000), (1, -7)]), k(1.0))],
+                ))],
+            )
+        };
+        check(&kernel(vec![compressed(4)]), &[]);
+        check(
+            &kernel(vec![compressed(5)]),
+            &["kernel k: compressed level of loop v1 reads ptr %2 reaches elements 0..=5 of %2 (ptr: i32[5]), outside 0..5"],
+        );
+        let singleton = |offset| {
+            range(
+                0,
+                4,
+                vec![Stmt::Loop(loop_(
+                    1,
+                    Iter::Singleton {
+                        crd: BufId(2),
+                        pos_index: ix(offset, &[(0, 1)]),
+                    },
+                    vec![],
+                ))],
+            )
+        };
+        check(&kernel(vec![singleton(1)]), &[]);
+        check(
+            &kernel(vec![singleton(2)]),
+            &["kernel k: singleton level of loop v1 reads crd %2 reaches elements 2..=5 of %2 (ptr: i32[5]), outside 0..5"],
+        );
+        // 2:4 with 20 groups keeps 40 values: 3 metadata words a row. Its variable runs over
+        // 0..40 and its coordinate over 0..80, both checked statically.
+        let two_four = |rows, x_stride| {
+            range(
+                0,
+                rows,
+                vec![Stmt::Loop(loop_(
+                    1,
+                    Iter::TwoFour {
+                        groups: 20,
+                        meta: BufId(2),
+                        meta_index: ix(0, &[(0, 2)]),
+                        coord: VarId(2),
+                    },
+                    vec![store(1, ix(0, &[(2, x_stride)]), ld(0, ix(0, &[(1, 0)])))],
+                ))],
+            )
+        };
+        let mut p = kernel(vec![two_four(2, 0)]);
+        check(&p, &[]);
+        p.kernels[0].body = vec![two_four(3, 0)];
+        check(
+            &p,
+            &["kernel k: 2:4 level of loop v1 reads meta %2 reaches elements 0..=6 of %2 (ptr: i32[5]), outside 0..5"],
+        );
+        p.buffers[1].elems = 80;
+        p.kernels[0].body = vec![two_four(2, 1)];
+        check(&p, &[]);
+        p.buffers[1].elems = 79;
+        check(
+            &p,
+            &["kernel k: store %1[v2] reaches elements 0..=79 of %1 (y: f32[79]), outside 0..79"],
+        );
+    }
+
+    #[test]
+    fn gemm_views_stay_in_bounds() {
+        // Two 2×2 batches of a (row-major) times a shared b into c, all in 16-element buffers;
+        // a third batch still fits in a but not in c.
+        let a = view(0, 0, &[4], 2, 1);
+        let shared = view(3, 12, &[0], 1, 2);
+        let c = view(1, 8, &[4], 2, 1);
+        check(
+            &kernel(vec![gemm(
+                2,
+                2,
+                2,
+                &[2],
+                a.clone(),
+                shared.clone(),
+                c.clone(),
+            )]),
+            &[],
+        );
+        check(
+            &kernel(vec![gemm(2, 2, 2, &[3], a.clone(), shared.clone(), c.clone())]),
+            &["kernel k: gemm operand c = %1[4*b0 + 2*r + 1*c + 8] reaches elements 8..=19 of %1 (y: f32[16]), outside 0..16"],
+        );
+        check(
+            &kernel(vec![gemm(
+                0,
+                2,
+                2,
+                &[0],
+                a.clone(),
+                shared.clone(),
+                c.clone(),
+            )]),
+            &[
+                "kernel k: gemm has m = 0",
+                "kernel k: gemm has a batch extent of 0",
+            ],
+        );
+        check(
+            &kernel(vec![gemm(2, 2, 2, &[2], view(0, 0, &[], 2, 1), shared, c)]),
+            &["kernel k: gemm operand a = %0[2*r + 1*c] has 0 batch strides for 1 batch axes"],
+        );
+        let reversed = view(0, 15, &[], -4, -1);
+        check(
+            &kernel(vec![gemm(
+                4,
+                4,
+                4,
+                &[],
+                reversed.clone(),
+                reversed,
+                view(1, 0, &[], 4, 1),
+            )]),
+            &[],
+        );
+    }
+
+    #[test]
+    fn roles_and_kernel_names_are_distinct() {
+        let mut p = kernel(vec![]);
+        p.buffers[2].role = Role::Input(0);
+        p.buffers[3].role = Role::Output(2);
+        p.kernels.push(p.kernels[0].clone());
+        check(
+            &p,
+            &[
+                "program: input 0 is both %0 and %2",
+                "program: outputs are numbered 0, 2, not 0..2",
+                "program: two kernels are named `k`",
+            ],
+        );
+    }
+
+    #[test]
+    fn errors_display_their_kernel() {
+        let e = VerifyError {
+            kernel: "k0".into(),
+            message: "m".into(),
+        };
+        assert_eq!(e.to_string(), "kernel k0: m");
+        let e = VerifyError {
+            kernel: String::new(),
+            message: "m".into(),
+        };
+        assert_eq!(e.to_string(), "program: m");
+    }
+
+    #[test]
+    fn every_problem_is_reported() {
+        let body = vec![
+            let_(0, F16, k(0.0)),
+            range(0, 0, vec![store(0, v(0), acc(5))]),
+            Stmt::Loop(Loop {
+                vector: 0,
+                ..loop_(0, Iter::Range { extent: 20 }, vec![store(1, v(0), k(0.0))])
+            }),
+        ];
+        let errors = verify(&kernel(body)).unwrap_err();
+        assert_eq!(errors.len(), 7, "{errors:#?}");
     }
 }

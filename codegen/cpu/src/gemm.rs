@@ -1,0 +1,280 @@
+//! `LibCall::Gemm` on host buffers through the `gemm` crate.
+//!
+//! f32, f64 and f16 products whose three operands share one type run directly on the strided
+//! buffers (`gemm` takes any signed row and column strides). Anything else (bf16, mixed types)
+//! packs the operands into dense f32 (f64 if one operand is f64) temporaries, multiplies, and
+//! rounds the result back to nearest even. An operand that is the destination buffer itself is
+//! packed first, so the destination never overlaps an operand.
+
+use half::{bf16, f16};
+use tdsl_loop::{Data, ElemType, MatView};
+
+use crate::jit::{self, MatMut, MatRef};
+
+/// The fields of a `LibCall::Gemm`.
+pub(crate) struct GemmCall<'a> {
+    pub m: u64,
+    pub n: u64,
+    pub k: u64,
+    pub batch: &'a [u64],
+    pub a: &'a MatView,
+    pub b: &'a MatView,
+    pub c: &'a MatView,
+    pub accumulate: bool,
+}
+
+/// Element offsets of every batch of a view, batch axes in row-major order.
+fn batch_offsets(v: &MatView, batch: &[u64]) -> Vec<isize> {
+    let mut out = vec![v.offset as isize];
+    for (ext, stride) in batch.iter().zip(&v.batch_strides) {
+        let mut next = Vec::with_capacity(out.len() * *ext as usize);
+        for o in &out {
+            for i in 0..*ext as isize {
+                next.push(o + i * *stride as isize);
+            }
+        }
+        out = next;
+    }
+    out
+}
+
+/// An element type `gemm` multiplies natively.
+trait Elem: Copy + Send + Sync + 'static {
+    const ZERO: Self;
+    const ONE: Self;
+    fn slice(d: &Data) -> Option<&[Self]>;
+    fn slice_mut(d: &mut Data) -> Option<&mut [Self]>;
+    fn from_f64(x: f64) -> Self;
+    fn store(self, d: &mut Data, i: usize);
+}
+
+impl Elem for f32 {
+    const ZERO: f32 = 0.0;
+    const ONE: f32 = 1.0;
+    fn slice(d: &Data) -> Option<&[f32]> {
+        match d {
+            Data::F32(v) => Some(v),
+            _ => None,
+        }
+    }
+    fn slice_mut(d: &mut Data) -> Option<&mut [f32]> {
+        match d {
+            Data::F32(v) => Some(v),
+            _ => None,
+        }
+    }
+    fn from_f64(x: f64) -> f32 {
+        x as f32
+    }
+    fn store(self, d: &mut Data, i: usize) {
+        match d {
+            Data::F32(v) => v[i] = self,
+            Data::F64(v) => v[i] = self as f64,
+            Data::F16(v) => v[i] = f16::from_f32(self),
+            Data::BF16(v) => v[i] = bf16::from_f32(self),
+            Data::I32(v) => v[i] = self as i32,
+        }
+    }
+}
+
+impl Elem for f64 {
+    const ZERO: f64 = 0.0;
+    const ONE: f64 = 1.0;
+    fn slice(d: &Data) -> Option<&[f64]> {
+        match d {
+            Data::F64(v) => Some(v),
+            _ => None,
+        }
+    }
+    fn slice_mut(d: &mut Data) -> Option<&mut [f64]> {
+        match d {
+            Data::F64(v) => Some(v),
+            _ => None,
+        }
+    }
+    fn from_f64(x: f64) -> f64 {
+        x
+    }
+    fn store(self, d: &mut Data, i: usize) {
+        d.set(i, self)
+    }
+}
+
+impl Elem for f16 {
+    const ZERO: f16 = f16::ZERO;
+    const ONE: f16 = f16::ONE;
+    fn slice(d: &Data) -> Option<&[f16]> {
+        match d {
+            Data::F16(v) => Some(v),
+            _ => None,
+        }
+    }
+    fn slice_mut(d: &mut Data) -> Option<&mut [f16]> {
+        match d {
+            Data::F16(v) => Some(v),
+            _ => None,
+        }
+    }
+    fn from_f64(x: f64) -> f16 {
+        f16::from_f64(x)
+    }
+    fn store(self, d: &mut Data, i: usize) {
+        d.set(i, self.to_f64())
+    }
+}
+
+/// A view packed densely: `[batch][rows][cols]`.
+fn pack<T: Elem>(d: &Data, v: &MatView, batch: &[u64], rows: u64, cols: u64) -> Vec<T> {
+    let offs = batch_offsets(v, batch);
+    let mut out = Vec::with_capacity(offs.len() * (rows * cols) as usize);
+    for o in offs {
+        for r in 0..rows as isize {
+            for c in 0..cols as isize {
+                let i = o + r * v.row_stride as isize + c * v.col_stride as isize;
+                out.push(T::from_f64(d.get(i as usize)));
+            }
+        }
+    }
+    out
+}
+
+fn unpack<T: Elem>(src: &[T], d: &mut Data, v: &MatView, batch: &[u64], rows: u64, cols: u64) {
+    let mut it = src.iter();
+    for o in batch_offsets(v, batch) {
+        for r in 0..rows as isize {
+            for c in 0..cols as isize {
+                let i = o + r * v.row_stride as isize + c * v.col_stride as isize;
+                if let Some(x) = it.next() {
+                    x.store(d, i as usize);
+                }
+            }
+        }
+    }
+}
+
+fn dense_offsets(n_batch: usize, rows: u64, cols: u64) -> Vec<isize> {
+    (0..n_batch)
+        .map(|b| (b as u64 * rows * cols) as isize)
+        .collect()
+}
+
+/// The view of one operand: its packed copy, or the buffer itself.
+fn view_ref<'a, T: Elem>(
+    v: &MatView,
+    batch: &[u64],
+    packed: &'a Option<Vec<T>>,
+    rows: u64,
+    cols: u64,
+    n_batch: usize,
+    buffer: Option<&'a Data>,
+) -> Result<MatRef<'a, T>, String> {
+    Ok(match packed {
+        Some(p) => MatRef {
+            data: p.as_slice(),
+            offsets: dense_offsets(n_batch, rows, cols),
+            rs: cols as isize,
+            cs: 1,
+        },
+        None => MatRef {
+            data: buffer.and_then(T::slice).ok_or("gemm: operand type")?,
+            offsets: batch_offsets(v, batch),
+            rs: v.row_stride as isize,
+            cs: v.col_stride as isize,
+        },
+    })
+}
+
+/// Runs one GEMM. The views were bounds-checked by `check::check_bounds`; `jit::gemm_batched`
+/// checks them again against the slices. Returns an error message on a backend bug.
+pub(crate) fn run(g: &GemmCall<'_>, bufs: &mut [Data], threads: usize) -> Result<(), String> {
+    let ty = |v: &MatView| bufs[v.buf.0 as usize].ty();
+    let (ta, tb, tc) = (ty(g.a), ty(g.b), ty(g.c));
+    if ta == tb && tb == tc {
+        match tc {
+            ElemType::F32 => return run_typed::<f32>(g, bufs, threads, true),
+            ElemType::F64 => return run_typed::<f64>(g, bufs, threads, true),
+            ElemType::F16 => return run_typed::<f16>(g, bufs, threads, true),
+            _ => {}
+        }
+    }
+    if [ta, tb, tc].contains(&ElemType::F64) {
+        run_typed::<f64>(g, bufs, threads, false)
+    } else {
+        run_typed::<f32>(g, bufs, threads, false)
+    }
+}
+
+/// One GEMM computing in `T`. Operands not of type `T`, or aliasing the destination, are
+/// packed; a destination not of type `T` (`direct_c == false` or another type) goes through a
+/// temporary.
+fn run_typed<T: Elem>(
+    g: &GemmCall<'_>,
+    bufs: &mut [Data],
+    threads: usize,
+    direct_ok: bool,
+) -> Result<(), String> {
+    let (m, n, k) = (g.m, g.n, g.k);
+    let n_batch: usize = g.batch.iter().product::<u64>() as usize;
+    let ci = g.c.buf.0 as usize;
+    let operand = |v: &MatView, rows: u64, cols: u64, bufs: &[Data]| -> Option<Vec<T>> {
+        let d = &bufs[v.buf.0 as usize];
+        let direct = direct_ok && T::slice(d).is_some() && v.buf.0 as usize != ci;
+        (!direct).then(|| pack::<T>(d, v, g.batch, rows, cols))
+    };
+    let pa = operand(g.a, m, k, bufs);
+    let pb = operand(g.b, k, n, bufs);
+    let c_direct = T::slice(&bufs[ci]).is_some();
+    let mut pc: Option<Vec<T>> = if c_direct {
+        None
+    } else if g.accumulate {
+        Some(pack::<T>(&bufs[ci], g.c, g.batch, m, n))
+    } else {
+        Some(vec![T::ZERO; n_batch * (m * n) as usize])
+    };
+
+    // Borrow the destination mutably and the operand buffers shared, without overlap.
+    let (before, rest) = bufs.split_at_mut(ci);
+    let (c_data, after) = rest
+        .split_first_mut()
+        .ok_or("gemm: no destination buffer")?;
+    let shared = |i: usize| -> Option<&Data> {
+        match i.cmp(&ci) {
+            std::cmp::Ordering::Less => before.get(i),
+            std::cmp::Ordering::Equal => None,
+            std::cmp::Ordering::Greater => after.get(i - ci - 1),
+        }
+    };
+    let lhs = view_ref(g.a, g.batch, &pa, m, k, n_batch, shared(g.a.buf.0 as usize))?;
+    let rhs = view_ref(g.b, g.batch, &pb, k, n, n_batch, shared(g.b.buf.0 as usize))?;
+    let dst = match &mut pc {
+        Some(p) => MatMut {
+            data: p.as_mut_slice(),
+            offsets: dense_offsets(n_batch, m, n),
+            rs: n as isize,
+            cs: 1,
+        },
+        None => MatMut {
+            data: T::slice_mut(c_data).ok_or("gemm: destination type")?,
+            offsets: batch_offsets(g.c, g.batch),
+            rs: g.c.row_stride as isize,
+            cs: g.c.col_stride as isize,
+        },
+    };
+    jit::gemm_batched(
+        m as usize,
+        n as usize,
+        k as usize,
+        dst,
+        lhs,
+        rhs,
+        g.accumulate,
+        T::ONE,
+        T::ZERO,
+        threads,
+    )
+    .map_err(|_| "gemm: a view does not fit its buffer".to_string())?;
+    if let Some(p) = pc {
+        unpack(&p, c_data, g.c, g.batch, m, n);
+    }
+    Ok(())
+}

@@ -1,0 +1,154 @@
+//! Builders for hand-written loop programs and comparison helpers shared by the tests.
+
+#![allow(dead_code)]
+
+use tdsl_loop::*;
+
+pub fn buffer(name: &str, ty: ElemType, elems: u64, role: Role) -> Buffer {
+    Buffer {
+        name: name.into(),
+        ty,
+        elems,
+        role,
+    }
+}
+
+pub fn ix(offset: i64, terms: &[(u32, i64)]) -> Index {
+    Index {
+        offset,
+        terms: terms.iter().map(|&(v, s)| (VarId(v), s)).collect(),
+    }
+}
+
+pub fn load(b: u32, index: Index) -> Expr {
+    Expr::Load {
+        buf: BufId(b),
+        index,
+    }
+}
+
+pub fn c(x: f64) -> Expr {
+    Expr::Const(x)
+}
+
+pub fn acc(a: u32) -> Expr {
+    Expr::Acc(AccId(a))
+}
+
+pub fn un(op: UnOp, x: Expr) -> Expr {
+    Expr::Unary(op, Box::new(x))
+}
+
+pub fn bin(op: BinOp, x: Expr, y: Expr) -> Expr {
+    Expr::Binary(op, Box::new(x), Box::new(y))
+}
+
+pub fn cast(t: ElemType, x: Expr) -> Expr {
+    Expr::Cast(t, Box::new(x))
+}
+
+pub fn range(var: u32, extent: u64, parallel: bool, vector: u32, body: Vec<Stmt>) -> Stmt {
+    Stmt::Loop(Loop {
+        var: VarId(var),
+        iter: Iter::Range { extent },
+        parallel,
+        vector,
+        gpu: None,
+        body,
+    })
+}
+
+pub fn store(b: u32, index: Index, value: Expr) -> Stmt {
+    Stmt::Store {
+        buf: BufId(b),
+        index,
+        value,
+    }
+}
+
+pub fn let_(a: u32, ty: ElemType, init: Expr) -> Stmt {
+    Stmt::Let {
+        acc: AccId(a),
+        ty,
+        init,
+    }
+}
+
+pub fn update(a: u32, op: AccOp, value: Expr) -> Stmt {
+    Stmt::Update {
+        acc: AccId(a),
+        op,
+        value,
+    }
+}
+
+pub fn kernel(name: &str, body: Vec<Stmt>) -> Kernel {
+    Kernel {
+        name: name.into(),
+        origin: name.into(),
+        body,
+    }
+}
+
+pub fn program(buffers: Vec<Buffer>, kernels: Vec<Kernel>) -> LoopProgram {
+    LoopProgram { buffers, kernels }
+}
+
+/// Deterministic pseudo-random values in [-1, 1).
+pub fn values(n: usize, seed: u64) -> Vec<f64> {
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((s >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+pub fn data(ty: ElemType, xs: &[f64]) -> Data {
+    let mut d = Data::zeros(ty, xs.len());
+    for (i, x) in xs.iter().enumerate() {
+        d.set(i, *x);
+    }
+    d
+}
+
+/// Asserts `got` ≈ `want` elementwise: |g − w| ≤ tol·(1 + |w|), NaN matching NaN.
+pub fn assert_close(got: &Data, want: &[f64], tol: f64) {
+    assert_eq!(got.len(), want.len(), "lengths differ");
+    for (i, w) in want.iter().enumerate() {
+        let g = got.get(i);
+        if w.is_nan() {
+            assert!(g.is_nan(), "element {i}: got {g}, want NaN");
+            continue;
+        }
+        assert!(
+            (g - w).abs() <= tol * (1.0 + w.abs()) || g == *w,
+            "element {i}: got {g}, want {w} (tolerance {tol})"
+        );
+    }
+}
+
+/// Runs `p` through `tdsl_loop::eval`-free direct execution on the CPU backend.
+pub fn run(p: &LoopProgram, bufs: &mut [Data], threads: usize) -> tdsl_cpu::RunStats {
+    let mut be = tdsl_cpu::CpuBackend::new().expect("host target");
+    let exe = be.compile(p).expect("compiles");
+    exe.run(bufs, threads).expect("runs")
+}
+
+/// Runs `p` on copies of `bufs` through the CPU backend (on `threads` threads) and through
+/// `tdsl_loop::eval`, and asserts every buffer agrees within `tol`. Returns the backend's buffers.
+pub fn agree_with_eval(p: &LoopProgram, bufs: &[Data], threads: usize, tol: f64) -> Vec<Data> {
+    let mut jit = bufs.to_vec();
+    run(p, &mut jit, threads);
+    let mut ev = bufs.to_vec();
+    tdsl_loop::eval::eval(p, &mut ev).expect("the evaluator runs the program");
+    for (j, e) in jit.iter().zip(&ev) {
+        assert_close(j, &e.to_f64(), tol);
+    }
+    jit
+}

@@ -1,0 +1,1472 @@
+//! Hand-built loop programs run through the CPU backend and compared with values computed
+//! directly in the test: elementwise with broadcasts, transpose, row reductions with every
+//! accumulator operation, fused softmax, f16/bf16/f64, batched strided GEMM, CSR SpMV and COO,
+//! plus the cache, the FMA disassembly and the run-time checks.
+
+mod common;
+
+use common::*;
+use half::{bf16, f16};
+use tdsl_cpu::{CodegenError, CpuBackend, CpuOptions, OptLevel, RuntimeError};
+use tdsl_loop::*;
+
+use ElemType::{BF16, F16, F32, F64, I32};
+
+fn input(name: &str, ty: ElemType, n: u64, k: u32) -> Buffer {
+    buffer(name, ty, n, Role::Input(k))
+}
+
+fn output(name: &str, ty: ElemType, n: u64) -> Buffer {
+    buffer(name, ty, n, Role::Output(0))
+}
+
+/// `out[i, j] = a[i, j] * b[j] + rowb[i] + bias[0]`: a unit-stride load, a row broadcast
+/// (stride 0 in `j`), a column broadcast (stride 0 in `i`) and a scalar (stride 0 in both).
+fn broadcast_program(r: u64, c: u64, vector: u32) -> LoopProgram {
+    let ci = c as i64;
+    let body = bin(
+        BinOp::Add,
+        bin(
+            BinOp::Add,
+            bin(
+                BinOp::Mul,
+                load(0, ix(0, &[(0, ci), (1, 1)])),
+                load(1, ix(0, &[(0, 0), (1, 1)])),
+            ),
+            load(2, ix(0, &[(0, 1), (1, 0)])),
+        ),
+        load(3, ix(0, &[])),
+    );
+    program(
+        vec![
+            input("a", F32, r * c, 0),
+            input("b", F32, c, 1),
+            input("rowb", F32, r, 2),
+            input("bias", F32, 1, 3),
+            output("out", F32, r * c),
+        ],
+        vec![kernel(
+            "bcast",
+            vec![range(
+                0,
+                r,
+                true,
+                1,
+                vec![range(
+                    1,
+                    c,
+                    false,
+                    vector,
+                    vec![store(4, ix(0, &[(0, ci), (1, 1)]), body)],
+                )],
+            )],
+        )],
+    )
+}
+
+#[test]
+fn elementwise_with_broadcasts() {
+    for (r, c) in [(1, 1), (7, 13), (3, 4), (5, 17), (300, 257)] {
+        for vector in [1, 4] {
+            for threads in [1, 2] {
+                let p = broadcast_program(r, c, vector);
+                let (a, b, rb) = (
+                    values((r * c) as usize, 1),
+                    values(c as usize, 2),
+                    values(r as usize, 3),
+                );
+                let bias = [0.25];
+                let mut bufs = vec![
+                    data(F32, &a),
+                    data(F32, &b),
+                    data(F32, &rb),
+                    data(F32, &bias),
+                    Data::zeros(F32, (r * c) as usize),
+                ];
+                agree_with_eval(&p, &bufs, threads, 1e-6);
+                let stats = run(&p, &mut bufs, threads);
+                let want: Vec<f64> = (0..(r * c) as usize)
+                    .map(|n| {
+                        let (i, j) = (n / c as usize, n % c as usize);
+                        a[n] * b[j] + rb[i] + 0.25
+                    })
+                    .collect();
+                assert_close(&bufs[4], &want, 1e-6);
+                if threads == 2 && r * c > 64 * 1024 {
+                    assert_eq!(stats.tasks, 2, "a big parallel loop is split");
+                }
+                if r * c < 1000 {
+                    assert_eq!(stats.tasks, 1, "a small problem stays on one thread");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn transpose() {
+    let (r, c) = (9u64, 14u64);
+    for vector in [1, 4] {
+        // out[j, i] = a[i, j] (strided store) and back[i, j] = out[j, i] (strided load).
+        let p = program(
+            vec![
+                input("a", F32, r * c, 0),
+                output("out", F32, r * c),
+                output("back", F32, r * c),
+            ],
+            vec![
+                kernel(
+                    "t",
+                    vec![range(
+                        0,
+                        r,
+                        true,
+                        1,
+                        vec![range(
+                            1,
+                            c,
+                            false,
+                            vector,
+                            vec![store(
+                                1,
+                                ix(0, &[(1, r as i64), (0, 1)]),
+                                load(0, ix(0, &[(0, c as i64), (1, 1)])),
+                            )],
+                        )],
+                    )],
+                ),
+                kernel(
+                    "back",
+                    vec![range(
+                        0,
+                        r,
+                        true,
+                        1,
+                        vec![range(
+                            1,
+                            c,
+                            false,
+                            vector,
+                            vec![store(
+                                2,
+                                ix(0, &[(0, c as i64), (1, 1)]),
+                                load(1, ix(0, &[(1, r as i64), (0, 1)])),
+                            )],
+                        )],
+                    )],
+                ),
+            ],
+        );
+        let a = values((r * c) as usize, 4);
+        let mut bufs = vec![
+            data(F32, &a),
+            Data::zeros(F32, (r * c) as usize),
+            Data::zeros(F32, (r * c) as usize),
+        ];
+        let a = bufs[0].to_f64();
+        run(&p, &mut bufs, 1);
+        let want: Vec<f64> = (0..(r * c) as usize)
+            .map(|n| {
+                let (j, i) = (n / r as usize, n % r as usize);
+                a[i * c as usize + j]
+            })
+            .collect();
+        assert_close(&bufs[1], &want, 0.0);
+        assert_close(&bufs[2], &a, 0.0);
+    }
+}
+
+/// `y[i] = op_j x[i, j]` with accumulator init `init`.
+fn row_reduce(r: u64, c: u64, op: AccOp, init: f64, vector: u32, ty: ElemType) -> LoopProgram {
+    let acc_ty = ty.compute();
+    program(
+        vec![input("x", ty, r * c, 0), output("y", ty, r)],
+        vec![kernel(
+            "reduce",
+            vec![range(
+                0,
+                r,
+                true,
+                1,
+                vec![
+                    let_(0, acc_ty, c_(init)),
+                    range(
+                        1,
+                        c,
+                        false,
+                        vector,
+                        vec![update(0, op, load(0, ix(0, &[(0, c as i64), (1, 1)])))],
+                    ),
+                    store(1, ix(0, &[(0, 1)]), acc(0)),
+                ],
+            )],
+        )],
+    )
+}
+
+fn c_(x: f64) -> Expr {
+    common::c(x)
+}
+
+fn reduce_ref(op: AccOp, init: f64, xs: &[f64]) -> f64 {
+    xs.iter().fold(init, |a, &x| match op {
+        AccOp::Set => x,
+        AccOp::Add => a + x,
+        AccOp::Mul => a * x,
+        AccOp::Max => {
+            if a.is_nan() || x.is_nan() {
+                f64::NAN
+            } else {
+                a.max(x)
+            }
+        }
+        AccOp::Min => {
+            if a.is_nan() || x.is_nan() {
+                f64::NAN
+            } else {
+                a.min(x)
+            }
+        }
+    })
+}
+
+#[test]
+fn row_reductions_every_acc_op() {
+    let ops = [
+        (AccOp::Set, 0.0),
+        (AccOp::Add, 0.0),
+        (AccOp::Mul, 1.0),
+        (AccOp::Max, f64::NEG_INFINITY),
+        (AccOp::Min, f64::INFINITY),
+    ];
+    for ty in [F32, F64] {
+        for (op, init) in ops {
+            for c in [1u64, 3, 4, 16, 17, 37, 100] {
+                for vector in [1, 4] {
+                    let r = 6u64;
+                    let p = row_reduce(r, c, op, init, vector, ty);
+                    let mut x: Vec<f64> = values((r * c) as usize, c + 7)
+                        .into_iter()
+                        .map(|v| if op == AccOp::Mul { 1.0 + v / 8.0 } else { v })
+                        .collect();
+                    // Row 2 holds a NaN: max and min must propagate it.
+                    x[(2 * c + c / 2) as usize] = f64::NAN;
+                    let xd = data(ty, &x);
+                    let xr = xd.to_f64();
+                    let mut bufs = vec![xd, Data::zeros(ty, r as usize)];
+                    let tol = if ty == F32 { 1e-5 } else { 1e-12 };
+                    agree_with_eval(&p, &bufs, 1, tol);
+                    run(&p, &mut bufs, 1);
+                    let want: Vec<f64> = (0..r as usize)
+                        .map(|i| reduce_ref(op, init, &xr[i * c as usize..(i + 1) * c as usize]))
+                        .collect();
+                    let tol = if ty == F32 { 1e-5 } else { 1e-12 };
+                    assert_close(&bufs[1], &want, tol);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn fused_softmax() {
+    let (r, c) = (5u64, 50u64);
+    let ci = c as i64;
+    let x_at = |v: u32| load(0, ix(0, &[(0, ci), (v, 1)]));
+    let p = program(
+        vec![input("x", F32, r * c, 0), output("y", F32, r * c)],
+        vec![kernel(
+            "softmax",
+            vec![range(
+                0,
+                r,
+                true,
+                1,
+                vec![
+                    let_(0, F32, c_(f64::NEG_INFINITY)),
+                    range(1, c, false, 4, vec![update(0, AccOp::Max, x_at(1))]),
+                    let_(1, F32, c_(0.0)),
+                    range(
+                        2,
+                        c,
+                        false,
+                        4,
+                        vec![update(
+                            1,
+                            AccOp::Add,
+                            un(UnOp::Exp, bin(BinOp::Sub, x_at(2), acc(0))),
+                        )],
+                    ),
+                    range(
+                        3,
+                        c,
+                        false,
+                        4,
+                        vec![store(
+                            1,
+                            ix(0, &[(0, ci), (3, 1)]),
+                            bin(
+                                BinOp::Div,
+                                un(UnOp::Exp, bin(BinOp::Sub, x_at(3), acc(0))),
+                                acc(1),
+                            ),
+                        )],
+                    ),
+                ],
+            )],
+        )],
+    );
+    let x: Vec<f64> = values((r * c) as usize, 9)
+        .iter()
+        .map(|v| v * 5.0)
+        .collect();
+    let mut bufs = vec![data(F32, &x), Data::zeros(F32, (r * c) as usize)];
+    agree_with_eval(&p, &bufs, 2, 1e-6);
+    run(&p, &mut bufs, 1);
+    let xr = bufs[0].to_f64();
+    let mut want = vec![0.0; (r * c) as usize];
+    for i in 0..r as usize {
+        let row = &xr[i * c as usize..(i + 1) * c as usize];
+        let m = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let s: f64 = row.iter().map(|v| (v - m).exp()).sum();
+        for j in 0..c as usize {
+            want[i * c as usize + j] = (row[j] - m).exp() / s;
+        }
+    }
+    assert_close(&bufs[1], &want, 1e-5);
+}
+
+/// `y[i] = x[i]` between two buffer types, vectorised or not.
+fn convert_program(from: ElemType, to: ElemType, n: u64, vector: u32) -> LoopProgram {
+    program(
+        vec![input("x", from, n, 0), output("y", to, n)],
+        vec![kernel(
+            "convert",
+            vec![range(
+                0,
+                n,
+                true,
+                vector,
+                vec![store(1, ix(0, &[(0, 1)]), load(0, ix(0, &[(0, 1)])))],
+            )],
+        )],
+    )
+}
+
+#[test]
+fn f16_round_trips_every_bit_pattern() {
+    for vector in [1, 4] {
+        let n = 1 << 16;
+        let p = convert_program(F16, F16, n, vector);
+        let x: Vec<f16> = (0..n).map(|b| f16::from_bits(b as u16)).collect();
+        let mut bufs = vec![Data::F16(x.clone()), Data::zeros(F16, n as usize)];
+        run(&p, &mut bufs, 1);
+        let Data::F16(y) = &bufs[1] else { panic!() };
+        for (a, b) in x.iter().zip(y) {
+            // NaNs come back quiet, with their payload.
+            let want = if a.is_nan() {
+                a.to_bits() | 0x0200
+            } else {
+                a.to_bits()
+            };
+            assert_eq!(b.to_bits(), want, "f16 bits {:#06x}", a.to_bits());
+        }
+    }
+}
+
+#[test]
+fn bf16_round_trips_every_bit_pattern() {
+    for vector in [1, 4] {
+        let n = 1 << 16;
+        let p = convert_program(BF16, BF16, n, vector);
+        let x: Vec<bf16> = (0..n).map(|b| bf16::from_bits(b as u16)).collect();
+        let mut bufs = vec![Data::BF16(x.clone()), Data::zeros(BF16, n as usize)];
+        run(&p, &mut bufs, 1);
+        let Data::BF16(y) = &bufs[1] else { panic!() };
+        for (a, b) in x.iter().zip(y) {
+            let want = if a.is_nan() {
+                a.to_bits() | 0x0040
+            } else {
+                a.to_bits()
+            };
+            assert_eq!(b.to_bits(), want, "bf16 bits {:#06x}", a.to_bits());
+        }
+    }
+}
+
+/// f32 bit patterns that stress rounding: every exponent with mantissas around the f16 and
+/// bf16 rounding points, plus specials.
+fn tricky_f32() -> Vec<f32> {
+    let mut out = vec![
+        0.0,
+        -0.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        65504.0,
+        65519.99,
+        65520.0,
+        6.1035156e-5,
+        5.9604645e-8,
+        2.9802322e-8,
+        2.9802326e-8,
+        f32::MIN_POSITIVE,
+        f32::MAX,
+    ];
+    for e in 0..255u32 {
+        for m in [
+            0u32, 1, 0xfff, 0x1000, 0x1001, 0x2000, 0x3000, 0x7fff, 0x8000, 0x8001, 0x18000,
+            0x7f_ffff, 0x40_0000, 0x40_1000, 0x7f_e000,
+        ] {
+            for s in [0u32, 1] {
+                out.push(f32::from_bits((s << 31) | (e << 23) | m));
+            }
+        }
+    }
+    let mut st = 12345u64;
+    for _ in 0..20000 {
+        st = st.wrapping_mul(6364136223846793005).wrapping_add(1);
+        out.push(f32::from_bits((st >> 32) as u32));
+    }
+    out
+}
+
+#[test]
+fn f32_to_half_rounds_to_nearest_even() {
+    let x = tricky_f32();
+    let n = x.len() as u64;
+    for vector in [1, 4] {
+        for to in [F16, BF16] {
+            let p = convert_program(F32, to, n, vector);
+            let mut bufs = vec![Data::F32(x.clone()), Data::zeros(to, n as usize)];
+            run(&p, &mut bufs, 1);
+            for (i, v) in x.iter().enumerate() {
+                let (got, want, nan) = match &bufs[1] {
+                    Data::F16(y) => (y[i].to_bits(), f16::from_f32(*v).to_bits(), y[i].is_nan()),
+                    Data::BF16(y) => (y[i].to_bits(), bf16::from_f32(*v).to_bits(), y[i].is_nan()),
+                    _ => unreachable!(),
+                };
+                if v.is_nan() {
+                    assert!(nan, "{to}: NaN {:#010x} must stay NaN", v.to_bits());
+                } else {
+                    assert_eq!(got, want, "{to}: f32 {v:e} ({:#010x})", v.to_bits());
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn half_compute_and_casts() {
+    let n = 1003u64;
+    let x = values(n as usize, 11);
+    for ty in [F16, BF16] {
+        for vector in [1, 4] {
+            // y = x * 3 + 1, computed in f32 and rounded once on store; z = cast(f16, x * 3) + 1
+            // keeps the cast's rounding inside the chain.
+            let xv = || load(0, ix(0, &[(0, 1)]));
+            let p = program(
+                vec![
+                    input("x", ty, n, 0),
+                    output("y", ty, n),
+                    output("z", F32, n),
+                ],
+                vec![kernel(
+                    "half",
+                    vec![range(
+                        0,
+                        n,
+                        true,
+                        vector,
+                        vec![
+                            store(
+                                1,
+                                ix(0, &[(0, 1)]),
+                                bin(BinOp::Add, bin(BinOp::Mul, xv(), c_(3.0)), c_(1.0)),
+                            ),
+                            store(
+                                2,
+                                ix(0, &[(0, 1)]),
+                                bin(
+                                    BinOp::Add,
+                                    cast(F16, bin(BinOp::Mul, xv(), c_(3.0))),
+                                    c_(1.0),
+                                ),
+                            ),
+                        ],
+                    )],
+                )],
+            );
+            let xd = data(ty, &x);
+            let xr: Vec<f32> = xd.to_f64().iter().map(|v| *v as f32).collect();
+            let mut bufs = vec![
+                xd,
+                Data::zeros(ty, n as usize),
+                Data::zeros(F32, n as usize),
+            ];
+            // Bit-exact with the evaluator: one rounding per operation, same places.
+            agree_with_eval(&p, &bufs, 1, 0.0);
+            run(&p, &mut bufs, 1);
+            for (i, v) in xr.iter().enumerate() {
+                let y = v * 3.0 + 1.0;
+                let want_y = match ty {
+                    F16 => f16::from_f32(y).to_f64(),
+                    _ => bf16::from_f32(y).to_f64(),
+                };
+                assert_eq!(bufs[1].get(i), want_y, "{ty} y[{i}]");
+                let want_z = f16::from_f32(v * 3.0).to_f32() + 1.0;
+                assert_eq!(bufs[2].get(i), want_z as f64, "{ty} z[{i}]");
+            }
+        }
+    }
+}
+
+#[test]
+fn f64_elementwise_and_reduction() {
+    let n = 1001u64;
+    let x = values(n as usize, 5);
+    for vector in [1, 4] {
+        let xv = || load(0, ix(0, &[(0, 1)]));
+        let p = program(
+            vec![
+                input("x", F64, n, 0),
+                output("y", F64, n),
+                output("s", F64, 1),
+            ],
+            vec![
+                kernel(
+                    "ew",
+                    vec![range(
+                        0,
+                        n,
+                        true,
+                        vector,
+                        vec![store(
+                            1,
+                            ix(0, &[(0, 1)]),
+                            bin(
+                                BinOp::Sub,
+                                un(UnOp::Sqrt, bin(BinOp::Add, un(UnOp::Square, xv()), c_(1.0))),
+                                un(UnOp::Tanh, xv()),
+                            ),
+                        )],
+                    )],
+                ),
+                kernel(
+                    "dot",
+                    vec![
+                        let_(0, F64, c_(0.5)),
+                        range(
+                            0,
+                            n,
+                            false,
+                            vector,
+                            vec![update(0, AccOp::Add, bin(BinOp::Mul, xv(), xv()))],
+                        ),
+                        store(2, ix(0, &[]), acc(0)),
+                    ],
+                ),
+            ],
+        );
+        let mut bufs = vec![
+            data(F64, &x),
+            Data::zeros(F64, n as usize),
+            Data::zeros(F64, 1),
+        ];
+        run(&p, &mut bufs, 1);
+        let want: Vec<f64> = x.iter().map(|v| (v * v + 1.0).sqrt() - v.tanh()).collect();
+        assert_close(&bufs[1], &want, 1e-14);
+        let s: f64 = 0.5 + x.iter().map(|v| v * v).sum::<f64>();
+        assert_close(&bufs[2], &[s], 1e-13);
+    }
+}
+
+#[test]
+fn unary_functions_match_std() {
+    let ops = [
+        (UnOp::Neg, (|x: f64| -x) as fn(f64) -> f64),
+        (UnOp::Exp, f64::exp),
+        (UnOp::Log, f64::ln),
+        (UnOp::Sqrt, f64::sqrt),
+        (UnOp::Rsqrt, |x| 1.0 / x.sqrt()),
+        (UnOp::Abs, f64::abs),
+        (UnOp::Tanh, f64::tanh),
+        (UnOp::Sigmoid, |x| 1.0 / (1.0 + (-x).exp())),
+        (UnOp::Relu, |x| if x.is_nan() { x } else { x.max(0.0) }),
+        (UnOp::Gelu, |x| {
+            let c = (2.0 / std::f64::consts::PI).sqrt();
+            0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())
+        }),
+        (UnOp::Sin, f64::sin),
+        (UnOp::Cos, f64::cos),
+        (UnOp::Square, |x| x * x),
+    ];
+    let n = 23u64;
+    let mut x: Vec<f64> = values(n as usize, 3).iter().map(|v| v * 3.0).collect();
+    x[5] = f64::NAN;
+    x[6] = 0.0;
+    for ty in [F32, F64] {
+        for (op, f) in ops {
+            for vector in [1, 4] {
+                let p = program(
+                    vec![input("x", ty, n, 0), output("y", ty, n)],
+                    vec![kernel(
+                        "un",
+                        vec![range(
+                            0,
+                            n,
+                            false,
+                            vector,
+                            vec![store(
+                                1,
+                                ix(0, &[(0, 1)]),
+                                un(op, load(0, ix(0, &[(0, 1)]))),
+                            )],
+                        )],
+                    )],
+                );
+                let xd = data(ty, &x);
+                let want: Vec<f64> = xd.to_f64().iter().map(|v| f(*v)).collect();
+                let mut bufs = vec![xd, Data::zeros(ty, n as usize)];
+                let tol = if ty == F32 { 1e-6 } else { 1e-14 };
+                agree_with_eval(&p, &bufs, 1, tol);
+                run(&p, &mut bufs, 1);
+                assert_close(&bufs[1], &want, tol);
+            }
+        }
+    }
+}
+
+#[test]
+fn binary_functions_and_nan_propagation() {
+    let n = 19u64;
+    let mut x = values(n as usize, 1);
+    let mut y = values(n as usize, 2);
+    x[3] = f64::NAN;
+    y[8] = f64::NAN;
+    x[10] = 0.0;
+    y[10] = -0.0;
+    let ops = [
+        (BinOp::Add, (|a: f64, b: f64| a + b) as fn(f64, f64) -> f64),
+        (BinOp::Sub, |a, b| a - b),
+        (BinOp::Mul, |a, b| a * b),
+        (BinOp::Div, |a, b| a / b),
+        (BinOp::Max, |a, b| {
+            if a.is_nan() || b.is_nan() {
+                f64::NAN
+            } else {
+                a.max(b)
+            }
+        }),
+        (BinOp::Min, |a, b| {
+            if a.is_nan() || b.is_nan() {
+                f64::NAN
+            } else {
+                a.min(b)
+            }
+        }),
+        (BinOp::Pow, |a: f64, b| a.abs().powf(b)),
+    ];
+    for ty in [F32, F64] {
+        for (op, f) in ops {
+            for vector in [1, 4] {
+                let lhs = if op == BinOp::Pow {
+                    un(UnOp::Abs, load(0, ix(0, &[(0, 1)])))
+                } else {
+                    load(0, ix(0, &[(0, 1)]))
+                };
+                let p = program(
+                    vec![
+                        input("x", ty, n, 0),
+                        input("y", ty, n, 1),
+                        output("z", ty, n),
+                    ],
+                    vec![kernel(
+                        "bin",
+                        vec![range(
+                            0,
+                            n,
+                            false,
+                            vector,
+                            vec![store(
+                                2,
+                                ix(0, &[(0, 1)]),
+                                bin(op, lhs, load(1, ix(0, &[(0, 1)]))),
+                            )],
+                        )],
+                    )],
+                );
+                let (xd, yd) = (data(ty, &x), data(ty, &y));
+                let want: Vec<f64> = xd
+                    .to_f64()
+                    .iter()
+                    .zip(yd.to_f64())
+                    .map(|(a, b)| f(*a, b))
+                    .collect();
+                let mut bufs = vec![xd, yd, Data::zeros(ty, n as usize)];
+                run(&p, &mut bufs, 1);
+                let tol = if ty == F32 { 1e-6 } else { 1e-14 };
+                assert_close(&bufs[2], &want, tol);
+            }
+        }
+    }
+}
+
+fn mat(buf: u32, offset: i64, rs: i64, cs: i64, bs: &[i64]) -> MatView {
+    MatView {
+        buf: BufId(buf),
+        offset,
+        row_stride: rs,
+        col_stride: cs,
+        batch_strides: bs.to_vec(),
+    }
+}
+
+/// Batched GEMM over batch [2, 3]: `a` is dense per batch, `b` is stored transposed (n×k) and
+/// broadcast over the first batch axis, `c` has its rows reversed.
+#[test]
+fn batched_strided_gemm() {
+    for (m, n, k) in [(5u64, 7u64, 9u64), (64, 48, 80), (1, 1, 1), (3, 2, 0)] {
+        for ty in [F32, F64, F16, BF16] {
+            for accumulate in [false, true] {
+                for threads in [1, 2] {
+                    let (b0, b1) = (2u64, 3u64);
+                    let a_len = b0 * b1 * m * k;
+                    let b_len = b1 * n * k;
+                    let c_len = b0 * b1 * m * n;
+                    let a = mat(0, 0, k as i64, 1, &[(b1 * m * k) as i64, (m * k) as i64]);
+                    let b = mat(1, 0, 1, k as i64, &[0, (n * k) as i64]);
+                    let c = mat(
+                        2,
+                        ((m.max(1) - 1) * n) as i64,
+                        -(n as i64),
+                        1,
+                        &[(b1 * m * n) as i64, (m * n) as i64],
+                    );
+                    let p = program(
+                        vec![
+                            input("a", ty, a_len, 0),
+                            input("b", ty, b_len, 1),
+                            buffer("c", ty, c_len, Role::Output(0)),
+                        ],
+                        vec![kernel(
+                            "gemm",
+                            vec![Stmt::Call(LibCall::Gemm {
+                                m,
+                                n,
+                                k,
+                                batch: vec![b0, b1],
+                                a,
+                                b,
+                                c,
+                                accumulate,
+                            })],
+                        )],
+                    );
+                    let ad = data(ty, &values(a_len as usize, 1));
+                    let bd = data(ty, &values(b_len as usize, 2));
+                    let cd = data(ty, &values(c_len as usize, 3));
+                    let (ar, br, cr) = (ad.to_f64(), bd.to_f64(), cd.to_f64());
+                    let mut want = cr.clone();
+                    for x in 0..b0 {
+                        for y in 0..b1 {
+                            for i in 0..m {
+                                for j in 0..n {
+                                    let mut s = 0.0;
+                                    for l in 0..k {
+                                        let av =
+                                            ar[(x * b1 * m * k + y * m * k + i * k + l) as usize];
+                                        let bv = br[(y * n * k + j * k + l) as usize];
+                                        s += av * bv;
+                                    }
+                                    let ci =
+                                        (x * b1 * m * n + y * m * n + (m - 1 - i) * n + j) as usize;
+                                    want[ci] = if accumulate { cr[ci] + s } else { s };
+                                }
+                            }
+                        }
+                    }
+                    let mut bufs = vec![ad, bd, cd];
+                    let tol = match ty {
+                        F32 => 1e-5,
+                        F64 => 1e-12,
+                        F16 => 1e-2,
+                        _ => 2e-2,
+                    };
+                    agree_with_eval(&p, &bufs, threads, tol);
+                    let stats = run(&p, &mut bufs, threads);
+                    assert_eq!(stats.gemm_calls, 1);
+                    let tol = match ty {
+                        F32 => 1e-5,
+                        F64 => 1e-12,
+                        F16 => 1e-2,
+                        _ => 2e-2,
+                    };
+                    assert_close(&bufs[2], &want, tol);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn gemm_with_aliased_operand_and_mixed_types() {
+    // c = a · a where `a` is also the destination buffer's first half (packed before the call).
+    let (m, n, k) = (4u64, 4u64, 4u64);
+    let p = program(
+        vec![
+            buffer("ac", F32, 32, Role::Output(0)),
+            input("b", BF16, 16, 0),
+        ],
+        vec![kernel(
+            "gemm",
+            vec![Stmt::Call(LibCall::Gemm {
+                m,
+                n,
+                k,
+                batch: vec![],
+                a: mat(0, 0, 4, 1, &[]),
+                b: mat(1, 0, 4, 1, &[]),
+                c: mat(0, 16, 4, 1, &[]),
+                accumulate: false,
+            })],
+        )],
+    );
+    let acd = data(F32, &values(32, 4));
+    let bd = data(BF16, &values(16, 5));
+    let (acr, br) = (acd.to_f64(), bd.to_f64());
+    let mut want = acr.clone();
+    for i in 0..4 {
+        for j in 0..4 {
+            want[16 + i * 4 + j] = (0..4).map(|l| acr[i * 4 + l] * br[l * 4 + j]).sum();
+        }
+    }
+    let mut bufs = vec![acd, bd];
+    run(&p, &mut bufs, 1);
+    assert_close(&bufs[0], &want, 1e-6);
+}
+
+/// A CSR matrix: row pointers, column coordinates and values; some rows are empty.
+fn csr(rows: usize, cols: usize) -> (Vec<i32>, Vec<i32>, Vec<f64>) {
+    let mut ptr = vec![0i32];
+    let mut crd = Vec::new();
+    let v = values(rows * cols, 77);
+    let mut vals = Vec::new();
+    for i in 0..rows {
+        for j in 0..cols {
+            if i != 2 && (v[i * cols + j] > 0.3 || (i + j) % 5 == 0) {
+                crd.push(j as i32);
+                vals.push(v[i * cols + j]);
+            }
+        }
+        ptr.push(crd.len() as i32);
+    }
+    (ptr, crd, vals)
+}
+
+fn spmv_program(rows: u64, cols: u64, nnz: u64) -> LoopProgram {
+    program(
+        vec![
+            input("ptr", I32, rows + 1, 0),
+            input("crd", I32, nnz, 1),
+            input("vals", F32, nnz, 2),
+            input("x", F32, cols, 3),
+            output("y", F32, rows),
+        ],
+        vec![kernel(
+            "spmv",
+            vec![range(
+                0,
+                rows,
+                true,
+                1,
+                vec![
+                    let_(0, F32, c_(0.0)),
+                    Stmt::Loop(Loop {
+                        var: VarId(1),
+                        iter: Iter::Compressed {
+                            ptr: BufId(0),
+                            ptr_index: ix(0, &[(0, 1)]),
+                            crd: BufId(1),
+                            coord: VarId(2),
+                        },
+                        parallel: false,
+                        vector: 1,
+                        gpu: None,
+                        body: vec![update(
+                            0,
+                            AccOp::Add,
+                            bin(
+                                BinOp::Mul,
+                                load(2, ix(0, &[(1, 1)])),
+                                load(3, ix(0, &[(2, 1)])),
+                            ),
+                        )],
+                    }),
+                    store(4, ix(0, &[(0, 1)]), acc(0)),
+                ],
+            )],
+        )],
+    )
+}
+
+#[test]
+fn csr_spmv_via_compressed_level() {
+    let (rows, cols) = (9usize, 8usize);
+    let (ptr, crd, vals) = csr(rows, cols);
+    let nnz = crd.len();
+    let p = spmv_program(rows as u64, cols as u64, nnz as u64);
+    let x = values(cols, 8);
+    let mk = |ptr: &[i32], crd: &[i32]| {
+        vec![
+            Data::I32(ptr.to_vec()),
+            Data::I32(crd.to_vec()),
+            data(F32, &vals),
+            data(F32, &x),
+            Data::zeros(F32, rows),
+        ]
+    };
+    let mut bufs = mk(&ptr, &crd);
+    agree_with_eval(&p, &bufs, 2, 1e-6);
+    let (vr, xr) = (bufs[2].to_f64(), bufs[3].to_f64());
+    let mut be = CpuBackend::new().unwrap();
+    let exe = be.compile(&p).unwrap();
+    exe.run(&mut bufs, 2).unwrap();
+    let want: Vec<f64> = (0..rows)
+        .map(|i| {
+            (ptr[i]..ptr[i + 1])
+                .map(|q| vr[q as usize] * xr[crd[q as usize] as usize])
+                .sum()
+        })
+        .collect();
+    assert_close(&bufs[4], &want, 1e-6);
+
+    // A coordinate outside x, positions past the coordinates, or positions going backwards are
+    // refused before anything runs.
+    let mut bad_crd = crd.clone();
+    bad_crd[3] = cols as i32;
+    let mut bufs = mk(&ptr, &bad_crd);
+    assert!(matches!(
+        exe.run(&mut bufs, 1),
+        Err(RuntimeError::OutOfBounds { .. } | RuntimeError::BadSparseData { .. })
+    ));
+    assert!(bufs[4].to_f64().iter().all(|v| *v == 0.0));
+    let mut bad_ptr = ptr.clone();
+    *bad_ptr.last_mut().unwrap() = nnz as i32 + 1;
+    let mut bufs = mk(&bad_ptr, &crd);
+    assert!(matches!(
+        exe.run(&mut bufs, 1),
+        Err(RuntimeError::BadSparseData { .. })
+    ));
+    let mut back = ptr.clone();
+    back.swap(3, 4);
+    if back != ptr {
+        let mut bufs = mk(&back, &crd);
+        assert!(matches!(
+            exe.run(&mut bufs, 1),
+            Err(RuntimeError::BadSparseData { .. })
+        ));
+    }
+    let mut neg = crd.clone();
+    neg[0] = -1;
+    let mut bufs = mk(&ptr, &neg);
+    assert!(exe.run(&mut bufs, 1).is_err());
+}
+
+#[test]
+fn coo_spmv_via_singleton_levels() {
+    let (rows, cols) = (5usize, 6usize);
+    let entries = [
+        (0, 1, 0.5),
+        (0, 5, -1.0),
+        (2, 0, 2.0),
+        (4, 4, 0.25),
+        (4, 1, 1.5),
+    ];
+    let nnz = entries.len() as u64;
+    let single = |var: u32, crd: u32, body: Vec<Stmt>| {
+        Stmt::Loop(Loop {
+            var: VarId(var),
+            iter: Iter::Singleton {
+                crd: BufId(crd),
+                pos_index: ix(0, &[(0, 1)]),
+            },
+            parallel: false,
+            vector: 1,
+            gpu: None,
+            body,
+        })
+    };
+    let p = program(
+        vec![
+            input("row", I32, nnz, 0),
+            input("col", I32, nnz, 1),
+            input("vals", F32, nnz, 2),
+            input("x", F32, cols as u64, 3),
+            output("y", F32, rows as u64),
+        ],
+        vec![kernel(
+            "coo",
+            vec![range(
+                0,
+                nnz,
+                false,
+                1,
+                vec![single(
+                    1,
+                    0,
+                    vec![single(
+                        2,
+                        1,
+                        vec![store(
+                            4,
+                            ix(0, &[(1, 1)]),
+                            bin(
+                                BinOp::Add,
+                                load(4, ix(0, &[(1, 1)])),
+                                bin(
+                                    BinOp::Mul,
+                                    load(2, ix(0, &[(0, 1)])),
+                                    load(3, ix(0, &[(2, 1)])),
+                                ),
+                            ),
+                        )],
+                    )],
+                )],
+            )],
+        )],
+    );
+    let x = values(cols, 4);
+    let mut bufs = vec![
+        Data::I32(entries.iter().map(|e| e.0).collect()),
+        Data::I32(entries.iter().map(|e| e.1).collect()),
+        data(F32, &entries.iter().map(|e| e.2).collect::<Vec<_>>()),
+        data(F32, &x),
+        Data::zeros(F32, rows),
+    ];
+    let xr = bufs[3].to_f64();
+    run(&p, &mut bufs, 1);
+    let mut want = vec![0.0; rows];
+    for (i, j, v) in entries {
+        want[i as usize] += v * xr[j as usize];
+    }
+    assert_close(&bufs[4], &want, 1e-6);
+}
+
+fn dot_program(n: u64) -> LoopProgram {
+    program(
+        vec![
+            input("a", F32, n, 0),
+            input("b", F32, n, 1),
+            output("s", F32, 1),
+        ],
+        vec![kernel(
+            "dot",
+            vec![
+                let_(0, F32, c_(0.0)),
+                range(
+                    0,
+                    n,
+                    false,
+                    4,
+                    vec![update(
+                        0,
+                        AccOp::Add,
+                        bin(
+                            BinOp::Mul,
+                            load(0, ix(0, &[(0, 1)])),
+                            load(1, ix(0, &[(0, 1)])),
+                        ),
+                    )],
+                ),
+                store(2, ix(0, &[]), acc(0)),
+            ],
+        )],
+    )
+}
+
+#[test]
+fn vectorised_reduction_uses_vfmadd() {
+    let be = CpuBackend::new().unwrap();
+    let p = dot_program(1000);
+    let asm = be.disasm(&p, 0).unwrap();
+    if be.uses_fma() {
+        assert!(asm.contains("vfmadd"), "no vfmadd in:\n{asm}");
+    } else {
+        eprintln!("host has no AVX+FMA: skipping the vfmadd check");
+    }
+    let clif = be.clif(&p, 0).unwrap();
+    assert!(clif.contains("f32x4"), "not vectorised:\n{clif}");
+    assert!(clif.contains("fma"), "no fma:\n{clif}");
+}
+
+#[test]
+fn dot_product_every_option() {
+    for n in [0u64, 1, 5, 15, 16, 17, 33, 1000] {
+        for opt_level in [OptLevel::None, OptLevel::Speed] {
+            for n_acc in [1, 2, 4] {
+                let mut be = CpuBackend::with_options(CpuOptions {
+                    opt_level,
+                    n_acc,
+                    ..CpuOptions::default()
+                })
+                .unwrap();
+                let p = dot_program(n);
+                let (a, b) = (values(n as usize, 1), values(n as usize, 2));
+                let mut bufs = vec![data(F32, &a), data(F32, &b), Data::zeros(F32, 1)];
+                be.compile(&p).unwrap().run(&mut bufs, 1).unwrap();
+                let want: f64 = bufs[0]
+                    .to_f64()
+                    .iter()
+                    .zip(bufs[1].to_f64())
+                    .map(|(x, y)| x * y)
+                    .sum();
+                assert_close(&bufs[2], &[want], 1e-5);
+            }
+        }
+    }
+}
+
+#[test]
+fn cache_compiles_nothing_the_second_time() {
+    let mut be = CpuBackend::new().unwrap();
+    let p = broadcast_program(4, 8, 4);
+    be.compile(&p).unwrap();
+    assert_eq!(be.n_compiled(), 1);
+    be.compile(&p).unwrap();
+    assert_eq!(be.n_compiled(), 1, "a cache hit compiles nothing");
+    // Two kernels with the same text (names differ) compile once.
+    let mut twice = p.clone();
+    let mut k2 = twice.kernels[0].clone();
+    k2.name = "other".into();
+    twice.kernels.push(k2);
+    be.compile(&twice).unwrap();
+    assert_eq!(be.n_compiled(), 1);
+    // A different extent is a different kernel.
+    be.compile(&broadcast_program(4, 9, 4)).unwrap();
+    assert_eq!(be.n_compiled(), 2);
+    // A cached executable still runs after its backend is gone.
+    let exe = be.compile(&p).unwrap();
+    drop(be);
+    let mut bufs = vec![
+        data(F32, &[1.0; 32]),
+        data(F32, &[2.0; 8]),
+        data(F32, &[0.0; 4]),
+        data(F32, &[0.5]),
+        Data::zeros(F32, 32),
+    ];
+    exe.run(&mut bufs, 1).unwrap();
+    assert_close(&bufs[4], &[2.5; 32], 0.0);
+}
+
+#[test]
+fn wrong_buffers_are_refused_before_running() {
+    let mut be = CpuBackend::new().unwrap();
+    let p = broadcast_program(4, 8, 4);
+    let exe = be.compile(&p).unwrap();
+    let good = || {
+        vec![
+            data(F32, &[1.0; 32]),
+            data(F32, &[2.0; 8]),
+            data(F32, &[0.0; 4]),
+            data(F32, &[0.5]),
+            data(F32, &[7.0; 32]),
+        ]
+    };
+    let mut short = good();
+    short[1] = data(F32, &[2.0; 7]);
+    assert!(matches!(
+        exe.run(&mut short, 1),
+        Err(RuntimeError::BufferLen { index: 1, .. })
+    ));
+    assert_close(&short[4], &[7.0; 32], 0.0);
+    let mut typed = good();
+    typed[0] = data(F64, &[1.0; 32]);
+    assert!(matches!(
+        exe.run(&mut typed, 1),
+        Err(RuntimeError::BufferType { index: 0, .. })
+    ));
+    assert_close(&typed[4], &[7.0; 32], 0.0);
+    let mut few = good();
+    few.pop();
+    assert!(matches!(
+        exe.run(&mut few, 1),
+        Err(RuntimeError::BufferCount { .. })
+    ));
+    let mut ok = good();
+    exe.run(&mut ok, 1).unwrap();
+}
+
+#[test]
+fn out_of_bounds_programs_do_not_compile() {
+    let mut be = CpuBackend::new().unwrap();
+    // Reads one element past the end of `a`.
+    let mut p = broadcast_program(4, 8, 4);
+    p.buffers[0].elems = 31;
+    assert!(matches!(be.compile(&p), Err(CodegenError::OutOfBounds(_))));
+    // A negative offset.
+    let p = program(
+        vec![input("x", F32, 4, 0), output("y", F32, 4)],
+        vec![kernel(
+            "neg",
+            vec![range(
+                0,
+                4,
+                false,
+                4,
+                vec![store(1, ix(0, &[(0, 1)]), load(0, ix(-1, &[(0, 1)])))],
+            )],
+        )],
+    );
+    assert!(matches!(be.compile(&p), Err(CodegenError::OutOfBounds(_))));
+    // A gemm view past its buffer.
+    let p = program(
+        vec![
+            input("a", F32, 4, 0),
+            input("b", F32, 4, 1),
+            output("c", F32, 3),
+        ],
+        vec![kernel(
+            "g",
+            vec![Stmt::Call(LibCall::Gemm {
+                m: 2,
+                n: 2,
+                k: 2,
+                batch: vec![],
+                a: mat(0, 0, 2, 1, &[]),
+                b: mat(1, 0, 2, 1, &[]),
+                c: mat(2, 0, 2, 1, &[]),
+                accumulate: false,
+            })],
+        )],
+    );
+    assert!(matches!(be.compile(&p), Err(CodegenError::OutOfBounds(_))));
+    // Unbound variables and unknown buffers are malformed programs.
+    let p = program(
+        vec![output("y", F32, 4)],
+        vec![kernel("u", vec![store(0, ix(0, &[(3, 1)]), c_(1.0))])],
+    );
+    assert!(matches!(be.compile(&p), Err(CodegenError::Invalid(_))));
+    // 2:4 metadata words past the end of `meta` (2·8 kept values need one word, at index 4).
+    let p = program(
+        vec![input("meta", I32, 4, 0), output("y", F32, 32)],
+        vec![kernel(
+            "tf",
+            vec![Stmt::Loop(Loop {
+                var: VarId(0),
+                iter: Iter::TwoFour {
+                    groups: 8,
+                    meta: BufId(0),
+                    meta_index: ix(4, &[]),
+                    coord: VarId(1),
+                },
+                parallel: false,
+                vector: 1,
+                gpu: None,
+                body: vec![store(1, ix(0, &[(1, 1)]), c_(1.0))],
+            })],
+        )],
+    );
+    assert!(matches!(be.compile(&p), Err(CodegenError::OutOfBounds(_))));
+    // Storing into a buffer the kernel reads as sparse index data.
+    let p = program(
+        vec![buffer("meta", I32, 4, Role::Temp), output("y", F32, 8)],
+        vec![kernel(
+            "tf",
+            vec![Stmt::Loop(Loop {
+                var: VarId(0),
+                iter: Iter::TwoFour {
+                    groups: 2,
+                    meta: BufId(0),
+                    meta_index: ix(0, &[]),
+                    coord: VarId(1),
+                },
+                parallel: false,
+                vector: 1,
+                gpu: None,
+                body: vec![store(0, ix(0, &[]), c_(1.0))],
+            })],
+        )],
+    );
+    assert!(matches!(be.compile(&p), Err(CodegenError::Unsupported(_))));
+    assert_eq!(be.n_compiled(), 0);
+}
+
+#[test]
+fn kernels_mixing_loops_and_gemm() {
+    // c = a·b, then c += 1 in the same kernel, then a row sum in another.
+    let (m, n, k) = (3u64, 4u64, 5u64);
+    let p = program(
+        vec![
+            input("a", F32, m * k, 0),
+            input("b", F32, k * n, 1),
+            buffer("c", F32, m * n, Role::Temp),
+            output("s", F32, m),
+        ],
+        vec![
+            kernel(
+                "mm_bias",
+                vec![
+                    Stmt::Call(LibCall::Gemm {
+                        m,
+                        n,
+                        k,
+                        batch: vec![],
+                        a: mat(0, 0, k as i64, 1, &[]),
+                        b: mat(1, 0, n as i64, 1, &[]),
+                        c: mat(2, 0, n as i64, 1, &[]),
+                        accumulate: false,
+                    }),
+                    range(
+                        0,
+                        m * n,
+                        true,
+                        4,
+                        vec![store(
+                            2,
+                            ix(0, &[(0, 1)]),
+                            bin(BinOp::Add, load(2, ix(0, &[(0, 1)])), c_(1.0)),
+                        )],
+                    ),
+                ],
+            ),
+            kernel(
+                "rowsum",
+                vec![range(
+                    0,
+                    m,
+                    true,
+                    1,
+                    vec![
+                        let_(0, F32, c_(0.0)),
+                        range(
+                            1,
+                            n,
+                            false,
+                            4,
+                            vec![update(
+                                0,
+                                AccOp::Add,
+                                load(2, ix(0, &[(0, n as i64), (1, 1)])),
+                            )],
+                        ),
+                        store(3, ix(0, &[(0, 1)]), acc(0)),
+                    ],
+                )],
+            ),
+        ],
+    );
+    let (a, b) = (values((m * k) as usize, 1), values((k * n) as usize, 2));
+    let mut bufs = vec![
+        data(F32, &a),
+        data(F32, &b),
+        Data::zeros(F32, (m * n) as usize),
+        Data::zeros(F32, m as usize),
+    ];
+    let (ar, br) = (bufs[0].to_f64(), bufs[1].to_f64());
+    let be = CpuBackend::new().unwrap();
+    let text = be.clif(&p, 0).unwrap();
+    assert!(text.contains("library call"), "{text}");
+    run(&p, &mut bufs, 1);
+    let want: Vec<f64> = (0..m as usize)
+        .map(|i| {
+            (0..n as usize)
+                .map(|j| {
+                    1.0 + (0..k as usize)
+                        .map(|l| ar[i * k as usize + l] * br[l * n as usize + j])
+                        .sum::<f64>()
+                })
+                .sum()
+        })
+        .collect();
+    assert_close(&bufs[3], &want, 1e-5);
+}
+
+/// `y[r] = Σ_v vals[r, v]·x[coord]` over a 2:4 sparse matrix of `rows`×`4·groups`, each row's
+/// metadata starting on a word boundary.
+#[test]
+fn two_four_spmv() {
+    for groups in [1u64, 3, 8, 9, 20] {
+        let rows = 3u64;
+        let kept = 2 * groups;
+        let words = kept.div_ceil(16);
+        let cols = 4 * groups;
+        // Kept positions per group: a deterministic choice of two distinct increasing positions.
+        let pairs = [(0u32, 1u32), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3)];
+        let mut meta = vec![0i32; (rows * words) as usize];
+        let mut dense = vec![0.0f64; (rows * cols) as usize];
+        let v = values((rows * kept) as usize, 21);
+        for r in 0..rows {
+            for g in 0..groups {
+                let (p0, p1) = pairs[((r * 7 + g * 5) % 6) as usize];
+                for (h, pos) in [p0, p1].into_iter().enumerate() {
+                    let kv = 2 * g + h as u64;
+                    let w = (r * words + kv / 16) as usize;
+                    meta[w] |= ((pos as u32) << (2 * (kv % 16))) as i32;
+                    dense[(r * cols + 4 * g + pos as u64) as usize] = v[(r * kept + kv) as usize];
+                }
+            }
+        }
+        let p = program(
+            vec![
+                input("meta", I32, rows * words, 0),
+                input("vals", F32, rows * kept, 1),
+                input("x", F32, cols, 2),
+                output("y", F32, rows),
+            ],
+            vec![kernel(
+                "spmv24",
+                vec![range(
+                    0,
+                    rows,
+                    true,
+                    1,
+                    vec![
+                        let_(0, F32, c_(0.0)),
+                        Stmt::Loop(Loop {
+                            var: VarId(1),
+                            iter: Iter::TwoFour {
+                                groups,
+                                meta: BufId(0),
+                                meta_index: ix(0, &[(0, words as i64)]),
+                                coord: VarId(2),
+                            },
+                            parallel: false,
+                            vector: 1,
+                            gpu: None,
+                            body: vec![update(
+                                0,
+                                AccOp::Add,
+                                bin(
+                                    BinOp::Mul,
+                                    load(1, ix(0, &[(0, kept as i64), (1, 1)])),
+                                    load(2, ix(0, &[(2, 1)])),
+                                ),
+                            )],
+                        }),
+                        store(3, ix(0, &[(0, 1)]), acc(0)),
+                    ],
+                )],
+            )],
+        );
+        let x = values(cols as usize, 22);
+        let bufs = vec![
+            Data::I32(meta),
+            data(F32, &v),
+            data(F32, &x),
+            Data::zeros(F32, rows as usize),
+        ];
+        let (vr, xr) = (bufs[1].to_f64(), bufs[2].to_f64());
+        let _ = vr;
+        let got = agree_with_eval(&p, &bufs, 2, 1e-6);
+        let dense_r: Vec<f64> = dense.iter().map(|d| *d as f32 as f64).collect();
+        let want: Vec<f64> = (0..rows as usize)
+            .map(|r| {
+                (0..cols as usize)
+                    .map(|j| dense_r[r * cols as usize + j] * xr[j])
+                    .sum()
+            })
+            .collect();
+        assert_close(&got[3], &want, 1e-5);
+    }
+}

@@ -1,0 +1,263 @@
+//! Differential property test: random elementwise and row-reduction kernels (extents 1–9 and
+//! a few primes, every float dtype, scalar or vector loops, broadcast operands) run through the
+//! CPU backend agree with the same computation written directly in Rust (f64) within a
+//! per-dtype tolerance.
+
+mod common;
+
+use common::*;
+use proptest::prelude::*;
+use tdsl_loop::*;
+
+/// A random scalar expression over `x[i, j]` (unit stride), `y[j]` (broadcast over rows), `z[i]`
+/// (broadcast over columns) and constants.
+#[derive(Debug, Clone)]
+enum E {
+    X,
+    Y,
+    Z,
+    Const(f64),
+    Un(UnOp, Box<E>),
+    Bin(BinOp, Box<E>, Box<E>),
+}
+
+fn arb_e() -> impl Strategy<Value = E> {
+    let leaf = prop_oneof![
+        Just(E::X),
+        Just(E::Y),
+        Just(E::Z),
+        (-2.0f64..2.0).prop_map(|c| E::Const((c * 8.0).round() / 8.0)),
+    ];
+    leaf.prop_recursive(2, 8, 2, |inner| {
+        prop_oneof![
+            (
+                prop::sample::select(vec![
+                    UnOp::Neg,
+                    UnOp::Abs,
+                    UnOp::Exp,
+                    UnOp::Tanh,
+                    UnOp::Relu,
+                    UnOp::Square,
+                    UnOp::Sigmoid,
+                    UnOp::Sin,
+                ]),
+                inner.clone()
+            )
+                .prop_map(|(op, x)| E::Un(op, Box::new(x))),
+            (
+                prop::sample::select(vec![
+                    BinOp::Add,
+                    BinOp::Sub,
+                    BinOp::Mul,
+                    BinOp::Max,
+                    BinOp::Min,
+                ]),
+                inner.clone(),
+                inner
+            )
+                .prop_map(|(op, x, y)| E::Bin(op, Box::new(x), Box::new(y))),
+        ]
+    })
+}
+
+fn to_ir(e: &E, cols: i64) -> Expr {
+    match e {
+        E::X => load(0, ix(0, &[(0, cols), (1, 1)])),
+        E::Y => load(1, ix(0, &[(0, 0), (1, 1)])),
+        E::Z => load(2, ix(0, &[(0, 1), (1, 0)])),
+        E::Const(v) => c(*v),
+        E::Un(op, x) => un(*op, to_ir(x, cols)),
+        E::Bin(op, x, y) => bin(*op, to_ir(x, cols), to_ir(y, cols)),
+    }
+}
+
+fn eval(e: &E, x: f64, y: f64, z: f64) -> f64 {
+    match e {
+        E::X => x,
+        E::Y => y,
+        E::Z => z,
+        E::Const(v) => *v,
+        E::Un(op, a) => {
+            let a = eval(a, x, y, z);
+            match op {
+                UnOp::Neg => -a,
+                UnOp::Abs => a.abs(),
+                UnOp::Exp => a.exp(),
+                UnOp::Tanh => a.tanh(),
+                UnOp::Relu => {
+                    if a.is_nan() {
+                        a
+                    } else {
+                        a.max(0.0)
+                    }
+                }
+                UnOp::Square => a * a,
+                UnOp::Sigmoid => 1.0 / (1.0 + (-a).exp()),
+                UnOp::Sin => a.sin(),
+                _ => unreachable!(),
+            }
+        }
+        E::Bin(op, a, b) => {
+            let (a, b) = (eval(a, x, y, z), eval(b, x, y, z));
+            match op {
+                BinOp::Add => a + b,
+                BinOp::Sub => a - b,
+                BinOp::Mul => a * b,
+                BinOp::Max if a.is_nan() || b.is_nan() => f64::NAN,
+                BinOp::Min if a.is_nan() || b.is_nan() => f64::NAN,
+                BinOp::Max => a.max(b),
+                BinOp::Min => a.min(b),
+                _ => unreachable!(),
+            }
+        }
+    }
+}
+
+fn extent() -> impl Strategy<Value = u64> {
+    prop::sample::select(vec![1u64, 2, 3, 4, 5, 6, 7, 8, 9, 11, 13, 17, 31])
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Elementwise,
+    Reduce(AccOp),
+}
+
+fn kind() -> impl Strategy<Value = Kind> {
+    prop_oneof![
+        Just(Kind::Elementwise),
+        prop::sample::select(vec![
+            AccOp::Add,
+            AccOp::Max,
+            AccOp::Min,
+            AccOp::Mul,
+            AccOp::Set
+        ])
+        .prop_map(Kind::Reduce),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(160))]
+
+    #[test]
+    fn random_kernels_agree_with_direct_computation(
+        e in arb_e(),
+        rows in extent(),
+        cols in extent(),
+        ty in prop::sample::select(vec![ElemType::F32, ElemType::F64, ElemType::F16, ElemType::BF16]),
+        vector in prop::sample::select(vec![1u32, 4]),
+        k in kind(),
+        threads in 1usize..3,
+        seed in 0u64..1000,
+    ) {
+        let ci = cols as i64;
+        let value = to_ir(&e, ci);
+        let (inner, out_len, out_index) = match k {
+            Kind::Elementwise => (
+                vec![range(1, cols, false, vector, vec![store(3, ix(0, &[(0, ci), (1, 1)]), value)])],
+                rows * cols,
+                None,
+            ),
+            Kind::Reduce(op) => {
+                let init = match op {
+                    AccOp::Mul => 1.0,
+                    AccOp::Max => f64::NEG_INFINITY,
+                    AccOp::Min => f64::INFINITY,
+                    _ => 0.0,
+                };
+                (
+                    vec![
+                        let_(0, ty.compute(), c(init)),
+                        range(1, cols, false, vector, vec![update(0, op, value)]),
+                        store(3, ix(0, &[(0, 1)]), acc(0)),
+                    ],
+                    rows,
+                    Some((op, init)),
+                )
+            }
+        };
+        let p = program(
+            vec![
+                buffer("x", ty, rows * cols, Role::Input(0)),
+                buffer("y", ty, cols, Role::Input(1)),
+                buffer("z", ty, rows, Role::Input(2)),
+                buffer("out", ty, out_len, Role::Output(0)),
+            ],
+            vec![kernel("k", vec![range(0, rows, true, 1, inner)])],
+        );
+        let x = data(ty, &values((rows * cols) as usize, seed));
+        let y = data(ty, &values(cols as usize, seed + 1));
+        let z = data(ty, &values(rows as usize, seed + 2));
+        let (xr, yr, zr) = (x.to_f64(), y.to_f64(), z.to_f64());
+        let mut bufs = vec![x, y, z, Data::zeros(ty, out_len as usize)];
+        let mut ev = bufs.clone();
+        tdsl_loop::eval::eval(&p, &mut ev).expect("the evaluator runs it");
+        run(&p, &mut bufs, threads);
+
+        let (r, cc) = (rows as usize, cols as usize);
+        let at = |i: usize, j: usize| eval(&e, xr[i * cc + j], yr[j], zr[i]);
+        let want: Vec<f64> = match out_index {
+            None => (0..r * cc).map(|n| at(n / cc, n % cc)).collect(),
+            Some((op, init)) => (0..r)
+                .map(|i| {
+                    (0..cc).fold(init, |a, j| {
+                        let v = at(i, j);
+                        match op {
+                            AccOp::Set => v,
+                            AccOp::Add => a + v,
+                            AccOp::Mul => a * v,
+                            AccOp::Max if a.is_nan() || v.is_nan() => f64::NAN,
+                            AccOp::Min if a.is_nan() || v.is_nan() => f64::NAN,
+                            AccOp::Max => a.max(v),
+                            AccOp::Min => a.min(v),
+                        }
+                    })
+                })
+                .collect(),
+        };
+        // The stored result is rounded to the output dtype (so f16 overflows to infinity).
+        let want: Vec<f64> = want
+            .iter()
+            .map(|w| {
+                let mut d = Data::zeros(ty, 1);
+                d.set(0, *w);
+                d.get(0)
+            })
+            .collect();
+        // Tolerance per dtype: the backend computes in f32 (f64 for f64) and rounds on store.
+        let tol = match ty {
+            ElemType::F64 => 1e-9,
+            ElemType::F32 => 1e-4,
+            ElemType::F16 => 1e-2,
+            _ => 4e-2,
+        };
+        let scale = want.iter().filter(|w| w.is_finite()).fold(1.0f64, |m, w| m.max(w.abs()));
+        let got = &bufs[3];
+        // The evaluator computes in the same types: it must agree to rounding (reductions may
+        // be reassociated by vector loops).
+        for i in 0..want.len() {
+            let (g, e) = (got.get(i), ev[3].get(i));
+            prop_assert!(
+                (g.is_nan() && e.is_nan()) || g == e || (g - e).abs() <= tol * scale,
+                "element {i}: backend {g}, evaluator {e}"
+            );
+        }
+        for (i, w) in want.iter().enumerate() {
+            let g = got.get(i);
+            if w.is_nan() {
+                prop_assert!(g.is_nan(), "element {i}: got {g}, want NaN");
+            } else if ty == ElemType::F16 && (w.abs() >= 65000.0 || g.abs() >= 65000.0) {
+                // At the edge of f16's range a last-bit difference decides between 65504 and
+                // infinity.
+                prop_assert!(w.signum() == g.signum(), "element {i}: got {g}, want {w}");
+            } else if w.is_infinite() || g.is_infinite() {
+                prop_assert!(g == *w || (g - w).abs() <= tol * scale.max(w.abs()),
+                    "element {i}: got {g}, want {w}");
+            } else {
+                prop_assert!((g - w).abs() <= tol * scale,
+                    "element {i}: got {g}, want {w} (tol {tol}, scale {scale})");
+            }
+        }
+    }
+}

@@ -1,0 +1,245 @@
+//! `tdsl bench`: compile once, warm up, run N times, and report times against this machine's
+//! ceilings (peak FLOP/s and bandwidth, measured once and cached by [`machine_ceilings`]).
+
+use super::report::{duration, group};
+use crate::check::Program;
+use crate::machine::Machine;
+use crate::plan::lower::Plan;
+use crate::runtime;
+use crate::tensor::Tensor;
+use std::fmt::Write;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// Where the measured machine ceilings are cached: `$XDG_CACHE_HOME/tdsl/machine.txt`, else
+/// `$HOME/.cache/tdsl/machine.txt`.
+fn cache_path() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("tdsl").join("machine.txt"))
+}
+
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("model name"))
+                .map(|v| v.trim_start_matches([' ', '\t', ':']).to_string())
+        })
+        .unwrap_or_else(|| std::env::consts::ARCH.to_string())
+}
+
+/// The machine's ceilings, measured once and cached per CPU model and core count.
+pub fn machine_ceilings() -> Machine {
+    let key = format!(
+        "model={}\nthreads={}\n",
+        cpu_model(),
+        rayon::current_num_threads()
+    );
+    if let Some(path) = cache_path() {
+        if let Ok(text) = std::fs::read_to_string(&path) {
+            if let Some(rest) = text.strip_prefix(&key) {
+                if let Some(m) = Machine::from_text(rest) {
+                    return m;
+                }
+            }
+        }
+        let m = crate::machine::measure();
+        if let Some(dir) = path.parent() {
+            let _ = std::fs::create_dir_all(dir);
+            let _ = std::fs::write(&path, format!("{key}{}", m.to_text()));
+        }
+        return m;
+    }
+    crate::machine::measure()
+}
+
+/// Timings of the front half, measured by the caller.
+pub struct Front {
+    pub parse_check: Duration,
+    pub plan: Duration,
+}
+
+pub struct Options {
+    pub runs: usize,
+    pub warmup: usize,
+    pub threads: usize,
+    pub json: bool,
+}
+
+fn median(v: &mut [Duration]) -> Duration {
+    v.sort();
+    if v.is_empty() {
+        Duration::ZERO
+    } else {
+        v[v.len() / 2]
+    }
+}
+
+/// Runs the benchmark and returns the report (text or JSON).
+pub fn bench(
+    program: &Program,
+    plan: &Plan,
+    inputs: &[Tensor],
+    front: Front,
+    o: &Options,
+) -> Result<String, crate::Diagnostic> {
+    let machine = machine_ceilings();
+    let shapes: Vec<Vec<usize>> = program
+        .outputs
+        .iter()
+        .map(|out| {
+            program
+                .tensor_type(out.tensor)
+                .shape
+                .extents()
+                .iter()
+                .map(|&e| e as usize)
+                .collect()
+        })
+        .collect();
+    let _ = shapes;
+    let t = Instant::now();
+    let (exe, n_compiled) = runtime::compile_jit(plan)?;
+    let compile = t.elapsed();
+    // A second compile of the same plan is a cache hit: what a re-run pays for dispatch.
+    let t = Instant::now();
+    let (exe2, n_again) = runtime::compile_jit(plan)?;
+    let cached = t.elapsed();
+    drop(exe2);
+    debug_assert_eq!(n_again, 0);
+    let mut bufs = runtime::buffers(plan, inputs);
+    let threads = o.threads.max(1);
+    let run = |bufs: &mut Vec<tdsl_loop::Data>| {
+        exe.run(bufs, threads).map_err(|e| {
+            crate::Diagnostic::new(
+                crate::Code::Internal,
+                format!("running compiled kernels failed: {e}"),
+            )
+        })
+    };
+    for _ in 0..o.warmup {
+        run(&mut bufs)?;
+    }
+    let mut totals = Vec::with_capacity(o.runs);
+    let n_k = plan.loops.kernels.len();
+    let mut per_kernel: Vec<Vec<Duration>> = vec![Vec::new(); n_k];
+    for _ in 0..o.runs.max(1) {
+        let t = Instant::now();
+        let stats = run(&mut bufs)?;
+        totals.push(t.elapsed());
+        for (k, d) in stats.kernel_times.iter().enumerate().take(n_k) {
+            per_kernel[k].push(*d);
+        }
+    }
+    let min = totals.iter().copied().min().unwrap_or_default();
+    let med = median(&mut totals);
+    let cost = crate::plan::cost::program_cost(
+        program,
+        &program
+            .inputs
+            .iter()
+            .zip(inputs)
+            .map(|(i, t)| crate::plan::cost::stored(&i.ty, Some(t)))
+            .collect::<Vec<_>>(),
+    );
+    let flops = cost.total_flops();
+    let kstats: Vec<tdsl_loop::stats::KernelStats> = plan
+        .loops
+        .kernels
+        .iter()
+        .map(|k| tdsl_loop::stats::kernel_stats(&plan.loops, k))
+        .collect();
+    let bytes: u128 = kstats.iter().map(|s| s.bytes()).sum();
+    let secs = med.as_secs_f64().max(1e-12);
+    let gflops = flops as f64 / secs / 1e9;
+    let gbps = bytes as f64 / secs / 1e9;
+    let kernels: Vec<(String, String, Duration, tdsl_loop::stats::KernelStats)> = plan
+        .loops
+        .kernels
+        .iter()
+        .zip(per_kernel.iter_mut())
+        .zip(&kstats)
+        .map(|((k, ts), s)| (k.name.clone(), k.origin.clone(), median(ts), *s))
+        .collect();
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    if o.json {
+        let v = serde_json::json!({
+            "parse_check_ms": ms(front.parse_check),
+            "plan_ms": ms(front.plan),
+            "compile_ms": ms(compile),
+            "n_kernels": n_k,
+            "n_compiled": n_compiled,
+            "cached_compile_ms": ms(cached),
+            "runs": totals.len(),
+            "threads": threads,
+            "run_ms_median": ms(med),
+            "run_ms_min": ms(min),
+            "flops": flops as f64,
+            "bytes": bytes as f64,
+            "gflops": gflops,
+            "gbps": gbps,
+            "peak_gflops": machine.peak_gflops,
+            "peak_gbps": machine.bandwidth_gbps,
+            "pct_peak": 100.0 * gflops / machine.peak_gflops,
+            "pct_bandwidth": 100.0 * gbps / machine.bandwidth_gbps,
+            "machine": machine.describe(),
+            "kernels": kernels.iter().map(|(name, origin, d, s)| {
+                let sec = d.as_secs_f64().max(1e-12);
+                serde_json::json!({
+                    "name": name,
+                    "origin": origin,
+                    "run_ms_median": ms(*d),
+                    "flops": s.flops as f64,
+                    "bytes": s.bytes() as f64,
+                    "gflops": s.flops as f64 / sec / 1e9,
+                    "gbps": s.bytes() as f64 / sec / 1e9,
+                })
+            }).collect::<Vec<_>>(),
+        });
+        return Ok(v.to_string() + "\n");
+    }
+    let mut out = String::new();
+    let _ = writeln!(out, "machine: {}", machine.describe());
+    let _ = writeln!(
+        out,
+        "front end: parse+check {}, plan {}; JIT: {} kernels, {} compiled in {} (cached re-compile {})",
+        duration(front.parse_check),
+        duration(front.plan),
+        n_k,
+        n_compiled,
+        duration(compile),
+        duration(cached)
+    );
+    let _ = writeln!(
+        out,
+        "run: median {}  min {}  over {} runs on {} threads",
+        duration(med),
+        duration(min),
+        totals.len(),
+        threads
+    );
+    let _ = writeln!(
+        out,
+        "total: {} FLOPs, {} bytes → {:.2} GFLOP/s ({:.1}% of peak), {:.2} GB/s ({:.1}% of bandwidth)",
+        group(flops),
+        group(bytes),
+        gflops,
+        100.0 * gflops / machine.peak_gflops,
+        gbps,
+        100.0 * gbps / machine.bandwidth_gbps
+    );
+    for (name, origin, d, s) in &kernels {
+        let sec = d.as_secs_f64().max(1e-12);
+        let _ = writeln!(
+            out,
+            "  {name:<4} {:>10}  {:>8.2} GFLOP/s  {:>7.2} GB/s  {origin}",
+            duration(*d),
+            s.flops as f64 / sec / 1e9,
+            s.bytes() as f64 / sec / 1e9
+        );
+    }
+    Ok(out)
+}

@@ -1,0 +1,154 @@
+//! This machine's ceilings: peak FLOP/s and memory bandwidth, the figures `bench`, `cost`
+//! and the roofline compare against.
+//!
+//! How they are measured (a one-off, cached by the CLI):
+//! - **Clock.** A dependent chain of integer shift-and-add runs for ~50 ms on every core at once
+//!   (rayon); each iteration is two dependent single-cycle instructions, so
+//!   `cycles = 2 · iterations` and the clock is `cycles / time`, taken per core under load (turbo
+//!   with all cores busy, which is what a multi-threaded kernel sees).
+//! - **Peak FLOP/s** = cores × clock × FLOPs per cycle per core, where FLOPs per cycle comes from
+//!   the vector ISA the CPU reports: 32 for f32 with AVX2 + FMA (two 8-lane FMA units, an FMA
+//!   counting two FLOPs), 16 with AVX but no FMA, 8 with SSE only.
+//! - **Bandwidth** = best of several multi-threaded copies of 256 MiB (bytes read + bytes written
+//!   over time).
+
+use rayon::prelude::*;
+use std::time::{Duration, Instant};
+
+/// Measured ceilings of the machine.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Machine {
+    pub cores: usize,
+    pub clock_ghz: f64,
+    pub flops_per_cycle: f64,
+    /// Peak f32 FLOP/s over all cores, in GFLOP/s.
+    pub peak_gflops: f64,
+    /// Copy bandwidth over all cores, in GB/s.
+    pub bandwidth_gbps: f64,
+}
+
+impl Machine {
+    /// One line for reports: how the figures were obtained.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} cores at {:.2} GHz (measured under load) × {} f32 FLOP/cycle = {:.1} GFLOP/s peak; {:.1} GB/s copy bandwidth (measured)",
+            self.cores, self.clock_ghz, self.flops_per_cycle, self.peak_gflops, self.bandwidth_gbps
+        )
+    }
+
+    /// A small, stable text form for the cache file.
+    pub fn to_text(&self) -> String {
+        format!(
+            "cores={}\nclock_ghz={}\nflops_per_cycle={}\npeak_gflops={}\nbandwidth_gbps={}\n",
+            self.cores, self.clock_ghz, self.flops_per_cycle, self.peak_gflops, self.bandwidth_gbps
+        )
+    }
+
+    /// Parses [`Machine::to_text`]; `None` if anything is missing or malformed.
+    pub fn from_text(s: &str) -> Option<Machine> {
+        let get = |k: &str| -> Option<f64> {
+            s.lines()
+                .find_map(|l| l.strip_prefix(k)?.strip_prefix('='))
+                .and_then(|v| v.trim().parse().ok())
+        };
+        let m = Machine {
+            cores: get("cores")? as usize,
+            clock_ghz: get("clock_ghz")?,
+            flops_per_cycle: get("flops_per_cycle")?,
+            peak_gflops: get("peak_gflops")?,
+            bandwidth_gbps: get("bandwidth_gbps")?,
+        };
+        (m.cores > 0 && m.peak_gflops > 0.0 && m.bandwidth_gbps > 0.0).then_some(m)
+    }
+}
+
+/// f32 FLOPs per cycle per core for this CPU's vector ISA.
+pub fn flops_per_cycle() -> f64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            return 64.0;
+        }
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
+            return 32.0;
+        }
+        if std::arch::is_x86_feature_detected!("avx") {
+            return 16.0;
+        }
+        8.0
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        // 128-bit FMA units (NEON): 2 units × 4 lanes × 2.
+        16.0
+    }
+}
+
+/// Cycles per second of one core running a dependent integer chain for about `d`.
+fn clock_hz(d: Duration) -> f64 {
+    let mut iters = 1u64 << 20;
+    loop {
+        let t = Instant::now();
+        let mut x = std::hint::black_box(0x9E37_79B9_7F4A_7C15u64);
+        for _ in 0..iters {
+            // Two dependent single-cycle instructions per iteration.
+            x = x.wrapping_add(x >> 3);
+        }
+        std::hint::black_box(x);
+        let el = t.elapsed();
+        if el >= d {
+            return 2.0 * iters as f64 / el.as_secs_f64();
+        }
+        iters *= 2;
+    }
+}
+
+/// Measures the machine (takes about half a second).
+pub fn measure() -> Machine {
+    let cores = rayon::current_num_threads().max(1);
+    let clocks: Vec<f64> = (0..cores)
+        .into_par_iter()
+        .map(|_| clock_hz(Duration::from_millis(50)))
+        .collect();
+    let clock = clocks.iter().copied().fold(f64::INFINITY, f64::min);
+    let fpc = flops_per_cycle();
+    let n = (256usize << 20) / 4;
+    let src = vec![1.0f32; n];
+    let mut dst = vec![0.0f32; n];
+    let chunk = n.div_ceil(cores * 4);
+    let mut best = f64::INFINITY;
+    for _ in 0..5 {
+        let t = Instant::now();
+        dst.par_chunks_mut(chunk)
+            .zip(src.par_chunks(chunk))
+            .for_each(|(d, s)| d.copy_from_slice(s));
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    std::hint::black_box(&dst);
+    Machine {
+        cores,
+        clock_ghz: clock / 1e9,
+        flops_per_cycle: fpc,
+        peak_gflops: cores as f64 * clock * fpc / 1e9,
+        bandwidth_gbps: 2.0 * (n * 4) as f64 / best / 1e9,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_round_trip() {
+        let m = Machine {
+            cores: 2,
+            clock_ghz: 3.2,
+            flops_per_cycle: 32.0,
+            peak_gflops: 204.8,
+            bandwidth_gbps: 31.5,
+        };
+        assert_eq!(Machine::from_text(&m.to_text()), Some(m));
+        assert_eq!(Machine::from_text("cores=2\n"), None);
+    }
+}

@@ -1,0 +1,117 @@
+//! Plans as text: the loop IR of every example and benchmark workload is snapshot-tested, and
+//! the planner's structural promises are asserted directly (fusion, pass counts, GEMM calls).
+
+use crate::common::repo;
+use tdsl_loop::{Iter, LibCall, Stmt};
+
+fn plan_text(path: &std::path::Path) -> (tdsl::plan::lower::Plan, String) {
+    let text = std::fs::read_to_string(path).unwrap();
+    let program = tdsl::compile(&text, &Default::default())
+        .unwrap_or_else(|d| panic!("{}: {d}", path.display()));
+    let plan = tdsl::plan::lower::plan_program(&program);
+    tdsl_loop::verify::verify(&plan.loops).unwrap_or_else(|e| panic!("{}: {e:?}", path.display()));
+    let printed = tdsl_loop::print::print_program(&plan.loops);
+    (plan, printed)
+}
+
+#[test]
+fn plan_snapshots() {
+    for dir in ["examples", "bench"] {
+        let mut paths: Vec<_> = std::fs::read_dir(repo().join(dir))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "tdsl"))
+            .collect();
+        paths.sort();
+        for p in paths {
+            let (_, printed) = plan_text(&p);
+            let name = format!("plan_{dir}_{}", p.file_stem().unwrap().to_string_lossy());
+            insta::assert_snapshot!(name, printed);
+        }
+    }
+}
+
+/// Loops that read a buffer, counted over a kernel: a rough "passes over the data" measure.
+fn loops_reading(stmts: &[Stmt], buf: u32) -> usize {
+    let mut n = 0;
+    for s in stmts {
+        if let Stmt::Loop(l) = s {
+            let direct = l.body.iter().any(|s| match s {
+                Stmt::Update { value, .. } | Stmt::Store { value, .. } => expr_reads(value, buf),
+                _ => false,
+            });
+            n += usize::from(direct) + loops_reading(&l.body, buf);
+        }
+    }
+    n
+}
+
+fn expr_reads(e: &tdsl_loop::Expr, buf: u32) -> bool {
+    use tdsl_loop::Expr::*;
+    match e {
+        Load { buf: b, .. } => b.0 == buf,
+        Unary(_, x) | Cast(_, x) => expr_reads(x, buf),
+        Binary(_, a, b) => expr_reads(a, buf) || expr_reads(b, buf),
+        Const(_) | Acc(_) => false,
+    }
+}
+
+#[test]
+fn fused_row_dot_is_one_pass() {
+    let (plan, _) = plan_text(&repo().join("bench/rowdot.tdsl"));
+    assert_eq!(plan.loops.kernels.len(), 1, "one kernel");
+    let body = &plan.loops.kernels[0].body;
+    assert_eq!(loops_reading(body, 0), 1, "x is read in one pass");
+    assert_eq!(loops_reading(body, 1), 1, "y is read in one pass");
+}
+
+#[test]
+fn softmax_is_two_passes_plus_the_write() {
+    let (plan, _) = plan_text(&repo().join("bench/softmax.tdsl"));
+    assert_eq!(
+        plan.loops.kernels.len(),
+        1,
+        "one kernel, no intermediate buffers"
+    );
+    assert!(plan
+        .loops
+        .buffers
+        .iter()
+        .all(|b| b.role != tdsl_loop::Role::Temp));
+    assert_eq!(
+        loops_reading(&plan.loops.kernels[0].body, 0),
+        3,
+        "max, sum of exp, write"
+    );
+}
+
+#[test]
+fn matrix_products_become_gemm_calls() {
+    for name in ["gemm_1024", "bmm", "attn_scores", "chain"] {
+        let (plan, _) = plan_text(&repo().join(format!("bench/{name}.tdsl")));
+        let gemms = plan
+            .loops
+            .kernels
+            .iter()
+            .flat_map(|k| &k.body)
+            .filter(|s| matches!(s, Stmt::Call(LibCall::Gemm { .. })))
+            .count();
+        assert!(gemms >= 1, "{name} uses GEMM");
+        assert!(
+            plan.loops.kernels.iter().all(|k| k
+                .body
+                .iter()
+                .all(|s| !matches!(s, Stmt::Loop(l) if !matches!(l.iter, Iter::Range { .. })))),
+            "{name}: dense loops only"
+        );
+    }
+}
+
+#[test]
+fn permutations_are_single_copy_kernels() {
+    for name in ["permute_nhwc", "split_heads", "transpose"] {
+        let (plan, _) = plan_text(&repo().join(format!("bench/{name}.tdsl")));
+        assert_eq!(plan.loops.kernels.len(), 1, "{name}");
+        assert_eq!(plan.loops.buffers.len(), 2, "{name}: no temporaries");
+    }
+}
