@@ -191,18 +191,37 @@ def expect_rank(x, rank, name):
         raise ValueError(f"input {name} has rank {x.ndim}, the anchor expects {rank}")
 
 
-def gemm_crate_variant(n: int, runs: int, min_time: float, state: dict) -> Variant:
+def gemm_crate_variant(n: int, cfg) -> Variant:
     def run() -> Timing:
-        if state.get("gemm_crate_error"):
-            raise RuntimeError(state["gemm_crate_error"])
-        out = subprocess.run([GEMM_CRATE_BIN, str(n), str(runs), "2", str(min_time)],
+        if cfg.state.get("gemm_crate_error"):
+            raise RuntimeError(cfg.state["gemm_crate_error"])
+        out = subprocess.run([GEMM_CRATE_BIN, str(n), str(max(5, cfg.runs)), str(cfg.threads),
+                              str(cfg.min_time)],
                              capture_output=True, text=True, timeout=600)
         if out.returncode != 0:
             raise RuntimeError(f"exit {out.returncode}: {out.stderr.strip()[-300:]}")
         js = json.loads(out.stdout)
         return Timing(js["median_ms"], js["min_ms"], js["runs"])
-    return Variant("gemm crate 0.19 (Rust, Parallelism::Rayon(2))", external=run, candidate=False,
+    return Variant(f"gemm crate 0.19 (Rust, Parallelism::Rayon({cfg.threads}))", external=run,
+                   candidate=False,
                    info="reference for the GEMM target")
+
+
+def check_variants(row: "Row", notes: list) -> None:
+    """The candidate variants of a row must agree (catches a wrong anchor, not tdsl)."""
+    outs = []
+    for var in row.variants:
+        if var.candidate and var.fn is not None:
+            try:
+                outs.append((var.label, var.fn()))
+            except Exception:  # noqa: BLE001 - reported when timed
+                pass
+    outs = [(l, o) for l, o in outs if isinstance(o, np.ndarray)]
+    for label, out in outs[1:]:
+        ref_label, ref = outs[0]
+        scale = float(np.abs(ref).max()) if ref.size else 0.0
+        if out.shape != ref.shape or not np.allclose(out, ref, rtol=1e-3, atol=1e-4 * scale):
+            notes.append(f"{row.key}: anchor variants disagree: '{label}' vs '{ref_label}'")
 
 
 def build_rows(name: str, inp: dict, cfg) -> list:
@@ -213,7 +232,7 @@ def build_rows(name: str, inp: dict, cfg) -> list:
         expect_rank(a, 2, "a")
         variants = [Variant("numpy a @ b", lambda: a @ b)]
         if cfg.gemm_crate and a.shape[0] == a.shape[1] == b.shape[1]:
-            variants.append(gemm_crate_variant(a.shape[0], cfg.runs, cfg.min_time, cfg.state))
+            variants.append(gemm_crate_variant(a.shape[0], cfg))
         return [Row(name, name, variants)]
     if name == "bmm":
         a, x = v
@@ -695,6 +714,8 @@ def main(argv=None) -> int:
     cfg = ap.parse_args(argv)
     cfg.threads = 2
     cfg.state = {}
+    if os.path.exists(cfg.tdsl):  # relative to the caller's directory, else to the repo root
+        cfg.tdsl = os.path.abspath(cfg.tdsl)
     load_libs(cfg.threads)
 
     selected = WORKLOADS
@@ -752,6 +773,8 @@ def main(argv=None) -> int:
             notes.append(f"{name}: anchor setup failed: {e}")
             continue
         stmts = [s["name"] for s in cost["statements"]] if cost else []
+        for row in wrows:
+            check_variants(row, notes)
         wait_quiet(cfg.wait_quiet, f"{name} anchors", notes)
         for row in wrows:
             row.shapes = shapes_text(inputs)
@@ -820,6 +843,10 @@ def main(argv=None) -> int:
         rows += wrows
 
     # Ceilings.
+    machines = sorted({str(r["json"].get("machine")) for r in tdsl_results.values()
+                       if r["json"] and r["json"].get("machine")})
+    if machines:
+        info["tdsl machine"] = " / ".join(machines)
     if peaks_seen:
         pg, pb = peaks_seen[0]
         if any(p != peaks_seen[0] for p in peaks_seen):
@@ -850,9 +877,13 @@ def main(argv=None) -> int:
     for name, res in tdsl_results.items():
         js = res["json"]
         if js and isinstance(js.get("compile_ms"), (int, float)) and js.get("kernels"):
-            nk = len(js["kernels"])
-            compile_rows.append((name, nk, js["compile_ms"], js["compile_ms"] / nk))
-    compile_median = statistics.median(c[3] for c in compile_rows) if compile_rows else None
+            # compile_ms covers the kernels actually compiled (n_compiled when reported).
+            nk = js.get("n_compiled") if isinstance(js.get("n_compiled"), int) else None
+            nk = nk if nk else len(js["kernels"])
+            compile_rows.append((name, len(js["kernels"]), nk, js["compile_ms"],
+                                 js["compile_ms"] / nk, js.get("parse_check_ms"),
+                                 js.get("plan_ms")))
+    compile_median = statistics.median(c[4] for c in compile_rows) if compile_rows else None
 
     load_end = loadavg()
     result = {"info": info, "peaks": peaks, "bandwidth": bw, "load_start": load_start,
@@ -999,7 +1030,8 @@ def write_results(result, rows, peaks, bw, compile_rows, compile_median, notes, 
     for k in ("date", "lscpu Model name", "lscpu CPU family", "lscpu Model",
               "lscpu Hypervisor vendor", "nproc", "lscpu Thread(s) per core", "lscpu L2 cache",
               "lscpu L3 cache", "simd", "MemTotal", "kernel", "python", "numpy", "blas",
-              "einops", "opt_einsum", "commit", "tdsl", "tdsl binary built"):
+              "einops", "opt_einsum", "commit", "tdsl", "tdsl binary built",
+              "tdsl machine"):
         if k in info:
             L.append(f"| {k.replace('lscpu ', '')} | {md_escape(str(info[k]))} |")
     L.append(f"| load average (start → end) | {result['load_start']} → {result['load_end']} |")
@@ -1055,10 +1087,15 @@ def write_results(result, rows, peaks, bw, compile_rows, compile_median, notes, 
 
     if compile_rows:
         L += ["", "### tdsl compile time", ""]
-        L.append("| workload | kernels | compile_ms | ms per kernel |")
-        L.append("|---|---:|---:|---:|")
-        for name, nk, cms, per in compile_rows:
-            L.append(f"| `{name}` | {nk} | {cms:.3f} | {per:.3f} |")
+        L.append("| workload | kernels | compiled | compile_ms | ms per compiled kernel | "
+                 "parse+check ms | plan ms |")
+        L.append("|---|---:|---:|---:|---:|---:|---:|")
+
+        def opt(x):
+            return f"{x:.3f}" if isinstance(x, (int, float)) else "—"
+        for name, nk, nc, cms, per, pc, pl in compile_rows:
+            L.append(f"| `{name}` | {nk} | {nc} | {cms:.3f} | {per:.3f} | {opt(pc)} | "
+                     f"{opt(pl)} |")
 
     kern_lines = []
     for name, res in result["tdsl"].items():

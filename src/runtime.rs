@@ -147,3 +147,21 @@ pub fn run_eval(
     })?;
     Ok(outputs(plan, shapes, bufs))
 }
+
+/// The Cranelift IR of kernel `kernel` of a plan (for `:emit clif` and debugging).
+pub fn emit_clif(plan: &Plan, kernel: usize) -> Result<String, Diagnostic> {
+    CPU.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        if slot.is_none() {
+            *slot = Some(
+                CpuBackend::new()
+                    .map_err(|e| internal(format!("the CPU backend could not start: {e}")))?,
+            );
+        }
+        let be = slot
+            .as_ref()
+            .ok_or_else(|| internal("the CPU backend is missing".into()))?;
+        be.clif(&plan.loops, kernel)
+            .map_err(|e| internal(format!("CLIF for kernel {kernel} failed: {e}")))
+    })
+}

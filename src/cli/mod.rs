@@ -5,7 +5,9 @@
 //! `--input`). Only this module reads the environment and the terminal.
 
 mod bench;
+pub mod plot;
 pub mod render;
+pub mod repl;
 mod report;
 
 use crate::bind::{bind_available, Provided};
@@ -123,7 +125,13 @@ enum Cmd {
         /// One JSON object: total_flops and a list of statements.
         #[arg(long)]
         json: bool,
+        /// Also draw a roofline (FLOP/s against arithmetic intensity) to this SVG file.
+        #[arg(long, value_name = "FILE.svg")]
+        plot: Option<PathBuf>,
     },
+    /// Explore shapes, FLOPs, bytes and plans interactively (reads statements from stdin when it
+    /// is not a terminal).
+    Repl,
 }
 
 /// A failure of a whole command: diagnostics against the script (exit 1) or a usage error
@@ -165,12 +173,16 @@ pub fn main() -> ExitCode {
             }
         }
     };
+    if let Cmd::Repl = cli.cmd {
+        return repl::main(color);
+    }
     let script_path = match &cli.cmd {
         Cmd::Run { script, .. }
         | Cmd::Check { script, .. }
         | Cmd::Cost { script, .. }
         | Cmd::Plan { script, .. }
         | Cmd::Bench { script, .. } => script.clone(),
+        Cmd::Repl => return ExitCode::SUCCESS,
     };
     let text = match std::fs::read_to_string(&script_path) {
         Ok(t) => t,
@@ -299,7 +311,10 @@ fn execute(cmd: &Cmd, text: &str, out: &mut dyn Write) -> Result<(), Failure> {
             let _ = write!(out, "{}", report::check_report(&program));
             Ok(())
         }
-        Cmd::Cost { data, json, .. } => {
+        Cmd::Repl => Ok(()),
+        Cmd::Cost {
+            data, json, plot, ..
+        } => {
             let (program, inputs) = load(text, data, Need::Sparse)?;
             let stored: Vec<_> = program
                 .inputs
@@ -310,6 +325,11 @@ fn execute(cmd: &Cmd, text: &str, out: &mut dyn Write) -> Result<(), Failure> {
                 })
                 .collect();
             let cost = crate::plan::cost::program_cost(&program, &stored);
+            if let Some(path) = plot {
+                let machine = bench::machine_ceilings();
+                let measured = vec![None; cost.statements.len()];
+                plot::roofline(path, &program, &cost, &machine, &measured)?;
+            }
             if *json {
                 let _ = writeln!(out, "{}", report::cost_json(&program, &cost));
             } else {

@@ -505,6 +505,7 @@ impl<'a> Planner<'a> {
             value: cast_to(value, self.expr_ty(id), dtype.compute()),
         };
         let body = close_nest(nest, vec![store], true, dtype);
+        let body = tile_transpose(body, self.next_var);
         Ok(Kernel {
             name: format!("k{}", self.out.kernels.len()),
             origin: self.origin(id),
@@ -1348,6 +1349,141 @@ fn cast_to(e: Expr, from: ElemType, to: ElemType) -> Expr {
         e
     } else {
         Expr::Cast(to, Box::new(e))
+    }
+}
+
+/// Tile edge for transposing copies: 16 f32 values fill one 64-byte cache line.
+const TILE: u64 = 16;
+
+/// Cache-blocks a transposing map: when a perfect loop nest ends in one store that is
+/// unit-stride in the innermost variable `v`, while some load walks `v` with a large stride and is
+/// unit-stride in another variable `u`, both `u` and `v` are split into tiles of [`TILE`] and the
+/// tile loops move outward. Every cache line a tile touches, read or written, is then used whole
+/// before it is evicted. Nests that are not such maps, or whose extents the tile does not
+/// divide, are returned unchanged.
+fn tile_transpose(body: Vec<Stmt>, first_free_var: u32) -> Vec<Stmt> {
+    // Peel the perfect nest.
+    let mut loops: Vec<(VarId, u64)> = Vec::new();
+    let mut cur = &body;
+    let store = loop {
+        match cur.as_slice() {
+            [Stmt::Loop(l)] => {
+                let Iter::Range { extent } = l.iter else {
+                    return body;
+                };
+                loops.push((l.var, extent));
+                cur = &l.body;
+            }
+            [s @ Stmt::Store { .. }] => break s.clone(),
+            _ => return body,
+        }
+    };
+    let Stmt::Store { buf, index, value } = store else {
+        return body;
+    };
+    let Some(&(v, v_ext)) = loops.last() else {
+        return body;
+    };
+    if index.stride_of(v) != 1 {
+        return body;
+    }
+    let mut loads = Vec::new();
+    collect_loads(&value, &mut loads);
+    let u = loads.iter().find_map(|ix| {
+        let sv = ix.stride_of(v);
+        if sv == 0 || sv == 1 {
+            return None;
+        }
+        loops
+            .iter()
+            .find(|(w, _)| *w != v && ix.stride_of(*w) == 1)
+            .copied()
+    });
+    let Some((u, u_ext)) = u else { return body };
+    // The largest tile edge up to TILE that divides the extent (at least 4).
+    let tile = |e: u64| {
+        [TILE, TILE / 2, TILE / 4]
+            .into_iter()
+            .find(|&t| e.is_multiple_of(t) && e >= 2 * t)
+    };
+    let (Some(tu), Some(tv)) = (tile(u_ext), tile(v_ext)) else {
+        return body;
+    };
+    let (uo, ui, vo, vi) = (
+        VarId(first_free_var),
+        VarId(first_free_var + 1),
+        VarId(first_free_var + 2),
+        VarId(first_free_var + 3),
+    );
+    let split = |ix: &Index| -> Index {
+        let mut terms = Vec::new();
+        for &(w, s) in &ix.terms {
+            if w == u {
+                terms.push((uo, s * tu as i64));
+                terms.push((ui, s));
+            } else if w == v {
+                terms.push((vo, s * tv as i64));
+                terms.push((vi, s));
+            } else {
+                terms.push((w, s));
+            }
+        }
+        Index {
+            offset: ix.offset,
+            terms,
+        }
+    };
+    let store = Stmt::Store {
+        buf,
+        index: split(&index),
+        value: map_loads(&value, &split),
+    };
+    let mut order: Vec<(VarId, u64)> = loops
+        .iter()
+        .copied()
+        .filter(|(w, _)| *w != u && *w != v)
+        .collect();
+    order.extend([(uo, u_ext / tu), (vo, v_ext / tv), (ui, tu), (vi, tv)]);
+    let mut out = vec![store];
+    let n = order.len();
+    for (d, (w, e)) in order.into_iter().enumerate().rev() {
+        out = vec![Stmt::Loop(Loop {
+            var: w,
+            iter: Iter::Range { extent: e },
+            parallel: d == 0,
+            vector: 1,
+            gpu: None,
+            body: out,
+        })];
+        let _ = n;
+    }
+    out
+}
+
+fn collect_loads(e: &Expr, out: &mut Vec<Index>) {
+    match e {
+        Expr::Load { index, .. } => out.push(index.clone()),
+        Expr::Unary(_, x) | Expr::Cast(_, x) => collect_loads(x, out),
+        Expr::Binary(_, a, b) => {
+            collect_loads(a, out);
+            collect_loads(b, out);
+        }
+        Expr::Const(_) | Expr::Acc(_) => {}
+    }
+}
+
+fn map_loads(e: &Expr, f: &impl Fn(&Index) -> Index) -> Expr {
+    match e {
+        Expr::Load { buf, index } => Expr::Load {
+            buf: *buf,
+            index: f(index),
+        },
+        Expr::Unary(op, x) => Expr::Unary(*op, Box::new(map_loads(x, f))),
+        Expr::Cast(t, x) => Expr::Cast(*t, Box::new(map_loads(x, f))),
+        Expr::Binary(op, a, b) => {
+            Expr::Binary(*op, Box::new(map_loads(a, f)), Box::new(map_loads(b, f)))
+        }
+        Expr::Const(_) | Expr::Acc(_) => e.clone(),
     }
 }
 

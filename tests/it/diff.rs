@@ -194,7 +194,8 @@ fn differ(script: &str, wide: &str, low: DType) -> Result<bool, String> {
             let max_sens = sens.iter().fold(0.0f64, |m, &x| m.max(x));
             let scale = w.iter().fold(0.0f64, |m, &x| m.max(x.abs()));
             for i in 0..w.len() {
-                let tol = 8.0 * sens[i] + 2.0 * max_sens + floor(low) * (1.0 + w[i].abs() + scale);
+                let tol =
+                    8.0 * sens[i] + 2.0 * max_sens + floor(low) * (1.0 + w[i].abs() + 0.25 * scale);
                 let ok = (g[i] - w[i]).abs() <= tol;
                 if !ok {
                     return Err(format!(
@@ -446,6 +447,8 @@ struct Gen<'a> {
     /// Operations generated so far (a budget).
     nodes: usize,
     outputs: BTreeSet<String>,
+    /// In the wide program: the statements widening each input to f64.
+    widen: Vec<String>,
 }
 
 fn prod(s: &[usize]) -> usize {
@@ -478,6 +481,7 @@ impl<'a> Gen<'a> {
             dtypes: BTreeSet::new(),
             nodes: 0,
             outputs: BTreeSet::new(),
+            widen: Vec::new(),
         };
         g.dtypes.insert(main);
         for (i, &e) in g.dims.clone().iter().enumerate() {
@@ -498,7 +502,7 @@ impl<'a> Gen<'a> {
     fn script(&self) -> String {
         let mut s = self.decls.join("\n");
         s.push('\n');
-        for st in &self.stmts {
+        for st in self.widen.iter().chain(&self.stmts) {
             s += st;
             s.push('\n');
         }
@@ -571,7 +575,7 @@ impl<'a> Gen<'a> {
         let name = format!("x{}", self.n_inputs);
         self.n_inputs += 1;
         let t = self.draw_dtype();
-        let dt = self.dtype_text(t);
+        self.dtypes.insert(t);
         let axes: Vec<String> = shape
             .iter()
             .map(|&e| match self.size_name(e) {
@@ -585,8 +589,21 @@ impl<'a> Gen<'a> {
         } else {
             (format!("randn(seed={seed})"), 1.0)
         };
-        self.decls
-            .push(format!("input {name}: {dt}[{}] = {init}", axes.join(", ")));
+        // The wide program reads the same values: the input keeps its dtype and is widened.
+        if self.wide {
+            self.decls.push(format!(
+                "input {name}_in: {}[{}] = {init}",
+                t.name(),
+                axes.join(", ")
+            ));
+            self.widen.push(format!("{name} = cast({name}_in, f64)"));
+        } else {
+            self.decls.push(format!(
+                "input {name}: {}[{}] = {init}",
+                t.name(),
+                axes.join(", ")
+            ));
+        }
         self.pool.push(Named {
             name: name.clone(),
             shape: shape.to_vec(),

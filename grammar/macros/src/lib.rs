@@ -1,0 +1,1 @@
+//! tdsl-macros (being written).
