@@ -12,7 +12,53 @@
 //! let out = tdsl::interp::run(&program, &inputs);
 //! assert_eq!(out[0].to_f64(), vec![3.0, 5.0, 7.0]);
 //! ```
+//!
+//! # Rust API and macros
+//!
+//! [`Program`] (module [`api`]) compiles a script once and runs it on the CPU JIT, caching the
+//! checked program, its plan and its kernels per input signature (names, dtypes, shapes).
+//! Tensors go in as `(name, tensor)` pairs or through [`Program::bind`]; results come back as
+//! [`Outputs`], by name and in `output` order, with their [`TensorType`]s (axis names, dtype,
+//! format). [`Tensor`] is built from and read as `&[T]` for every [`Element`] type.
+//!
+//! ```
+//! use tdsl::{Program, Tensor};
+//! let p = Program::compile(
+//!     "input x: f32[b, d]\ny = reduce(x, \"b d -> b\", \"max\")\noutput y",
+//! )?;
+//! let x = Tensor::from_slice(&[1.0f32, 5.0, 2.0, 3.0, 9.0, 4.0], &[2, 3])?;
+//! let out = p.run([("x", &x)])?;
+//! assert_eq!(out["y"].as_slice::<f32>(), Some(&[5.0, 9.0][..]));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! The macros check their pattern strings when the Rust code compiles (syntax, axes on one side
+//! only, duplicate axes, reduce op names, operand counts: `compile_error!`s that give the line
+//! and column inside the string) and check extents when they run, against the operands' shapes.
+//! Each call site compiles its kernel once per operand signature, so a call in a loop pays for
+//! the JIT once. They return `Result<Tensor, Diagnostics>`.
+//!
+//! ```
+//! let a = tdsl::Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0], &[2, 2])?;
+//! let b = tdsl::Tensor::from_slice(&[1.0f32, 1.0, 0.0, 1.0], &[2, 2])?;
+//! let c = tdsl::einsum!("i k, k j -> i j", a, b)?;
+//! assert_eq!(c.as_slice::<f32>(), Some(&[1.0, 3.0, 3.0, 7.0][..]));
+//! let t = tdsl::rearrange!(c, "i j -> j i")?;
+//! assert_eq!(t.as_slice::<f32>(), Some(&[1.0, 3.0, 3.0, 7.0][..]));
+//! let s = tdsl::reduce!(t, "i j -> j", sum)?;
+//! assert_eq!(s.as_slice::<f32>(), Some(&[4.0, 10.0][..]));
+//! let r = tdsl::repeat!(s, "j -> j c", c = 2)?;
+//! assert_eq!(r.shape, [2, 2]);
+//! let p = tdsl::program!(r#"
+//!     input x: f32[n]
+//!     y = x * 2
+//!     output y
+//! "#);
+//! assert_eq!(p.run([("x", &s)])?["y"].as_slice::<f32>(), Some(&[8.0, 20.0][..]));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
+pub mod api;
 pub mod bind;
 pub mod check;
 pub mod cli;
@@ -29,6 +75,12 @@ pub mod tensor;
 pub use diag::{Code, Diagnostic, Diagnostics};
 pub use dtype::DType;
 pub use tensor::{Storage, Tensor};
+
+pub use api::{
+    bf16, f16, jit_stats, AsInput, Element, JitStats, Outputs, Program, Run, TensorArg, TensorType,
+    TensorView,
+};
+pub use tdsl_macros::{einsum, program, rearrange, reduce, repeat};
 
 use std::collections::BTreeMap;
 use tdsl_syntax::{SyntaxError, SyntaxErrorKind};

@@ -2,15 +2,18 @@
 //!
 //! `grammar/tdsl.pest` is the one definition of the syntax. [`parse_script`] reads a whole
 //! script, [`parse_repl_line`] one REPL line and [`parse_expr`] a lone expression (what the Rust
-//! macros embed). Every AST node carries a byte [`Span`]. This crate infers nothing: it does not
-//! know extents, dtypes, formats or which functions exist (that is `tdsl::check`), and it depends
-//! on pest alone, so the pest boundary stays thin enough to replace.
+//! macros embed); [`pattern`] checks pattern strings as far as no shapes are needed (what the
+//! Rust macros do at compile time). Every AST node carries a byte [`Span`]. This crate infers
+//! nothing: it does not know extents, dtypes, formats or which functions exist (that is
+//! `tdsl::check`), and it depends on pest alone, so the pest boundary stays thin enough to
+//! replace.
 
 #![forbid(unsafe_code)]
 
 pub mod ast;
 pub mod error;
 mod lower;
+pub mod pattern;
 pub mod pretty;
 pub mod span;
 

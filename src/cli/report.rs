@@ -109,7 +109,7 @@ pub fn check_report(p: &Program) -> String {
     out
 }
 
-fn init_name(init: &crate::check::Init) -> String {
+pub(crate) fn init_name(init: &crate::check::Init) -> String {
     use crate::check::InitKind::*;
     let base = match init.kind {
         Randn { seed } => format!("randn(seed={seed}"),

@@ -58,6 +58,10 @@ pub fn elem_type(d: DType) -> ElemType {
 pub fn plan_program(p: &Program) -> Plan {
     let mut pl = Planner::new(p);
     pl.run();
+    // Kernels are named by their position in the final program.
+    for (i, k) in pl.out.kernels.iter_mut().enumerate() {
+        k.name = format!("k{i}");
+    }
     let plan = Plan {
         loops: pl.out,
         input_bufs: pl.input_bufs,
@@ -137,6 +141,8 @@ struct Planner<'a> {
     /// Reductions already placed in the kernel being built, by node and coordinates: a value
     /// inlined in two places (softmax's `exp(x - max)`) reuses one accumulator.
     reductions: BTreeMap<ReductionKey, Expr>,
+    /// Where each accumulator of the kernel being built was placed: (nest, depth).
+    acc_place: BTreeMap<AccId, (usize, usize)>,
     n_temps: usize,
 }
 
@@ -155,6 +161,7 @@ impl<'a> Planner<'a> {
             env: Vec::new(),
             root_pos: BTreeMap::new(),
             reductions: BTreeMap::new(),
+            acc_place: BTreeMap::new(),
             n_temps: 0,
         }
     }
@@ -471,6 +478,7 @@ impl<'a> Planner<'a> {
         self.next_var = 0;
         self.next_acc = 0;
         self.reductions.clear();
+        self.acc_place.clear();
         let buf = self.mat[&id];
         let mut coords = Vec::new();
         let mut vars = Vec::new();
@@ -744,8 +752,21 @@ impl<'a> Planner<'a> {
                 }
             }
         }
+        // It must also follow the accumulators it reads (a reduction of a reduction).
+        let declared = stmt_lets(&stmts);
+        for a in stmt_accs(&stmts) {
+            if declared.contains(&a) {
+                continue;
+            }
+            if let Some(&p) = self.acc_place.get(&a) {
+                if p.0 < self.env.len() {
+                    place = place.max(p);
+                }
+            }
+        }
         let (k, d) = place;
         self.env[k].pre[d].extend(stmts);
+        self.acc_place.insert(acc, place);
         let value = Expr::Acc(acc);
         let value = if op == ReduceOp::Mean {
             Expr::Binary(
@@ -983,11 +1004,8 @@ impl<'a> Planner<'a> {
                 let elems = le.iter().product::<u64>();
                 let name = format!("t{}", self.n_temps);
                 self.n_temps += 1;
-                let dtype = taken
-                    .iter()
-                    .map(|t| t.dtype)
-                    .reduce(DType::promote)
-                    .unwrap_or(out_dtype);
+                // Intermediates carry the einsum's result dtype (f64 if any operand is f64).
+                let dtype = out_dtype;
                 let buf = self.add_buffer(name, dtype, elems, Role::Temp);
                 Operand {
                     buf,
@@ -1509,6 +1527,50 @@ fn close_nest(nest: Nest, inner: Vec<Stmt>, root: bool, ty: ElemType) -> Vec<Stm
         body.push(lp);
     }
     body
+}
+
+/// Accumulators declared (by `Let`) anywhere in statements.
+fn stmt_lets(stmts: &[Stmt]) -> BTreeSet<AccId> {
+    let mut out = BTreeSet::new();
+    fn walk(s: &Stmt, out: &mut BTreeSet<AccId>) {
+        match s {
+            Stmt::Let { acc, .. } => {
+                out.insert(*acc);
+            }
+            Stmt::Loop(l) => l.body.iter().for_each(|s| walk(s, out)),
+            _ => {}
+        }
+    }
+    stmts.iter().for_each(|s| walk(s, &mut out));
+    out
+}
+
+/// Accumulators read by statements' expressions.
+fn stmt_accs(stmts: &[Stmt]) -> BTreeSet<AccId> {
+    fn expr(e: &Expr, out: &mut BTreeSet<AccId>) {
+        match e {
+            Expr::Acc(a) => {
+                out.insert(*a);
+            }
+            Expr::Unary(_, x) | Expr::Cast(_, x) => expr(x, out),
+            Expr::Binary(_, a, b) => {
+                expr(a, out);
+                expr(b, out);
+            }
+            Expr::Const(_) | Expr::Load { .. } => {}
+        }
+    }
+    fn stmt(s: &Stmt, out: &mut BTreeSet<AccId>) {
+        match s {
+            Stmt::Loop(l) => l.body.iter().for_each(|s| stmt(s, out)),
+            Stmt::Let { init, .. } => expr(init, out),
+            Stmt::Update { value, .. } | Stmt::Store { value, .. } => expr(value, out),
+            Stmt::Call(_) => {}
+        }
+    }
+    let mut out = BTreeSet::new();
+    stmts.iter().for_each(|s| stmt(s, &mut out));
+    out
 }
 
 /// Variables used by statements' indices (loops' own variables included).

@@ -108,8 +108,8 @@ fn bench_reductions(quick: bool) {
 
 fn bench_exp_chain(quick: bool) {
     println!("\n## elementwise exp chain y = 1 / (1 + exp(-x)) + 0.5·exp(x), f32");
-    println!("| n | threads | ns/element | Gelem/s |");
-    println!("|---|---|---|---|");
+    println!("| n | n_acc option (unroll ≤ 2) | threads | ns/element | Gelem/s |");
+    println!("|---|---|---|---|---|");
     let n = 1u64 << 20;
     let x = || load(0, ix(0, &[(0, 1)]));
     let value = bin(
@@ -137,19 +137,26 @@ fn bench_exp_chain(quick: bool) {
             )],
         )],
     );
-    let mut be = CpuBackend::new().expect("host");
-    let exe = be.compile(&p).expect("compiles");
     let mut bufs = vec![
         data(F32, &values(n as usize, 3)),
         Data::zeros(F32, n as usize),
     ];
-    for threads in [1, 2] {
-        let t = time_run(&exe, &mut bufs, threads, if quick { 3 } else { 11 });
-        println!(
-            "| {n} | {threads} | {:.2} | {:.3} |",
-            t.as_secs_f64() * 1e9 / n as f64,
-            n as f64 / t.as_secs_f64() / 1e9
-        );
+    for n_acc in [1, 2, 4] {
+        let mut be = CpuBackend::with_options(CpuOptions {
+            n_acc,
+            ..CpuOptions::default()
+        })
+        .expect("host");
+        let exe = be.compile(&p).expect("compiles");
+        for threads in [1, 2] {
+            let t = time_run(&exe, &mut bufs, threads, if quick { 3 } else { 11 });
+            let tasks = exe.run(&mut bufs, threads).expect("runs").tasks;
+            println!(
+                "| {n} | {n_acc} | {threads} ({tasks} tasks) | {:.2} | {:.3} |",
+                t.as_secs_f64() * 1e9 / n as f64,
+                n as f64 / t.as_secs_f64() / 1e9
+            );
+        }
     }
 }
 

@@ -58,6 +58,9 @@ struct Validator<'a> {
 
 impl Validator<'_> {
     fn buf(&self, b: BufId) -> Result<ElemType, CodegenError> {
+        if b.0 >= 1 << 28 {
+            return Err(CodegenError::Unsupported(format!("buffer id {}", b.0)));
+        }
         self.p
             .buffers
             .get(b.0 as usize)
@@ -105,7 +108,13 @@ impl Validator<'_> {
                 Stmt::Loop(l) => {
                     let mut bound = vec![l.var];
                     match &l.iter {
-                        Iter::Range { .. } => {}
+                        Iter::Range { extent } => {
+                            if *extent > i64::MAX as u64 {
+                                return Err(CodegenError::Unsupported(format!(
+                                    "loop extent {extent} above 2^63"
+                                )));
+                            }
+                        }
                         Iter::Compressed {
                             ptr,
                             ptr_index,
@@ -122,11 +131,16 @@ impl Validator<'_> {
                             self.i32_buf(*crd, "coordinate")?;
                         }
                         Iter::TwoFour {
+                            groups,
                             meta,
                             meta_index,
                             coord,
-                            ..
                         } => {
+                            if *groups > (i64::MAX / 4) as u64 {
+                                return Err(CodegenError::Unsupported(format!(
+                                    "{groups} 2:4 groups"
+                                )));
+                            }
                             self.index(meta_index)?;
                             self.i32_buf(*meta, "2:4 metadata")?;
                             bound.push(*coord);

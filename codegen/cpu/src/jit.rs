@@ -138,7 +138,7 @@ impl KernelFn {
         // Keeps the code alive for the duration of the call.
         let _code = &self.code;
         // SAFETY: `addr` is the finalized address of a function compiled with exactly this
-        // signature (`compile_kernel` declares it), and its module is alive (`self.code`).
+        // signature (`CpuBackend::define_kernel` declares it), and its module is alive (`self.code`).
         let f = unsafe { std::mem::transmute::<usize, RawKernel>(self.addr) };
         // The generated code only accesses the buffers in `bufs` inside the ranges that
         // `check::check_bounds` proved for these very buffers (`_checked`), clamps `lo..hi` to
@@ -154,8 +154,9 @@ pub(crate) struct BufPtrs<'a> {
 }
 
 // SAFETY: the pointers come from an exclusive borrow of the buffers held for the life of
-// `BufPtrs`; generated code running on several threads writes disjoint elements (iterations of
-// a `parallel` loop are independent by the loop IR's contract) within checked bounds.
+// `BufPtrs`; generated code running on several threads writes disjoint elements (a loop is
+// split across threads only when it is `parallel` and every store in it moves with its
+// variable) within checked bounds.
 unsafe impl Send for BufPtrs<'_> {}
 // SAFETY: as for `Send`: shared use only hands the pointers to generated code.
 unsafe impl Sync for BufPtrs<'_> {}

@@ -1,16 +1,21 @@
-//! The kernel cache key: a deterministic text of everything the generated code depends on.
+//! The kernel cache key, and the exact signature a cache hit is checked against.
 //!
-//! That is the kernel body (not its name or origin), the id, type and length of every buffer it
-//! touches (generated code indexes the buffer table by id and specialises on element types), the
-//! target (triple, ISA flags, optimisation level) and the code generation options. The body is
-//! written with `Debug`, which is derived and therefore deterministic and complete (floats print
-//! in their shortest round-trip form). When `tdsl_loop::print` settles, its kernel text can
-//! replace the `Debug` form here.
+//! The key is the kernel's canonical text, `tdsl_loop::print::print_kernel` (the touched
+//! buffers with their types and lengths, then the body), printed with the kernel's name and
+//! origin and the buffers' names and roles blanked (they do not change the code, so renamed
+//! copies share an entry), followed by the target (triple, ISA flags, optimisation level) and
+//! the code generation options.
+//!
+//! Running generated code safely must not rest on the printer never printing two different
+//! kernels alike (spec/loop-ir.md §5 names one such case), so each cache entry also keeps an
+//! exact [`signature`]: the `Debug` form of the body, which is derived and complete, and the id,
+//! type and length of every touched buffer. A key holds every kernel compiled under it, and a
+//! lookup must match the signature too.
 
 use std::collections::BTreeSet;
 use std::fmt::Write;
 
-use tdsl_loop::{BufId, Expr, Iter, Kernel, LibCall, LoopProgram, Stmt};
+use tdsl_loop::{BufId, Buffer, Expr, Iter, Kernel, LibCall, LoopProgram, Role, Stmt};
 
 use crate::lower::LowerOptions;
 
@@ -69,16 +74,40 @@ pub(crate) fn kernel_buffers(k: &Kernel) -> BTreeSet<BufId> {
 
 /// The cache key of `k` in `p` for a target and options.
 pub(crate) fn kernel_key(p: &LoopProgram, k: &Kernel, target: &str, opts: &LowerOptions) -> String {
+    let blank = LoopProgram {
+        buffers: p
+            .buffers
+            .iter()
+            .map(|b| Buffer {
+                name: String::new(),
+                ty: b.ty,
+                elems: b.elems,
+                role: Role::Temp,
+            })
+            .collect(),
+        kernels: Vec::new(),
+    };
+    let k = Kernel {
+        name: String::new(),
+        origin: String::new(),
+        body: k.body.clone(),
+    };
+    let mut s = tdsl_loop::print::print_kernel(&blank, &k);
+    let _ = write!(s, "target {target}\noptions {opts:?}\n");
+    s
+}
+
+/// What the generated code of `k` depends on, exactly: touched buffers (id, type, length) and
+/// the body's `Debug` form.
+pub(crate) fn signature(p: &LoopProgram, k: &Kernel) -> String {
     let mut s = String::new();
-    let _ = writeln!(s, "target {target}");
-    let _ = writeln!(s, "options {opts:?}");
     for b in kernel_buffers(k) {
         match p.buffers.get(b.0 as usize) {
             Some(buf) => {
-                let _ = writeln!(s, "buffer b{} {} {}", b.0, buf.ty, buf.elems);
+                let _ = writeln!(s, "b{} {} {}", b.0, buf.ty, buf.elems);
             }
             None => {
-                let _ = writeln!(s, "buffer b{} missing", b.0);
+                let _ = writeln!(s, "b{} missing", b.0);
             }
         }
     }

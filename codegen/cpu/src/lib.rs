@@ -2,7 +2,7 @@
 //! on host buffers ([`tdsl_loop::Data`]) comes out.
 //!
 //! - `lower.rs`: loop IR → Cranelift IR (scalar loops, f32x4/f64x2 vector loops with several
-//!   accumulators, f16/bf16 conversions, sparse compressed and singleton levels);
+//!   accumulators, f16/bf16 conversions, compressed, singleton and 2:4 sparse levels);
 //! - `jit.rs`: JIT modules, function pointers, GEMM calls: the only module with `unsafe`;
 //! - `check.rs`: well-formedness and bounds (checked at compile time, and again at run time on
 //!   the actual buffers before any generated code runs);
@@ -57,7 +57,8 @@ pub enum OptLevel {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CpuOptions {
     pub opt_level: OptLevel,
-    /// Vector accumulators (and unroll factor) of vectorised loops.
+    /// Vector accumulators (and unroll factor) of vectorised reduction loops; elementwise
+    /// vector loops unroll by at most 2. 4 is fastest with `Speed` (8 spills, TOOLCHAIN.md §1c).
     pub n_acc: usize,
     /// Vectorise innermost loops marked `vector >= 2`.
     pub vectorize: bool,
@@ -96,6 +97,8 @@ enum Segment {
 
 /// The compiled form of one kernel, shared between executables through the cache.
 struct CompiledKernel {
+    /// `key::signature` of the kernel it was compiled from.
+    signature: String,
     segments: Vec<Segment>,
 }
 
@@ -104,7 +107,8 @@ struct CompiledKernel {
 pub struct CpuBackend {
     target: Target,
     opts: LowerOptions,
-    cache: HashMap<String, Arc<CompiledKernel>>,
+    /// Canonical kernel text → the kernels compiled under it (normally one; see `key.rs`).
+    cache: HashMap<String, Vec<Arc<CompiledKernel>>>,
     n_compiled: usize,
 }
 
@@ -178,18 +182,66 @@ fn work(stmts: &[Stmt]) -> u64 {
         .fold(0u64, |a, b| a.saturating_add(b))
 }
 
-/// Whether iterations of `l` store to distinct elements: every store in its body moves with its
-/// variable. A loop that is not is run on one thread even when marked `parallel`.
+/// Whether distinct iterations of `l` store to distinct elements, so that its iterations can
+/// run on different threads: every buffer is stored at one index, and in every store the stride
+/// of the loop's variable exceeds the span of all the other terms (whose variables need static
+/// extents).
 fn race_free(l: &tdsl_loop::Loop) -> bool {
-    fn block(stmts: &[Stmt], var: tdsl_loop::VarId) -> bool {
+    use std::collections::HashMap;
+    use tdsl_loop::VarId;
+    fn block(stmts: &[Stmt], var: VarId, ext: &mut HashMap<VarId, Option<u64>>) -> bool {
         stmts.iter().all(|s| match s {
-            Stmt::Loop(l) => block(&l.body, var),
-            Stmt::Store { index, .. } => index.stride_of(var) != 0,
+            Stmt::Loop(inner) => {
+                let bound: Vec<(VarId, Option<u64>)> = match &inner.iter {
+                    Iter::Range { extent } => vec![(inner.var, Some(*extent))],
+                    Iter::TwoFour { groups, coord, .. } => vec![
+                        (inner.var, Some(groups.saturating_mul(2))),
+                        (*coord, Some(groups.saturating_mul(4))),
+                    ],
+                    Iter::Compressed { coord, .. } => vec![(inner.var, None), (*coord, None)],
+                    Iter::Singleton { .. } => vec![(inner.var, None)],
+                };
+                ext.extend(bound.iter().copied());
+                let ok = block(&inner.body, var, ext);
+                for (v, _) in bound {
+                    ext.remove(&v);
+                }
+                ok
+            }
+            Stmt::Store { index, .. } => {
+                let stride = (index.stride_of(var) as i128).abs();
+                let mut span = 0i128;
+                for (v, st) in &index.terms {
+                    if *v == var || *st == 0 {
+                        continue;
+                    }
+                    match ext.get(v).copied().flatten() {
+                        Some(e) => span += (*st as i128).abs() * (e.max(1) as i128 - 1),
+                        None => return false,
+                    }
+                }
+                stride > span
+            }
             Stmt::Call(_) => false,
             Stmt::Let { .. } | Stmt::Update { .. } => true,
         })
     }
-    block(&l.body, l.var)
+    // Two stores to one buffer at different indices could meet across iterations.
+    fn stores<'a>(stmts: &'a [Stmt], out: &mut Vec<(tdsl_loop::BufId, &'a tdsl_loop::Index)>) {
+        for s in stmts {
+            match s {
+                Stmt::Loop(inner) => stores(&inner.body, out),
+                Stmt::Store { buf, index, .. } => out.push((*buf, index)),
+                _ => {}
+            }
+        }
+    }
+    let mut all = Vec::new();
+    stores(&l.body, &mut all);
+    let single_index = all
+        .iter()
+        .all(|(b, i)| all.iter().all(|(b2, i2)| b != b2 || i == i2));
+    single_index && block(&l.body, l.var, &mut HashMap::new())
 }
 
 fn kernel_signature(module: &JITModule) -> Signature {
@@ -245,11 +297,14 @@ impl CpuBackend {
     /// them) and returns an executable.
     pub fn compile(&mut self, p: &LoopProgram) -> Result<Executable, CodegenError> {
         let mut keys = Vec::with_capacity(p.kernels.len());
-        let mut missing: Vec<(usize, String)> = Vec::new();
+        let mut missing: Vec<(usize, (String, String))> = Vec::new();
         for (i, k) in p.kernels.iter().enumerate() {
             self.validate(p, k)?;
-            let key = key::kernel_key(p, k, &self.target.key, &self.opts);
-            if !self.cache.contains_key(&key) && !missing.iter().any(|(_, m)| *m == key) {
+            let key = (
+                key::kernel_key(p, k, &self.target.key, &self.opts),
+                key::signature(p, k),
+            );
+            if self.lookup(&key).is_none() && !missing.iter().any(|(_, m)| *m == key) {
                 missing.push((i, key.clone()));
             }
             keys.push(key);
@@ -268,7 +323,7 @@ impl CpuBackend {
                 return Err(e);
             }
             let mut fns = jit::finalize(module, &ids)?.into_iter();
-            for ((_, key), plan) in missing.iter().zip(plans) {
+            for ((_, (key, signature)), plan) in missing.iter().zip(plans) {
                 let segments = plan
                     .into_iter()
                     .map(|s| match s {
@@ -280,14 +335,36 @@ impl CpuBackend {
                     })
                     .collect();
                 self.cache
-                    .insert(key.clone(), Arc::new(CompiledKernel { segments }));
+                    .entry(key.clone())
+                    .or_default()
+                    .push(Arc::new(CompiledKernel {
+                        signature: signature.clone(),
+                        segments,
+                    }));
                 self.n_compiled += 1;
             }
         }
+        let kernels = keys
+            .iter()
+            .map(|key| {
+                self.lookup(key)
+                    .expect("every kernel is compiled or cached")
+            })
+            .collect();
         Ok(Executable {
             program: p.clone(),
-            kernels: keys.iter().map(|k| self.cache[k].clone()).collect(),
+            kernels,
         })
+    }
+
+    /// The cached kernel for a (key, signature) pair: a key can hold several kernels when
+    /// different kernels print alike.
+    fn lookup(&self, (key, signature): &(String, String)) -> Option<Arc<CompiledKernel>> {
+        self.cache
+            .get(key)?
+            .iter()
+            .find(|c| c.signature == *signature)
+            .cloned()
     }
 
     /// Lowers and defines every generated segment of `k` in `module`, appending their ids.

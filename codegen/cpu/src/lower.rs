@@ -6,9 +6,11 @@
 //! Values are computed in f32 (f32, f16, bf16 and i32 loads) or f64; f16 and bf16 are widened on
 //! load and narrowed on store with round-to-nearest-even, by integer bit manipulation (the x64
 //! backend has no `fpromote`/`fdemote` for F16). Transcendentals call scalar helpers
-//! (`helpers.rs`). An innermost `Range` loop marked `vector >= 2` whose accesses are unit-stride
-//! or broadcast in its variable runs four f32 (two f64) lanes at a time, unrolled with one
-//! vector accumulator per unrolled step for reductions, then a one-vector loop and a scalar tail.
+//! (`helpers.rs`), except exp and sigmoid in f32 vector loops, which are inline polynomials.
+//! An innermost `Range` loop marked `vector >= 2` runs four f32 (two f64) lanes at a time:
+//! unit-stride accesses are vector loads and stores, broadcasts are splats, other strides are
+//! gathered and scattered lane by lane. Reductions get one vector accumulator per unrolled
+//! step (a horizontal reduction follows), then a one-vector loop and a scalar tail finish.
 //!
 //! This module only builds IR: it assumes `check::validate_kernel` accepted the kernel, and it
 //! emits no bounds checks (`check::check_bounds` runs before any generated code).
@@ -352,55 +354,85 @@ impl<M: Module> Lower<'_, '_, M> {
         let nat = self.infer(value).unwrap_or(Ct::of(ty));
         let v = self.expr(value, nat)?;
         let (addr, off) = self.addr(buf, index);
-        let vector = self.vec.is_some();
-        let flags = if vector {
-            MemFlagsData::new().with_notrap()
-        } else {
-            MemFlagsData::trusted()
-        };
-        match (ty, nat) {
-            (ElemType::F32, Ct::F32) | (ElemType::F64, Ct::F64) => {
-                self.b.ins().store(flags, v, addr, off);
+        match self.vec.map(|m| index.stride_of(m.var)) {
+            None => self.store_scalar(ty, nat, v, addr, off),
+            Some(1) => {
+                self.store_vector(ty, v, addr, off);
+                Ok(())
             }
-            (ElemType::F32, Ct::F64) => {
-                let n = self.b.ins().fdemote(types::F32, v);
-                self.b.ins().store(flags, n, addr, off);
-            }
-            (ElemType::F64, Ct::F32) => {
-                let w = self.b.ins().fpromote(types::F64, v);
-                self.b.ins().store(flags, w, addr, off);
-            }
-            (ElemType::I32, _) => {
-                let ity = if vector { types::I32X4 } else { types::I32 };
-                let n = self.b.ins().fcvt_to_sint_sat(ity, v);
-                self.b.ins().store(flags, n, addr, off);
-            }
-            (ElemType::F16 | ElemType::BF16, _) => {
-                let bits = match (ty, nat) {
-                    (ElemType::F16, Ct::F32) => self.f32_to_f16_bits(v),
-                    (ElemType::BF16, Ct::F32) => self.f32_to_bf16_bits(v),
-                    (ElemType::F16, _) => self.call1(helpers::F64_TO_F16, v, types::I32)?,
-                    _ => self.call1(helpers::F64_TO_BF16, v, types::I32)?,
-                };
-                if vector {
-                    // Pack the four 16-bit values into the low 64 bits and store those.
-                    let packed = self.b.ins().unarrow(bits, bits);
-                    let le = MemFlagsData::new().with_endianness(Endianness::Little);
-                    let wide = self.b.ins().bitcast(types::I64X2, le, packed);
-                    let lo = self.b.ins().extractlane(wide, 0);
-                    self.b.ins().store(flags, lo, addr, off);
-                } else {
-                    self.b.ins().istore16(flags, bits, addr, off);
+            Some(stride) => {
+                // Scatter, lane by lane in iteration order.
+                let size = ty.size_bytes() as i64;
+                for lane in 0..nat.lanes() {
+                    let x = self.b.ins().extractlane(v, lane as u8);
+                    let o = off as i64 + lane * stride.wrapping_mul(size);
+                    let (a, o) = self.with_offset(addr, o);
+                    self.store_scalar(ty, nat, x, a, o)?;
                 }
+                Ok(())
             }
         }
+    }
+
+    /// Stores one scalar of compute type `nat`, narrowed to `ty`.
+    fn store_scalar(
+        &mut self,
+        ty: ElemType,
+        nat: Ct,
+        v: Value,
+        addr: Value,
+        off: i32,
+    ) -> Result<(), CodegenError> {
+        let flags = MemFlagsData::trusted();
+        let v = match (ty, nat) {
+            (ElemType::F32, Ct::F64) => self.b.ins().fdemote(types::F32, v),
+            (ElemType::F64, Ct::F32) => self.b.ins().fpromote(types::F64, v),
+            (ElemType::I32, _) => self.b.ins().fcvt_to_sint_sat(types::I32, v),
+            (ElemType::F16, Ct::F32) => self.f32_to_f16_bits(v),
+            (ElemType::BF16, Ct::F32) => self.f32_to_bf16_bits(v),
+            (ElemType::F16, Ct::F64) => self.call1(helpers::F64_TO_F16, v, types::I32)?,
+            (ElemType::BF16, Ct::F64) => self.call1(helpers::F64_TO_BF16, v, types::I32)?,
+            _ => v,
+        };
+        if matches!(ty, ElemType::F16 | ElemType::BF16) {
+            self.b.ins().istore16(flags, v, addr, off);
+        } else {
+            self.b.ins().store(flags, v, addr, off);
+        }
         Ok(())
+    }
+
+    /// Stores a vector of the buffer's compute type to consecutive elements.
+    fn store_vector(&mut self, ty: ElemType, v: Value, addr: Value, off: i32) {
+        let flags = MemFlagsData::new().with_notrap();
+        match ty {
+            ElemType::F32 | ElemType::F64 => {
+                self.b.ins().store(flags, v, addr, off);
+            }
+            ElemType::I32 => {
+                let n = self.b.ins().fcvt_to_sint_sat(types::I32X4, v);
+                self.b.ins().store(flags, n, addr, off);
+            }
+            ElemType::F16 | ElemType::BF16 => {
+                let bits = if ty == ElemType::F16 {
+                    self.f32_to_f16_bits(v)
+                } else {
+                    self.f32_to_bf16_bits(v)
+                };
+                // Pack the four 16-bit values into the low 64 bits and store those.
+                let packed = self.b.ins().unarrow(bits, bits);
+                let le = MemFlagsData::new().with_endianness(Endianness::Little);
+                let wide = self.b.ins().bitcast(types::I64X2, le, packed);
+                let lo = self.b.ins().extractlane(wide, 0);
+                self.b.ins().store(flags, lo, addr, off);
+            }
+        }
     }
 
     // ---- Loops ------------------------------------------------------------------------------
 
     /// Opens a loop running a fresh variable from `start` while `var + step <= end` (`var < end`
-    /// for step 1), compared signed or unsigned. Leaves the builder in the loop body.
+    /// for step 1), compared signed (values stay below 2^63). Leaves the builder in the loop body.
     fn loop_begin(&mut self, start: Value, end: Value, step: i64) -> Frame {
         let var = self.b.declare_var(types::I64);
         self.b.def_var(var, start);
@@ -648,7 +680,7 @@ impl<M: Module> Lower<'_, '_, M> {
         for s in &l.body {
             match s {
                 Stmt::Store { buf, index, .. } => {
-                    if index.stride_of(l.var) != 1 || !unify(Ct::of(self.p.buffer(*buf).ty)) {
+                    if index.stride_of(l.var) == 0 || !unify(Ct::of(self.p.buffer(*buf).ty)) {
                         return None;
                     }
                 }
@@ -670,36 +702,50 @@ impl<M: Module> Lower<'_, '_, M> {
             }
         }
         let ct = ct?;
+        // Running lanes together must not change what a load sees: a buffer the loop stores to
+        // is stored at one index and loaded only at that index (the same element, the same
+        // iteration). Different buffers never overlap.
+        let mut stores: HashMap<BufId, &Index> = HashMap::new();
+        for s in &l.body {
+            if let Stmt::Store { buf, index, .. } = s {
+                if stores.insert(*buf, index).is_some_and(|i| i != index) {
+                    return None;
+                }
+            }
+        }
+        let mut acc = Vec::new();
+        accesses(&l.body, &mut acc);
+        if acc
+            .iter()
+            .any(|(b, ix)| stores.get(b).is_some_and(|s| *s != ix))
+        {
+            return None;
+        }
         for s in &l.body {
             let value = match s {
                 Stmt::Store { value, .. } | Stmt::Update { value, .. } => value,
                 _ => return None,
             };
-            if !self.vec_expr_ok(value, l.var, ct, &reductions) {
+            if !self.vec_expr_ok(value, ct, &reductions) {
                 return None;
             }
         }
         Some(VecPlan { ct, reductions })
     }
 
-    fn vec_expr_ok(&self, e: &Expr, var: VarId, ct: Ct, reds: &[(AccId, AccOp)]) -> bool {
+    fn vec_expr_ok(&self, e: &Expr, ct: Ct, reds: &[(AccId, AccOp)]) -> bool {
         match e {
             Expr::Const(_) => true,
-            Expr::Load { buf, index } => {
-                let s = index.stride_of(var);
-                (s == 0 || s == 1) && Ct::of(self.p.buffer(*buf).ty) == ct
-            }
+            Expr::Load { buf, .. } => Ct::of(self.p.buffer(*buf).ty) == ct,
             Expr::Acc(a) => {
                 !reds.iter().any(|(r, _)| r == a) && self.accs.get(a).is_some_and(|x| x.1 == ct)
             }
-            Expr::Unary(_, x) => self.vec_expr_ok(x, var, ct, reds),
-            Expr::Binary(_, x, y) => {
-                self.vec_expr_ok(x, var, ct, reds) && self.vec_expr_ok(y, var, ct, reds)
-            }
+            Expr::Unary(_, x) => self.vec_expr_ok(x, ct, reds),
+            Expr::Binary(_, x, y) => self.vec_expr_ok(x, ct, reds) && self.vec_expr_ok(y, ct, reds),
             Expr::Cast(t, x) => {
                 Ct::of(*t) == ct
                     && self.infer(x).is_none_or(|c| c == ct)
-                    && self.vec_expr_ok(x, var, ct, reds)
+                    && self.vec_expr_ok(x, ct, reds)
             }
         }
     }
@@ -738,7 +784,13 @@ impl<M: Module> Lower<'_, '_, M> {
     ) -> Result<(), CodegenError> {
         let ct = plan.ct;
         let lanes = ct.lanes();
-        let unroll = self.opts.n_acc.max(1) as i64;
+        // Reductions need independent accumulators to hide the add/fma latency; elementwise
+        // loops only save loop overhead, and a smaller body compiles faster.
+        let unroll = if plan.reductions.is_empty() {
+            self.opts.n_acc.clamp(1, 2)
+        } else {
+            self.opts.n_acc.max(1)
+        } as i64;
         let vty = ct.vector();
         for (acc, op) in &plan.reductions {
             let mut vs = Vec::new();
@@ -1028,46 +1080,67 @@ impl<M: Module> Lower<'_, '_, M> {
         Ok(out)
     }
 
+    /// `a·b + c`, fused when the host has FMA.
+    fn mul_add(&mut self, a: Value, b: Value, c: Value) -> Value {
+        if self.opts.use_fma {
+            self.b.ins().fma(a, b, c)
+        } else {
+            let p = self.b.ins().fmul(a, b);
+            self.b.ins().fadd(p, c)
+        }
+    }
+
+    /// `x > k ? k : x` (or `<` with `below`), lane-wise; NaN lanes stay NaN.
+    fn clamp_lanes(&mut self, x: Value, k: f64, below: bool) -> Value {
+        let ty = types::F32X4;
+        let kv = self.fconst(ty, k);
+        let cc = if below {
+            FloatCC::LessThan
+        } else {
+            FloatCC::GreaterThan
+        };
+        let m = self.b.ins().fcmp(cc, x, kv);
+        let m = self.bitcast(ty, m);
+        self.b.ins().bitselect(m, kv, x)
+    }
+
     /// e^x on four f32 lanes without a call (Cephes `expf`: Cody–Waite range reduction and a
-    /// degree-6 polynomial, about 1 ulp). NaN stays NaN, overflow gives +inf and underflow 0 or
+    /// degree-6 polynomial, within 2 ulp). NaN stays NaN, overflow gives +inf and underflow 0 or
     /// a subnormal: the scale 2^n is applied in two halves so that both stay normal.
     fn exp_f32x4(&mut self, x: Value) -> Value {
         let ty = types::F32X4;
-        let c = |s: &mut Self, v: f64| s.fconst(ty, v);
-        let hi = c(self, 89.0);
-        let lo = c(self, -104.0);
-        let x = self.b.ins().fmin(x, hi);
-        let x = self.b.ins().fmax(x, lo);
-        let log2e = c(self, std::f64::consts::LOG2_E);
-        let t = self.b.ins().fmul(x, log2e);
-        let z = self.b.ins().nearest(t);
-        // ln 2 split in a part with few bits (z·C1 is exact) and the rest.
-        let c1 = c(self, 0.693359375);
-        let c2 = c(self, -2.12194440e-4);
-        let zc1 = self.b.ins().fmul(z, c1);
-        let r = self.b.ins().fsub(x, zc1);
-        let zc2 = self.b.ins().fmul(z, c2);
-        let r = self.b.ins().fsub(r, zc2);
-        let coeffs = [
+        let x = self.clamp_lanes(x, 89.0, false);
+        let x = self.clamp_lanes(x, -104.0, true);
+        // n = round(x·log2 e): adding 1.5·2^23 rounds to an integer (nearest even), which then
+        // sits in the low mantissa bits.
+        let log2e = self.fconst(ty, std::f64::consts::LOG2_E);
+        let magic_i = self.ic(types::I32X4, 0x4b40_0000);
+        let magic = self.bitcast(ty, magic_i);
+        let t = self.mul_add(x, log2e, magic);
+        let z = self.b.ins().fsub(t, magic);
+        let ti = self.bitcast(types::I32X4, t);
+        let n = self.b.ins().isub(ti, magic_i);
+        // r = x − n·ln 2, with ln 2 split so that n·C1 is exact.
+        let c1 = self.fconst(ty, -0.693359375);
+        let c2 = self.fconst(ty, 2.12194440e-4);
+        let r = self.mul_add(z, c1, x);
+        let r = self.mul_add(z, c2, r);
+        let mut p = self.fconst(ty, 1.9875691500e-4);
+        for k in [
             1.3981999507e-3,
             8.3334519073e-3,
             4.1665795894e-2,
             1.6666665459e-1,
             5.0000001201e-1,
-        ];
-        let mut p = c(self, 1.9875691500e-4);
-        for k in coeffs {
-            let pk = self.b.ins().fmul(p, r);
-            let kk = c(self, k);
-            p = self.b.ins().fadd(pk, kk);
+        ] {
+            let kk = self.fconst(ty, k);
+            p = self.mul_add(p, r, kk);
         }
         let r2 = self.b.ins().fmul(r, r);
-        let p = self.b.ins().fmul(p, r2);
-        let p = self.b.ins().fadd(p, r);
-        let one = c(self, 1.0);
+        let p = self.mul_add(p, r2, r);
+        let one = self.fconst(ty, 1.0);
         let p = self.b.ins().fadd(p, one);
-        // 2^z = 2^n1 · 2^n2 with n1 = z >> 1, n2 = z − n1, both in the normal exponent range.
-        let n = self.b.ins().fcvt_to_sint_sat(types::I32X4, z);
+        // 2^n = 2^n1 · 2^n2 with n1 = n >> 1 and n2 = n − n1, both in the normal range.
         let one_i = self.b.ins().iconst(types::I32, 1);
         let n1 = self.b.ins().sshr(n, one_i);
         let n2 = self.b.ins().isub(n, n1);
@@ -1086,55 +1159,70 @@ impl<M: Module> Lower<'_, '_, M> {
     fn load(&mut self, buf: BufId, index: &Index) -> Value {
         let ty = self.p.buffer(buf).ty;
         let ct = Ct::of(ty);
-        let lane_var = self.vec.map(|m| m.var);
-        let vector = lane_var.is_some_and(|v| index.stride_of(v) != 0);
         let (addr, off) = self.addr(buf, index);
-        let flags = if vector {
-            MemFlagsData::new().with_notrap()
-        } else {
-            MemFlagsData::trusted()
-        };
-        let v = if vector {
-            match ty {
-                ElemType::F32 => self.b.ins().load(types::F32X4, flags, addr, off),
-                ElemType::F64 => self.b.ins().load(types::F64X2, flags, addr, off),
-                ElemType::I32 => {
-                    let i = self.b.ins().load(types::I32X4, flags, addr, off);
-                    self.b.ins().fcvt_from_sint(types::F32X4, i)
-                }
-                ElemType::F16 => {
-                    let h = self.b.ins().uload16x4(flags, addr, off);
-                    self.f16_bits_to_f32(h)
-                }
-                ElemType::BF16 => {
-                    let h = self.b.ins().uload16x4(flags, addr, off);
-                    self.bf16_bits_to_f32(h)
-                }
-            }
-        } else {
-            let s = match ty {
-                ElemType::F32 => self.b.ins().load(types::F32, flags, addr, off),
-                ElemType::F64 => self.b.ins().load(types::F64, flags, addr, off),
-                ElemType::I32 => {
-                    let i = self.b.ins().load(types::I32, flags, addr, off);
-                    self.b.ins().fcvt_from_sint(types::F32, i)
-                }
-                ElemType::F16 => {
-                    let h = self.b.ins().uload16(types::I32, flags, addr, off);
-                    self.f16_bits_to_f32(h)
-                }
-                ElemType::BF16 => {
-                    let h = self.b.ins().uload16(types::I32, flags, addr, off);
-                    self.bf16_bits_to_f32(h)
-                }
-            };
-            if self.vec.is_some() {
+        match self.vec.map(|m| index.stride_of(m.var)) {
+            None => self.load_scalar(ty, addr, off),
+            Some(0) => {
+                let s = self.load_scalar(ty, addr, off);
                 self.b.ins().splat(ct.vector(), s)
-            } else {
-                s
             }
-        };
-        v
+            Some(1) => self.load_vector(ty, addr, off),
+            Some(stride) => {
+                // Gather, lane by lane.
+                let size = ty.size_bytes() as i64;
+                let first = self.load_scalar(ty, addr, off);
+                let mut v = self.b.ins().splat(ct.vector(), first);
+                for lane in 1..ct.lanes() {
+                    let o = off as i64 + lane * stride.wrapping_mul(size);
+                    let (a, o) = self.with_offset(addr, o);
+                    let x = self.load_scalar(ty, a, o);
+                    v = self.b.ins().insertlane(v, x, lane as u8);
+                }
+                v
+            }
+        }
+    }
+
+    /// One element, widened to its compute type.
+    fn load_scalar(&mut self, ty: ElemType, addr: Value, off: i32) -> Value {
+        let flags = MemFlagsData::trusted();
+        match ty {
+            ElemType::F32 => self.b.ins().load(types::F32, flags, addr, off),
+            ElemType::F64 => self.b.ins().load(types::F64, flags, addr, off),
+            ElemType::I32 => {
+                let i = self.b.ins().load(types::I32, flags, addr, off);
+                self.b.ins().fcvt_from_sint(types::F32, i)
+            }
+            ElemType::F16 => {
+                let h = self.b.ins().uload16(types::I32, flags, addr, off);
+                self.f16_bits_to_f32(h)
+            }
+            ElemType::BF16 => {
+                let h = self.b.ins().uload16(types::I32, flags, addr, off);
+                self.bf16_bits_to_f32(h)
+            }
+        }
+    }
+
+    /// Consecutive elements as one vector of their compute type.
+    fn load_vector(&mut self, ty: ElemType, addr: Value, off: i32) -> Value {
+        let flags = MemFlagsData::new().with_notrap();
+        match ty {
+            ElemType::F32 => self.b.ins().load(types::F32X4, flags, addr, off),
+            ElemType::F64 => self.b.ins().load(types::F64X2, flags, addr, off),
+            ElemType::I32 => {
+                let i = self.b.ins().load(types::I32X4, flags, addr, off);
+                self.b.ins().fcvt_from_sint(types::F32X4, i)
+            }
+            ElemType::F16 => {
+                let h = self.b.ins().uload16x4(flags, addr, off);
+                self.f16_bits_to_f32(h)
+            }
+            ElemType::BF16 => {
+                let h = self.b.ins().uload16x4(flags, addr, off);
+                self.bf16_bits_to_f32(h)
+            }
+        }
     }
 
     /// An i32 constant of type `ity` (i32 or i32x4).

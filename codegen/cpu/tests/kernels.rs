@@ -1535,3 +1535,284 @@ fn vector_exp_accuracy() {
         }
     }
 }
+
+/// Renamed buffers and kernels share a cache entry; two kernels that print alike but differ
+/// (a `set` whose value is `max(a0, e)` prints like a max update) each get their own code.
+#[test]
+fn cache_key_is_canonical_text_with_exact_check() {
+    let mut be = CpuBackend::new().unwrap();
+    let p = row_reduce(3, 10, AccOp::Max, f64::NEG_INFINITY, 4, F32);
+    be.compile(&p).unwrap();
+    assert_eq!(be.n_compiled(), 1);
+    let mut renamed = p.clone();
+    renamed.buffers[0].name = "other".into();
+    renamed.kernels[0].name = "k9".into();
+    renamed.kernels[0].origin = "elsewhere".into();
+    be.compile(&renamed).unwrap();
+    assert_eq!(be.n_compiled(), 1, "names do not change the code");
+
+    let mut set_max = p.clone();
+    let Stmt::Loop(outer) = &mut set_max.kernels[0].body[0] else {
+        panic!()
+    };
+    let Stmt::Loop(inner) = &mut outer.body[1] else {
+        panic!()
+    };
+    inner.body = vec![update(
+        0,
+        AccOp::Set,
+        bin(BinOp::Max, acc(0), load(0, ix(0, &[(0, 10), (1, 1)]))),
+    )];
+    assert_eq!(
+        tdsl_loop::print::print_kernel(&p, &p.kernels[0]),
+        tdsl_loop::print::print_kernel(&set_max, &set_max.kernels[0]),
+        "the two kernels print alike"
+    );
+    let both = program(
+        p.buffers.clone(),
+        vec![p.kernels[0].clone(), set_max.kernels[0].clone()],
+    );
+    let exe = be.compile(&both).unwrap();
+    assert_eq!(be.n_compiled(), 2);
+    let x = values(30, 3);
+    let mut bufs = vec![data(F32, &x), Data::zeros(F32, 3)];
+    exe.run(&mut bufs, 1).unwrap();
+    let xr = bufs[0].to_f64();
+    let want: Vec<f64> = (0..3)
+        .map(|i| {
+            xr[i * 10..(i + 1) * 10]
+                .iter()
+                .cloned()
+                .fold(f64::MIN, f64::max)
+        })
+        .collect();
+    assert_close(&bufs[1], &want, 0.0);
+}
+
+/// A column sum (the load's stride is the row length): lanes are gathered, the reduction still
+/// runs on vector accumulators. f16 exercises per-lane conversion.
+#[test]
+fn strided_gather_reduction() {
+    for ty in [F32, F16, F64] {
+        for (r, c) in [(37u64, 5u64), (4, 3), (64, 9)] {
+            let p = program(
+                vec![input("x", ty, r * c, 0), output("y", ty, c)],
+                vec![kernel(
+                    "colsum",
+                    vec![range(
+                        0,
+                        c,
+                        true,
+                        1,
+                        vec![
+                            let_(0, ty.compute(), c_(0.0)),
+                            range(
+                                1,
+                                r,
+                                false,
+                                4,
+                                vec![update(
+                                    0,
+                                    AccOp::Add,
+                                    load(0, ix(0, &[(1, c as i64), (0, 1)])),
+                                )],
+                            ),
+                            store(1, ix(0, &[(0, 1)]), acc(0)),
+                        ],
+                    )],
+                )],
+            );
+            let be = CpuBackend::new().unwrap();
+            let clif = be.clif(&p, 0).unwrap();
+            assert!(clif.contains("insertlane"), "not gathered:\n{clif}");
+            let xd = data(ty, &values((r * c) as usize, 31));
+            let xr = xd.to_f64();
+            let bufs = vec![xd, Data::zeros(ty, c as usize)];
+            let tol = match ty {
+                F64 => 1e-12,
+                F32 => 1e-5,
+                _ => 2e-3,
+            };
+            let got = agree_with_eval(&p, &bufs, 2, tol);
+            let want: Vec<f64> = (0..c as usize)
+                .map(|j| (0..r as usize).map(|i| xr[i * c as usize + j]).sum())
+                .collect();
+            assert_close(&got[1], &want, tol);
+        }
+    }
+}
+
+/// Loops marked `vector` whose iterations depend on each other through memory stay scalar, so
+/// they keep their sequential meaning.
+#[test]
+fn loop_carried_dependences_are_not_vectorised() {
+    let n = 23u64;
+    // y[i + 1] = 0.5·y[i] + x[i] (a recurrence), and z[i] = z[0] + x[i] (reads an element that
+    // iteration 0 overwrites).
+    let p = program(
+        vec![
+            input("x", F32, n, 0),
+            buffer("y", F32, n + 1, Role::Output(0)),
+            buffer("z", F32, n, Role::Output(1)),
+        ],
+        vec![
+            kernel(
+                "rec",
+                vec![range(
+                    0,
+                    n,
+                    false,
+                    4,
+                    vec![store(
+                        1,
+                        ix(1, &[(0, 1)]),
+                        bin(
+                            BinOp::Add,
+                            bin(BinOp::Mul, c_(0.5), load(1, ix(0, &[(0, 1)]))),
+                            load(0, ix(0, &[(0, 1)])),
+                        ),
+                    )],
+                )],
+            ),
+            kernel(
+                "first",
+                vec![range(
+                    0,
+                    n,
+                    false,
+                    4,
+                    vec![store(
+                        2,
+                        ix(0, &[(0, 1)]),
+                        bin(BinOp::Add, load(2, ix(0, &[])), load(0, ix(0, &[(0, 1)]))),
+                    )],
+                )],
+            ),
+        ],
+    );
+    let x = values(n as usize, 2);
+    let mut z0 = vec![0.0; n as usize];
+    z0[0] = 1.0;
+    let bufs = vec![data(F32, &x), data(F32, &[1.0; 24]), data(F32, &z0)];
+    let got = agree_with_eval(&p, &bufs, 1, 1e-6);
+    let xr = bufs[0].to_f64();
+    let mut y = vec![1.0f64; n as usize + 1];
+    for i in 0..n as usize {
+        y[i + 1] = 0.5 * y[i] + xr[i];
+    }
+    assert_close(&got[1], &y, 1e-6);
+    let mut z = z0.clone();
+    for i in 0..n as usize {
+        z[i] = z[0] + xr[i];
+    }
+    assert_close(&got[2], &z, 1e-6);
+}
+
+/// Matrix-vector products as the planner writes them: n = 1 with zero column strides (and the
+/// transposed form, m = 1).
+#[test]
+fn gemm_matvec_shapes() {
+    let (m, k) = (37u64, 29u64);
+    for threads in [1, 2] {
+        let p = program(
+            vec![
+                input("a", F32, m * k, 0),
+                input("x", F32, k, 1),
+                output("y", F32, m),
+                buffer("yt", F32, m, Role::Output(1)),
+            ],
+            vec![
+                kernel(
+                    "mv",
+                    vec![Stmt::Call(LibCall::Gemm {
+                        m,
+                        n: 1,
+                        k,
+                        batch: vec![],
+                        a: mat(0, 0, k as i64, 1, &[]),
+                        b: mat(1, 0, 1, 0, &[]),
+                        c: mat(2, 0, 1, 0, &[]),
+                        accumulate: false,
+                    })],
+                ),
+                kernel(
+                    "vm",
+                    vec![Stmt::Call(LibCall::Gemm {
+                        m: 1,
+                        n: m,
+                        k,
+                        batch: vec![],
+                        a: mat(1, 0, 0, 1, &[]),
+                        b: mat(0, 0, 1, k as i64, &[]),
+                        c: mat(3, 0, 0, 1, &[]),
+                        accumulate: false,
+                    })],
+                ),
+            ],
+        );
+        let bufs = vec![
+            data(F32, &values((m * k) as usize, 1)),
+            data(F32, &values(k as usize, 2)),
+            Data::zeros(F32, m as usize),
+            Data::zeros(F32, m as usize),
+        ];
+        let (ar, xr) = (bufs[0].to_f64(), bufs[1].to_f64());
+        let got = agree_with_eval(&p, &bufs, threads, 1e-5);
+        let want: Vec<f64> = (0..m as usize)
+            .map(|i| {
+                (0..k as usize)
+                    .map(|l| ar[i * k as usize + l] * xr[l])
+                    .sum()
+            })
+            .collect();
+        assert_close(&got[2], &want, 1e-5);
+        assert_close(&got[3], &want, 1e-5);
+    }
+}
+
+/// A `parallel` loop whose iterations store to overlapping elements runs on one thread (same
+/// result as in order); a loop with disjoint stores is split.
+#[test]
+fn only_race_free_loops_are_split() {
+    let (r, c) = (300u64, 300u64);
+    let body = |index: Index| {
+        vec![range(
+            0,
+            r,
+            true,
+            1,
+            vec![range(
+                1,
+                c,
+                false,
+                4,
+                vec![store(
+                    1,
+                    index,
+                    bin(
+                        BinOp::Add,
+                        load(0, ix(0, &[(0, c as i64), (1, 1)])),
+                        c_(1.0),
+                    ),
+                )],
+            )],
+        )]
+    };
+    for (index, split) in [
+        (ix(0, &[(0, c as i64), (1, 1)]), true),
+        (ix(0, &[(0, 1), (1, 1)]), false),
+    ] {
+        let p = program(
+            vec![input("x", F32, r * c, 0), output("y", F32, r * c)],
+            vec![kernel("k", body(index))],
+        );
+        let bufs = vec![
+            data(F32, &values((r * c) as usize, 1)),
+            Data::zeros(F32, (r * c) as usize),
+        ];
+        let mut mine = bufs.clone();
+        let stats = run(&p, &mut mine, 2);
+        assert_eq!(stats.tasks, if split { 2 } else { 1 });
+        agree_with_eval(&p, &bufs, 2, 0.0);
+    }
+}

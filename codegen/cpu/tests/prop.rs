@@ -9,11 +9,12 @@ use common::*;
 use proptest::prelude::*;
 use tdsl_loop::*;
 
-/// A random scalar expression over `x[i, j]` (unit stride), `y[j]` (broadcast over rows), `z[i]`
-/// (broadcast over columns) and constants.
+/// A random scalar expression over `x[i, j]` (unit stride), `w[j, i]` (strided: gathered),
+/// `y[j]` (broadcast over rows), `z[i]` (broadcast over columns) and constants.
 #[derive(Debug, Clone)]
 enum E {
     X,
+    W,
     Y,
     Z,
     Const(f64),
@@ -24,6 +25,7 @@ enum E {
 fn arb_e() -> impl Strategy<Value = E> {
     let leaf = prop_oneof![
         Just(E::X),
+        Just(E::W),
         Just(E::Y),
         Just(E::Z),
         (-2.0f64..2.0).prop_map(|c| E::Const((c * 8.0).round() / 8.0)),
@@ -60,25 +62,27 @@ fn arb_e() -> impl Strategy<Value = E> {
     })
 }
 
-fn to_ir(e: &E, cols: i64) -> Expr {
+fn to_ir(e: &E, cols: i64, rows: i64) -> Expr {
     match e {
         E::X => load(0, ix(0, &[(0, cols), (1, 1)])),
+        E::W => load(4, ix(0, &[(0, 1), (1, rows)])),
         E::Y => load(1, ix(0, &[(0, 0), (1, 1)])),
         E::Z => load(2, ix(0, &[(0, 1), (1, 0)])),
         E::Const(v) => c(*v),
-        E::Un(op, x) => un(*op, to_ir(x, cols)),
-        E::Bin(op, x, y) => bin(*op, to_ir(x, cols), to_ir(y, cols)),
+        E::Un(op, x) => un(*op, to_ir(x, cols, rows)),
+        E::Bin(op, x, y) => bin(*op, to_ir(x, cols, rows), to_ir(y, cols, rows)),
     }
 }
 
-fn eval(e: &E, x: f64, y: f64, z: f64) -> f64 {
+fn eval(e: &E, x: f64, w: f64, y: f64, z: f64) -> f64 {
     match e {
         E::X => x,
+        E::W => w,
         E::Y => y,
         E::Z => z,
         E::Const(v) => *v,
         E::Un(op, a) => {
-            let a = eval(a, x, y, z);
+            let a = eval(a, x, w, y, z);
             match op {
                 UnOp::Neg => -a,
                 UnOp::Abs => a.abs(),
@@ -98,7 +102,7 @@ fn eval(e: &E, x: f64, y: f64, z: f64) -> f64 {
             }
         }
         E::Bin(op, a, b) => {
-            let (a, b) = (eval(a, x, y, z), eval(b, x, y, z));
+            let (a, b) = (eval(a, x, w, y, z), eval(b, x, w, y, z));
             match op {
                 BinOp::Add => a + b,
                 BinOp::Sub => a - b,
@@ -149,13 +153,20 @@ proptest! {
         vector in prop::sample::select(vec![1u32, 4]),
         k in kind(),
         threads in 1usize..3,
+        transposed_out in any::<bool>(),
         seed in 0u64..1000,
     ) {
         let ci = cols as i64;
-        let value = to_ir(&e, ci);
+        let value = to_ir(&e, ci, rows as i64);
+        // The elementwise result goes to out[i, j], or to out[j, i] (a scatter).
+        let out_ix = if transposed_out {
+            ix(0, &[(0, 1), (1, rows as i64)])
+        } else {
+            ix(0, &[(0, ci), (1, 1)])
+        };
         let (inner, out_len, out_index) = match k {
             Kind::Elementwise => (
-                vec![range(1, cols, false, vector, vec![store(3, ix(0, &[(0, ci), (1, 1)]), value)])],
+                vec![range(1, cols, false, vector, vec![store(3, out_ix, value)])],
                 rows * cols,
                 None,
             ),
@@ -183,21 +194,24 @@ proptest! {
                 buffer("y", ty, cols, Role::Input(1)),
                 buffer("z", ty, rows, Role::Input(2)),
                 buffer("out", ty, out_len, Role::Output(0)),
+                buffer("w", ty, rows * cols, Role::Input(3)),
             ],
             vec![kernel("k", vec![range(0, rows, true, 1, inner)])],
         );
         let x = data(ty, &values((rows * cols) as usize, seed));
         let y = data(ty, &values(cols as usize, seed + 1));
         let z = data(ty, &values(rows as usize, seed + 2));
-        let (xr, yr, zr) = (x.to_f64(), y.to_f64(), z.to_f64());
-        let mut bufs = vec![x, y, z, Data::zeros(ty, out_len as usize)];
+        let w = data(ty, &values((rows * cols) as usize, seed + 3));
+        let (xr, yr, zr, wr) = (x.to_f64(), y.to_f64(), z.to_f64(), w.to_f64());
+        let mut bufs = vec![x, y, z, Data::zeros(ty, out_len as usize), w];
         let mut ev = bufs.clone();
         tdsl_loop::eval::eval(&p, &mut ev).expect("the evaluator runs it");
         run(&p, &mut bufs, threads);
 
         let (r, cc) = (rows as usize, cols as usize);
-        let at = |i: usize, j: usize| eval(&e, xr[i * cc + j], yr[j], zr[i]);
+        let at = |i: usize, j: usize| eval(&e, xr[i * cc + j], wr[j * r + i], yr[j], zr[i]);
         let want: Vec<f64> = match out_index {
+            None if transposed_out => (0..r * cc).map(|n| at(n % r, n / r)).collect(),
             None => (0..r * cc).map(|n| at(n / cc, n % cc)).collect(),
             Some((op, init)) => (0..r)
                 .map(|i| {
