@@ -12,7 +12,7 @@
 //!   dtype, format).
 //! - [`Tensor`] (from `crate::tensor`) gains constructors and accessors over `&[T]` here;
 //!   [`TensorView`] borrows caller memory. [`Element`] is the set of element types (`f32`,
-//!   `f64`, [`f16`], [`bf16`]).
+//!   `f64`, [`f16`](struct@f16), [`bf16`](struct@bf16)).
 //!
 //! The macros (`tdsl::einsum!` and friends, crate `tdsl-macros`) expand to calls into the
 //! hidden `__private` module at the bottom of this file: each call site keeps a cache of
@@ -91,7 +91,8 @@ impl Slice<'_> {
     }
 }
 
-/// An element type tdsl computes on: `f32`, `f64`, [`f16`] or [`bf16`] (sealed).
+/// An element type tdsl computes on: `f32`, `f64`, [`f16`](struct@f16) or [`bf16`](struct@bf16)
+/// (sealed: the set is tdsl's dtypes).
 pub trait Element: sealed::Sealed + Copy + Send + Sync + std::fmt::Debug + 'static {
     /// The tdsl dtype of this Rust type.
     const DTYPE: DType;
@@ -661,7 +662,7 @@ fn pattern_diagnostics(script: &ast::Script) -> Diagnostics {
     let mut out = Diagnostics::default();
     for e in syntax_pattern::check_script_patterns(script) {
         let mut d = Diagnostic::new(code_of(e.error.code), e.error.message.clone())
-            .label(e.span, e.error.label.clone());
+            .label(e.span, e.error.label);
         for (s, text) in &e.others {
             d = d.label(*s, text.clone());
         }
@@ -1116,6 +1117,22 @@ mod ndarray_impls {
 
     impl Tensor {
         /// A copy as an ndarray array; `None` if `T` is not the dtype.
+        ///
+        /// ```
+        /// use ndarray::{ArrayD, IxDyn};
+        /// let a = ArrayD::from_shape_vec(IxDyn(&[2, 3]), vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0])?;
+        /// // Arrays are operands of the macros as they are (borrowed when row-major).
+        /// let sums = tdsl::reduce!(a, "i j -> i", sum)?;
+        /// let sums = sums.to_ndarray::<f32>().ok_or("not f32")?;
+        /// assert_eq!(sums.as_slice(), Some(&[6.0, 15.0][..]));
+        /// // An owned array becomes a tensor: moved when row-major, else copied in row-major order.
+        /// let t = tdsl::Tensor::from(a.t().to_owned());
+        /// assert_eq!(t.shape, [3, 2]);
+        /// assert_eq!(t.as_slice::<f32>(), Some(&[1.0, 4.0, 2.0, 5.0, 3.0, 6.0][..]));
+        /// let v = tdsl::TensorView::try_from(a.view())?;
+        /// assert_eq!(v.as_slice::<f32>().map(|s| s.as_ptr()), Some(a.as_ptr()));
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
         pub fn to_ndarray<T: Element>(&self) -> Option<ArrayD<T>> {
             let s = self.as_slice::<T>()?;
             ArrayD::from_shape_vec(IxDyn(&self.shape), s.to_vec()).ok()
@@ -1124,8 +1141,13 @@ mod ndarray_impls {
         /// The tensor as an ndarray array, without copying; the tensor back if `T` is not the
         /// dtype.
         pub fn into_ndarray<T: Element>(self) -> Result<ArrayD<T>, Tensor> {
+            if self.shape.iter().product::<usize>() != self.len() {
+                // Only reachable through the public fields; hand the tensor back.
+                return Err(self);
+            }
             let shape = self.shape.clone();
             let v = self.into_vec::<T>()?;
+            // The element count was checked above, so the shape fits.
             ArrayD::from_shape_vec(IxDyn(&shape), v).map_err(|_| Tensor {
                 shape: Vec::new(),
                 data: T::into_storage(Vec::new()),

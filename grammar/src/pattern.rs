@@ -70,19 +70,19 @@ pub struct PatternError {
     pub message: String,
     pub at: At,
     /// What the primary location marks ("only on the left").
-    pub label: String,
+    pub label: &'static str,
     /// Further places in the pattern (a first occurrence, a first `->`).
     pub others: Vec<(Span, String)>,
     pub help: Option<String>,
 }
 
 impl PatternError {
-    fn new(code: &'static str, at: At, message: String, label: &str) -> PatternError {
+    fn new(code: &'static str, at: At, message: String, label: &'static str) -> PatternError {
         PatternError {
             code,
             message,
             at,
-            label: label.to_string(),
+            label,
             others: Vec::new(),
             help: None,
         }
@@ -213,7 +213,13 @@ impl Ctx<'_> {
         Pos::new(p.lo + lead, p.lo + lead + body)
     }
 
-    fn err(&self, code: &'static str, p: Pos, message: String, label: &str) -> PatternError {
+    fn err(
+        &self,
+        code: &'static str,
+        p: Pos,
+        message: String,
+        label: &'static str,
+    ) -> PatternError {
         PatternError::new(code, At::Pattern(span(p)), message, label)
     }
 
@@ -923,11 +929,11 @@ pub fn check_einsum(pattern: &str, n_operands: Option<usize>) -> Result<usize, P
                     n,
                     if n == 1 { "was" } else { "were" },
                 ),
-                &format!(
-                    "{} operand{}",
-                    ops.len(),
-                    if ops.len() == 1 { "" } else { "s" }
-                ),
+                if ops.len() == 1 {
+                    "1 operand"
+                } else {
+                    "operands"
+                },
             ));
         }
     }

@@ -228,8 +228,23 @@ pub fn roofline(
                 + Text::new(ridge_label, (6, 6), small.clone())])
             .map_err(&err)?;
         chart
-            .draw_series([EmptyElement::at((x_hi, peak)) + Text::new(peak_label, peak_off, small)])
+            .draw_series([
+                EmptyElement::at((x_hi, peak)) + Text::new(peak_label, peak_off, small.clone())
+            ])
             .map_err(&err)?;
+        // The bandwidth slope's label, above-left of it, a little below the ridge.
+        let bw_label = format!("bandwidth {} GB/s", si(bw));
+        let x_bw = (ridge / 10.0).max(x_start * 1.5);
+        if x_bw < ridge {
+            let (bx, by) = chart.backend_coord(&(x_bw, bw * x_bw));
+            let off = (-text_w(&bw_label, 14.0) - 4, -text_h(14.0) - 6);
+            placed.push((bx + off.0, by + off.1, bx, by + off.1 + text_h(14.0)));
+            chart
+                .draw_series(
+                    [EmptyElement::at((x_bw, bw * x_bw)) + Text::new(bw_label, off, small)],
+                )
+                .map_err(&err)?;
+        }
 
         // Points: measured (filled) and predicted (hollow); one legend entry each kind present.
         for p in &points {
@@ -289,7 +304,8 @@ pub fn roofline(
             .map_err(&err)?;
         chart
             .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
+            // Above the bandwidth slope on the left nothing can be plotted.
+            .position(SeriesLabelPosition::UpperLeft)
             .label_font(("sans-serif", 14))
             .background_style(WHITE.mix(0.9))
             .border_style(GRID.stroke_width(1))

@@ -8,7 +8,7 @@
 //!
 //! Spans: every line is parsed on its own and its AST is then shifted into one session-wide
 //! offset space. Lines typed at the prompt (or piped in) form one transcript named `<repl>`, one
-//! transcript line per input line (commands count as blank lines), so a diagnostic's
+//! transcript line per input line (commands included), so a diagnostic's
 //! `<repl>:LINE:COL` is the input line number and labels can point at earlier lines ("first
 //! defined here"). Files read with `:load` get their own region and are rendered under their
 //! own name.
@@ -132,7 +132,7 @@ struct Settings {
     params: Option<Vec<String>>,
 }
 
-/// Per-kernel and per-statement times of the last `:time` on the JIT.
+/// Per-statement times of the last `:time` on the JIT (for `:plot`).
 #[derive(Debug, Clone, Default)]
 struct Timing {
     /// Statement name → seconds (sum of the medians of its kernels).
@@ -157,7 +157,7 @@ struct Session {
     checker: Checker,
     /// Accepted statements, in order, with session-wide spans (for `:save`).
     stmts: Vec<Stmt>,
-    /// Every input line so far (commands as blank lines): the `<repl>` source.
+    /// Every input line so far, commands included: the `<repl>` source.
     transcript: String,
     files: Vec<Source>,
     next_file_base: u32,
@@ -600,24 +600,46 @@ impl Session {
         let Some(primary) = d.span() else {
             return render::render(d, "<repl>", "", self.color);
         };
-        let (name, text, base): (&str, &str, u32) = if primary.start < FILE_BASE {
-            ("<repl>", &self.transcript, 0)
-        } else {
-            match self.files.iter().rev().find(|f| f.base <= primary.start) {
-                Some(f) => (&f.name, &f.text, f.base),
-                None => ("<repl>", "", 0),
-            }
-        };
+        let (name, text, base) = self.source_of(primary.start).unwrap_or(("<repl>", "", 0));
         let end = base as u64 + text.len() as u64;
         let mut local = d.clone();
-        local
+        let inside = |s: Span| s.start >= base && (s.end as u64) <= end;
+        // Labels in another source (a `:load`ed file, or the transcript) become a note.
+        let elsewhere: Vec<String> = d
             .labels
-            .retain(|l| l.span.start >= base && (l.span.end as u64) <= end);
+            .iter()
+            .filter(|l| !inside(l.span))
+            .filter_map(|l| {
+                let (name, text, b) = self.source_of(l.span.start)?;
+                let (line, col) = tdsl_syntax::line_col(text, (l.span.start - b) as usize);
+                Some(format!("{} at {name}:{line}:{col}", l.text))
+            })
+            .collect();
+        if !elsewhere.is_empty() {
+            let note = elsewhere.join("; ");
+            local.help = Some(match local.help {
+                Some(h) => format!("{h} ({note})"),
+                None => note,
+            });
+        }
+        local.labels.retain(|l| inside(l.span));
         for l in &mut local.labels {
             l.span.start -= base;
             l.span.end -= base;
         }
         render::render(&local, name, text, self.color)
+    }
+
+    /// The source (name, text, base offset) that session offset `at` falls in.
+    fn source_of(&self, at: u32) -> Option<(&str, &str, u32)> {
+        if at < FILE_BASE {
+            return Some(("<repl>", &self.transcript, 0));
+        }
+        self.files
+            .iter()
+            .rev()
+            .find(|f| f.base <= at)
+            .map(|f| (f.name.as_str(), f.text.as_str(), f.base))
     }
 
     /// Stored entries of every input (sparse ones counted from their generated data).
@@ -797,6 +819,8 @@ impl Session {
     // Commands
 
     fn command(&mut self, line: &str) -> Flow {
+        // The transcript keeps the line so later line numbers stay the input's.
+        self.transcript.push_str(line.lines().next().unwrap_or(""));
         self.transcript.push('\n');
         let mut words = line.split_whitespace();
         let cmd = words.next().unwrap_or(":");
@@ -1091,7 +1115,7 @@ impl Session {
         };
         let machine = self.machine();
         match self.settings.backend {
-            TimeBackend::Jit => self.time_jit(&p, &plan, &inputs, name, &added, &machine),
+            TimeBackend::Jit => self.time_jit(&plan, &inputs, name, &added, &machine),
             TimeBackend::Interp => self.time_interp(&p, &inputs, &machine),
         }
     }
@@ -1124,7 +1148,6 @@ impl Session {
 
     fn time_jit(
         &mut self,
-        p: &Program,
         plan: &crate::plan::lower::Plan,
         inputs: &[Tensor],
         name: Option<&str>,
@@ -1219,8 +1242,7 @@ impl Session {
             &rows,
             &[false, false, true, true, true, true, true, true, false],
         ));
-        let _ = p;
-        // Keep only statements that exist now (the roofline matches by name).
+        // The roofline matches these by statement name; `:reset` forgets them.
         self.last_time = Some(timing);
         self.print(&out);
     }
@@ -1260,16 +1282,18 @@ impl Session {
     }
 
     /// Parameters: inputs named by `:set params`, or every input without a data-like axis.
+    /// A sparse parameter counts its stored values (its pattern is fixed; only those train).
     fn params(&self) -> (u128, Vec<String>, Vec<String>) {
         let mut count = 0u128;
         let (mut params, mut data) = (Vec::new(), Vec::new());
-        for i in &self.prog().inputs {
+        let stored = self.stored(self.prog());
+        for (k, i) in self.prog().inputs.iter().enumerate() {
             let is_param = match &self.settings.params {
                 Some(names) => names.iter().any(|n| n == &i.name || n == "all"),
                 None => !is_data(&i.ty),
             };
             if is_param {
-                count += i.ty.shape.n_elems().unwrap_or(u64::MAX) as u128;
+                count += stored[k].values as u128;
                 params.push(i.name.clone());
             } else {
                 data.push(i.name.clone());
@@ -1371,8 +1395,7 @@ impl Session {
     fn cmd_train(&mut self, args: &[&str]) {
         let usage = "usage: :train TOKENS [TIME_S] [PEAK_GFLOPS]";
         let parse = |s: &str| -> Option<f64> {
-            s.replace('_', "")
-                .replace(',', "")
+            s.replace(['_', ','], "")
                 .parse::<f64>()
                 .ok()
                 .filter(|v| v.is_finite() && *v > 0.0)

@@ -282,6 +282,9 @@ enum Family {
     Gemm,
     /// Statements built from the fused patterns: `x - max`, softmax, normalisation, reuse.
     Fused,
+    /// Layout operations: rearrange, repeat and pooling chains, merges of one axis split two
+    /// ways, einsums over strided views.
+    Views,
 }
 
 /// Small extents: 1 and primes early.
@@ -411,10 +414,11 @@ fn factor(d: &mut Draw, e: usize) -> Option<(usize, usize)> {
     Some((a, e / a))
 }
 
-/// An einsum operand slot: one label, a composition of labels, or `...`.
+/// An einsum operand slot: one label, a composition of labels, a unit `()` or `...`.
 #[derive(Debug, Clone)]
 enum ESlot {
     Labels(Vec<usize>),
+    Unit,
     /// `...` and the extents it covers in this operand.
     Ell(Vec<usize>),
 }
@@ -427,7 +431,7 @@ fn inferable(ops: &[Vec<ESlot>]) -> bool {
         .flatten()
         .filter_map(|s| match s {
             ESlot::Labels(g) => Some(g),
-            ESlot::Ell(_) => None,
+            ESlot::Ell(_) | ESlot::Unit => None,
         })
         .collect();
     let mut known: BTreeSet<usize> = groups
@@ -474,12 +478,6 @@ struct Ex {
 fn ex(t: String, s: f64, d: DType) -> Ex {
     Ex { t, s, d }
 }
-
-/// Whether einsums of three or more operands of mixed dtypes get their operands cast to the
-/// einsum's dtype first. The planner stores pairwise intermediates in the operands' (narrower)
-/// dtype (`tests/corpus/diff_mixed_einsum_intermediate.tdsl`); until that is fixed, the
-/// properties sidestep it so that they can find other bugs.
-const CAST_MIXED_EINSUM_OPERANDS: bool = true;
 
 struct Gen<'a> {
     d: Draw<'a>,
@@ -541,7 +539,7 @@ impl<'a> Gen<'a> {
         for (i, &e) in g.dims.clone().iter().enumerate() {
             g.decls.push(format!("let n{i} = {e}"));
         }
-        let n_stmts = 1 + g.d.below(4);
+        let n_stmts = 1 + g.d.below(5);
         for _ in 0..n_stmts {
             g.statement();
         }
@@ -637,21 +635,57 @@ impl<'a> Gen<'a> {
             })
             .collect();
         let seed = self.d.below(1000);
-        let (init, scale) = if self.d.chance(20) {
-            (format!("rand(seed={seed})"), 0.6)
+        // Sometimes a sparse format (the planner reads the dense values), with `density=`
+        // where the format allows it.
+        let rank = shape.len();
+        let divisor = |d: &mut Draw, e: usize| {
+            let ds: Vec<usize> = (1..=e).filter(|k| e % k == 0).collect();
+            d.pick(&ds)
+        };
+        let (format, density) = match self.d.below(16) {
+            10 if rank >= 1 && shape[rank - 1] % 4 == 0 => (" @ 2:4".to_string(), false),
+            11 if rank >= 1 => (" @ coo".to_string(), true),
+            12 if rank == 2 => (" @ csr".to_string(), true),
+            13 if rank == 2 => (" @ csc".to_string(), true),
+            14 if rank == 2 => {
+                let (r, c) = (
+                    divisor(&mut self.d, shape[0]),
+                    divisor(&mut self.d, shape[1]),
+                );
+                (format!(" @ bsr({r}, {c})"), true)
+            }
+            15 => match (0..rank).find(|&i| shape[i] % 4 == 0 && axes[i].starts_with('n')) {
+                Some(i) => (format!(" @ 2:4({})", axes[i]), false),
+                None => (String::new(), false),
+            },
+            _ => (String::new(), false),
+        };
+        let density = if density && self.d.chance(60) {
+            format!(", density={}", self.d.pick(&["0.5", "0.25", "0.8"]))
         } else {
-            (format!("randn(seed={seed})"), 1.0)
+            String::new()
+        };
+        let (init, scale) = match self.d.below(10) {
+            7 | 8 => (format!("rand(seed={seed}{density})"), 0.6),
+            9 if prod(shape) <= 64 && density.is_empty() => {
+                ("arange".to_string(), prod(shape) as f64)
+            }
+            _ => (format!("randn(seed={seed}{density})"), 1.0),
         };
         // The wide program reads the same values: the input keeps its dtype and is widened.
         let decl = if self.wide {
             self.widen.push(format!("{name} = cast({name}_in, f64)"));
             format!(
-                "input {name}_in: {}[{}] = {init}",
+                "input {name}_in: {}[{}]{format} = {init}",
                 t.name(),
                 axes.join(", ")
             )
         } else {
-            format!("input {name}: {}[{}] = {init}", t.name(), axes.join(", "))
+            format!(
+                "input {name}: {}[{}]{format} = {init}",
+                t.name(),
+                axes.join(", ")
+            )
         };
         self.decls.push(decl);
         self.pool.push(Named {
@@ -721,6 +755,7 @@ impl<'a> Gen<'a> {
             Family::Small => [0, 1, 2, 3, 4, 5, 7, 8, 9][self.d.below(9)],
             Family::Gemm => [6, 2, 0, 3, 1, 4, 6, 6, 9][self.d.below(9)],
             Family::Fused => [3, 5, 3, 1, 5, 2, 9, 9, 7][self.d.below(9)],
+            Family::Views => [0, 1, 0, 4, 7, 2, 9][self.d.below(7)],
         };
         let (e, shape) = match kind {
             1 if !self.pool.is_empty() => {
@@ -810,7 +845,8 @@ impl<'a> Gen<'a> {
         self.nodes += 1;
         let k = match self.family {
             Family::Gemm => [0, 11, 1, 2, 8, 16, 3, 12, 13, 5, 16][self.d.below(11)],
-            _ => self.d.below(17),
+            Family::Views => [0, 8, 8, 9, 10, 10, 17, 17, 11, 3, 5][self.d.below(11)],
+            _ => self.d.below(18),
         };
         match k {
             0..=2 => self.leaf(shape),
@@ -824,6 +860,7 @@ impl<'a> Gen<'a> {
             13 => self.cast(shape, depth),
             14 => self.normalise(shape, depth),
             16 if self.family == Family::Gemm => self.matmul(shape, depth),
+            17 => self.conflict(shape, depth),
             _ => self.reuse_many(shape, depth),
         }
     }
@@ -1170,26 +1207,70 @@ impl<'a> Gen<'a> {
         ex(pat.call("repeat", &x.t, None), x.s, x.d)
     }
 
-    /// einsum's dtype for these operands, and their texts (cast to it where they are mixed
-    /// and there will be intermediates, see [`CAST_MIXED_EINSUM_OPERANDS`]).
+    /// einsum's dtype for these operands, and their texts.
     fn einsum_args(&mut self, args: &[Ex]) -> (DType, Vec<String>) {
         let d = args
             .iter()
             .map(|a| a.d)
             .reduce(DType::promote)
             .unwrap_or(DType::F32);
-        let cast = CAST_MIXED_EINSUM_OPERANDS && args.len() >= 3;
-        let texts = args
-            .iter()
-            .map(|a| {
-                if cast && a.d != d {
-                    format!("cast({}, {})", a.t, self.dtype_text(d))
-                } else {
-                    a.t.clone()
-                }
-            })
+        (d, args.iter().map(|a| a.t.clone()).collect())
+    }
+
+    /// `rearrange(x, "… a b … -> … (a b) …")` producing `shape`, with axis `i` merged from a
+    /// random factorisation of its extent.
+    fn merged(&mut self, shape: &[usize], i: usize, depth: usize) -> Ex {
+        let Some((p, q)) = factor(&mut self.d, shape[i]) else {
+            return self.gen(shape, depth - 1);
+        };
+        let mut inner = shape.to_vec();
+        inner.splice(i..=i, [p, q]);
+        let names: Vec<&str> = AXES[..inner.len()].to_vec();
+        let mut right: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        right.splice(i..i + 2, [format!("({} {})", names[i], names[i + 1])]);
+        let x = self.gen(&inner, depth - 1);
+        let t = format!(
+            "rearrange({}, \"{} -> {}\")",
+            x.t,
+            names.join(" "),
+            right.join(" ")
+        );
+        ex(t, x.s, x.d)
+    }
+
+    /// Two values of `shape` whose axis `i` is merged from different factorisations, combined:
+    /// a consumer loop nest cannot split one loop both ways.
+    fn conflict(&mut self, shape: &[usize], depth: usize) -> Ex {
+        let composite: Vec<usize> = (0..shape.len())
+            .filter(|&i| (2..shape[i]).any(|k| shape[i] % k == 0))
             .collect();
-        (d, texts)
+        if composite.is_empty() {
+            return self.binary(shape, depth);
+        }
+        let i = composite[self.d.below(composite.len())];
+        let a = self.merged(shape, i, depth);
+        let b = if self.d.chance(50) {
+            self.merged(shape, i, depth)
+        } else {
+            let r = self.reduce(shape, depth);
+            self.hoist_maybe(r, shape)
+        };
+        let d = DType::promote(a.d, b.d);
+        let t = match self.d.below(3) {
+            0 => format!("({} + {})", a.t, b.t),
+            1 => format!("({} * tanh({}))", a.t, b.t),
+            _ => format!("max({}, {})", a.t, b.t),
+        };
+        ex(t, a.s + b.s, d)
+    }
+
+    /// `e`, or a new statement naming it.
+    fn hoist_maybe(&mut self, e: Ex, shape: &[usize]) -> Ex {
+        if self.d.chance(30) && !is_name(&e.t) {
+            self.hoist(e, shape)
+        } else {
+            e
+        }
     }
 
     /// An einsum producing `shape`.
@@ -1207,6 +1288,10 @@ impl<'a> Gen<'a> {
                 if i >= p && i < p + w {
                     continue;
                 }
+            }
+            if e == 1 && self.d.chance(25) {
+                out.push(ESlot::Unit);
+                continue;
             }
             if self.d.chance(10) {
                 if let Some((a, b)) = factor(&mut self.d, e) {
@@ -1262,6 +1347,10 @@ impl<'a> Gen<'a> {
                 op.push(ESlot::Labels(vec![l]));
             }
             self.d.shuffle(op);
+            if !op.is_empty() && self.d.chance(8) {
+                let at = self.d.below(op.len() + 1);
+                op.insert(at, ESlot::Unit);
+            }
             // A diagonal: a label twice in one operand.
             if !op.is_empty() && self.d.chance(12) {
                 let s = op[self.d.below(op.len())].clone();
@@ -1312,6 +1401,7 @@ impl<'a> Gen<'a> {
         }
         let slot_text = |s: &ESlot| match s {
             ESlot::Ell(_) => "...".to_string(),
+            ESlot::Unit => "()".to_string(),
             ESlot::Labels(g) if g.len() == 1 => label_text(g[0]),
             ESlot::Labels(g) => format!(
                 "({})",
@@ -1327,6 +1417,7 @@ impl<'a> Gen<'a> {
                 op.iter()
                     .flat_map(|s| match s {
                         ESlot::Ell(e) => e.clone(),
+                        ESlot::Unit => vec![1],
                         ESlot::Labels(g) => vec![g.iter().map(|&l| labels[l]).product()],
                     })
                     .collect()
@@ -1624,6 +1715,13 @@ proptest! {
     fn prop_fused_programs_agree(v in choices()) {
         check(&v, Family::Fused)?;
     }
+
+    /// Layout-heavy programs (rearrange, repeat and pooling chains, an axis merged from two
+    /// different splits, einsums over strided views) agree with the interpreter.
+    #[test]
+    fn prop_view_programs_agree(v in choices()) {
+        check(&v, Family::Views)?;
+    }
 }
 
 /// What the planner did with a program, counted for [`generated_programs_reach_the_planner_paths`].
@@ -1657,7 +1755,7 @@ fn count_stmts(stmts: &[tdsl_loop::Stmt], origin: &str, r: &mut Reach) {
 fn generated_programs_reach_the_planner_paths() {
     let mut state = 0x5EED;
     let mut r = Reach::default();
-    for family in [Family::Small, Family::Gemm, Family::Fused] {
+    for family in [Family::Small, Family::Gemm, Family::Fused, Family::Views] {
         for _ in 0..150 {
             let len = (splitmix(&mut state) % 400) as usize;
             let v: Vec<u32> = (0..len).map(|_| splitmix(&mut state) as u32).collect();
@@ -1706,7 +1804,8 @@ fn splitmix(state: &mut u64) -> u64 {
 }
 
 /// `DIFF_SOAK=N cargo test --test it diff_soak -- --ignored --nocapture`: N unshrunk cases per
-/// family (default 500), failures grouped by their first line, the shortest script of each.
+/// family (default 500; `DIFF_FAMILY=gemm` for one family, `DIFF_SEED` for another stream),
+/// failures grouped by their first line, the shortest script of each.
 #[test]
 #[ignore]
 fn diff_soak() {
@@ -1723,7 +1822,11 @@ fn diff_soak() {
     let mut state = seed;
     let mut groups: std::collections::BTreeMap<String, (usize, String)> = Default::default();
     let mut skipped = 0;
-    for family in [Family::Small, Family::Gemm, Family::Fused] {
+    let only = std::env::var("DIFF_FAMILY").unwrap_or_default();
+    for family in [Family::Small, Family::Gemm, Family::Fused, Family::Views] {
+        if !only.is_empty() && !format!("{family:?}").eq_ignore_ascii_case(&only) {
+            continue;
+        }
         for _ in 0..n {
             let len = (splitmix(&mut state) % 400) as usize;
             let v: Vec<u32> = (0..len).map(|_| splitmix(&mut state) as u32).collect();

@@ -6,6 +6,8 @@ mod corpus;
 mod diff;
 mod errors;
 mod plan;
+mod plot;
 mod prop_einsum;
 mod prop_patterns;
+mod repl;
 mod robust;

@@ -2,5 +2,5 @@
 
 fn main() {
     let x = tdsl::Tensor::zeros(tdsl::DType::F32, &[2, 4, 8]);
-    let _ = tdsl::reduce!(x, "b s d -> b d", maen);
+    let _ = tdsl::reduce!(x, "b s d -> b d", mea);
 }

@@ -23,6 +23,7 @@ use quote::{quote, quote_spanned};
 use syn::ext::IdentExt;
 use syn::parse::{Parse, ParseStream};
 use syn::punctuated::Punctuated;
+use syn::spanned::Spanned;
 use syn::{Expr, Ident, LitStr, Token};
 use tdsl_syntax::pattern::{self, At, Keyword, PatternError, PatternOp};
 
@@ -149,7 +150,7 @@ fn call_site(op: TokenStream2, pattern: &str, macro_name: &str) -> TokenStream2 
 }
 
 fn operand(e: &Expr) -> TokenStream2 {
-    quote_spanned! {syn::spanned::Spanned::span(e)=>
+    quote_spanned! {e.span()=>
         ::tdsl::api::__private::AsInput::as_input(&(#e))
     }
 }
@@ -171,7 +172,7 @@ pub fn einsum(input: TokenStream) -> TokenStream {
             }
             _ => " (it must be a string literal, so that it can be checked at compile time)",
         };
-        return error(syn::spanned::Spanned::span(first), format!("{usage}{hint}"));
+        return error(first.span(), format!("{usage}{hint}"));
     };
     let mut operands = Vec::new();
     for a in &args[1..] {
@@ -232,19 +233,14 @@ fn einops(input: TokenStream, op: PatternOp) -> TokenStream {
         match a {
             Arg::Positional(e) if keywords.is_empty() => positional.push(e),
             Arg::Positional(e) => {
-                return error(
-                    syn::spanned::Spanned::span(e),
-                    format!("{usage} (axis lengths come last)"),
-                )
+                return error(e.span(), format!("{usage} (axis lengths come last)"))
             }
             Arg::Keyword { name, value } => keywords.push((name, value)),
         }
     }
     let want = if op == PatternOp::Reduce { 3 } else { 2 };
     if positional.len() != want {
-        let span = positional
-            .get(want)
-            .map_or(Span::call_site(), |e| syn::spanned::Spanned::span(e));
+        let span = positional.get(want).map_or(Span::call_site(), |e| e.span());
         return error(
             span,
             format!(
@@ -255,7 +251,7 @@ fn einops(input: TokenStream, op: PatternOp) -> TokenStream {
     }
     let Some(lit) = as_lit_str(positional[1]) else {
         return error(
-            syn::spanned::Spanned::span(positional[1]),
+            positional[1].span(),
             format!("the pattern of {macro_name} must be a string literal, so that it can be checked at compile time"),
         );
     };
@@ -265,13 +261,13 @@ fn einops(input: TokenStream, op: PatternOp) -> TokenStream {
         let (op_name, span) = match r {
             Expr::Path(p) if p.path.get_ident().is_some() => (
                 p.path.get_ident().map(Ident::to_string).unwrap_or_default(),
-                syn::spanned::Spanned::span(r),
+                r.span(),
             ),
             _ => match as_lit_str(r) {
                 Some(s) => (s.value(), s.span()),
                 None => {
                     return error(
-                        syn::spanned::Spanned::span(r),
+                        r.span(),
                         "the reduce op is one of sum, mean, max, min, prod (a name or a string literal)",
                     )
                 }
@@ -312,7 +308,7 @@ fn einops(input: TokenStream, op: PatternOp) -> TokenStream {
     let x = operand(positional[0]);
     let lengths = keywords.iter().map(|(n, v)| {
         let s = n.unraw().to_string();
-        quote_spanned! {syn::spanned::Spanned::span(v)=>
+        quote_spanned! {v.span()=>
             (#s, ::tdsl::api::__private::axis_len(#v))
         }
     });
