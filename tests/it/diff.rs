@@ -319,6 +319,8 @@ struct Ax {
 enum Slot {
     Unit(&'static str),
     Ell,
+    /// `(...)`: the ellipsis axes merged into one (right side only).
+    EllGroup,
     /// Axes (indices into the pattern's axes); parenthesised if the flag is set.
     Group(Vec<usize>, bool),
 }
@@ -363,6 +365,7 @@ impl Pat {
             .map(|s| match s {
                 Slot::Unit(u) => u.to_string(),
                 Slot::Ell => "...".to_string(),
+                Slot::EllGroup => "(...)".to_string(),
                 Slot::Group(items, paren) => {
                     let inner: Vec<&str> =
                         items.iter().map(|&i| self.axes[i].text.as_str()).collect();
@@ -380,7 +383,7 @@ impl Pat {
         let mut shape = Vec::new();
         for s in &self.left {
             match s {
-                Slot::Unit(_) => shape.push(1),
+                Slot::Unit(_) | Slot::EllGroup => shape.push(1),
                 Slot::Ell => shape.extend(self.left_ell.iter().copied()),
                 Slot::Group(items, _) => {
                     shape.push(items.iter().map(|&i| self.axes[i].ext).product())
@@ -1050,8 +1053,15 @@ impl<'a> Gen<'a> {
             }
             if split && self.d.chance(20) {
                 if let Some((a, b)) = factor(&mut self.d, e) {
-                    let (x, y) = (pat.named(a), pat.named(b));
-                    slots.push(Slot::Group(vec![x, y], true));
+                    let mut g = vec![pat.named(a)];
+                    // Sometimes three factors: `(a b c)`.
+                    match factor(&mut self.d, b) {
+                        Some((b, c)) if self.d.chance(35) => {
+                            g.extend([pat.named(b), pat.named(c)]);
+                        }
+                        _ => g.push(pat.named(b)),
+                    }
+                    slots.push(Slot::Group(g, true));
                     continue;
                 }
             }
@@ -1073,6 +1083,9 @@ impl<'a> Gen<'a> {
     }
 
     fn rearrange(&mut self, shape: &[usize], depth: usize) -> Ex {
+        if !shape.is_empty() && self.d.chance(10) {
+            return self.rearrange_ell_group(shape, depth);
+        }
         let mut pat = Pat::default();
         let ell = self.ell_range(shape, 15);
         pat.right = self.right_side(&mut pat, shape, true, ell);
@@ -1085,6 +1098,35 @@ impl<'a> Gen<'a> {
             pat.left_ell = shape[p..p + w].to_vec();
         }
         self.left_kwargs(&mut pat);
+        let x = self.gen(&pat.in_shape(), depth - 1);
+        ex(pat.call("rearrange", &x.t, None), x.s, x.d)
+    }
+
+    /// `rearrange(x, "a ... b -> b (...) a")`-like: one axis of `shape` is the `...` axes merged.
+    fn rearrange_ell_group(&mut self, shape: &[usize], depth: usize) -> Ex {
+        let p = self.d.below(shape.len());
+        let mut pat = Pat::default();
+        let mut right = Vec::new();
+        for (i, &e) in shape.iter().enumerate() {
+            if i == p {
+                right.push(Slot::EllGroup);
+            } else {
+                right.push(Slot::Group(vec![pat.named(e)], false));
+            }
+        }
+        pat.right = right;
+        pat.left_ell = match factor(&mut self.d, shape[p]) {
+            Some((a, b)) if self.d.chance(60) => vec![a, b],
+            _ => vec![shape[p]],
+        };
+        let mut items: Vec<usize> = (0..pat.axes.len()).collect();
+        self.d.shuffle(&mut items);
+        pat.left = items
+            .into_iter()
+            .map(|i| Slot::Group(vec![i], false))
+            .collect();
+        let at = self.d.below(pat.left.len() + 1);
+        pat.left.insert(at, Slot::Ell);
         let x = self.gen(&pat.in_shape(), depth - 1);
         ex(pat.call("rearrange", &x.t, None), x.s, x.d)
     }
