@@ -505,8 +505,8 @@ impl<'a> Planner<'a> {
             .iter()
             .flatten()
             .copied()
-            .filter(|&i| big(i))
-            .last()
+            .rev()
+            .find(|&i| big(i))
         else {
             return Ok(None);
         };
@@ -1629,12 +1629,9 @@ fn cast_to(e: Expr, from: ElemType, to: ElemType) -> Expr {
     }
 }
 
-/// Tile edge for transposing copies: 16 f32 values fill one 64-byte cache line.
-const TILE: u64 = 16;
-
 /// Cache-blocks a transposing map: when a perfect loop nest ends in one store that is
 /// unit-stride in the innermost variable `v`, while some load walks `v` with a large stride and is
-/// unit-stride in another variable `u`, both `u` and `v` are split into tiles of [`TILE`] and the
+/// unit-stride in another variable `u`, both `u` and `v` are split into tiles and the
 /// tile loops move outward. Every cache line a tile touches, read or written, is then used whole
 /// before it is evicted. Nests that are not such maps, or whose extents the tile does not
 /// divide, are returned unchanged.
@@ -1677,13 +1674,28 @@ fn tile_transpose(body: Vec<Stmt>, first_free_var: u32) -> Vec<Stmt> {
             .copied()
     });
     let Some((u, u_ext)) = u else { return body };
-    // The largest tile edge up to TILE that divides the extent (at least 4).
-    let tile = |e: u64| {
-        [TILE, TILE / 2, TILE / 4]
-            .into_iter()
+    // Tile edges, measured on transpose 4096² and NHWC permutes (bench/RESULTS.md): long runs
+    // along `u`, whose loads are contiguous, and short runs along `v` when `v`'s load stride is
+    // a multiple of 4 KiB — then every row of a tile maps to the same L1 set, and more than 8
+    // rows thrash it.
+    let fit = |e: u64, sizes: &[u64]| {
+        sizes
+            .iter()
+            .copied()
             .find(|&t| e.is_multiple_of(t) && e >= 2 * t)
     };
-    let (Some(tu), Some(tv)) = (tile(u_ext), tile(v_ext)) else {
+    let aliasing = loads
+        .iter()
+        .any(|ix| ix.stride_of(v).unsigned_abs().is_multiple_of(1024));
+    let Some(tu) = fit(u_ext, &[256, 128, 64, 32, 16, 8, 4]) else {
+        return body;
+    };
+    let tv = if aliasing {
+        fit(v_ext, &[8, 4])
+    } else {
+        Some(fit(v_ext, &[64, 32, 16, 8]).unwrap_or(v_ext))
+    };
+    let Some(tv) = tv else {
         return body;
     };
     let (uo, ui, vo, vi) = (
