@@ -586,6 +586,7 @@ impl<'a> Planner<'a> {
             inner_loops = vec![(vi, 64)];
             subst = Some((iv, vo, vi, 64));
         }
+        let parallel_ok = !order.is_empty();
         order.extend(reduced);
         order.extend(inner_loops);
         let xin: Vec<Coord> = r
@@ -641,13 +642,15 @@ impl<'a> Planner<'a> {
         let accumulate = Kernel {
             name: String::new(),
             origin: self.origin(id),
+            // The outermost loop may be split across threads only if it is a kept axis: a
+            // reduced axis outermost would have iterations writing the same outputs.
             body: close_nest(
                 Nest {
                     vars: order,
                     pre: vec![Vec::new(); n + 1],
                 },
                 vec![acc],
-                true,
+                parallel_ok,
                 dtype,
             ),
         };
