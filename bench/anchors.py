@@ -168,6 +168,7 @@ class Row:
     anchor: Optional[Variant] = None
     met: Optional[bool] = None
     met_text: str = ""
+    peaks: Optional[dict] = None  # the ceilings this row's `tdsl bench` run reported
 
 
 TARGETS = {
@@ -882,6 +883,9 @@ def main(argv=None) -> int:
                 peaks_seen.append((js.get("peak_gflops"), js.get("peak_gbps")))
         lines = stmt_lines(path)
         for row in wrows:
+            if js and isinstance(js.get("peak_gflops"), (int, float)) \
+                    and isinstance(js.get("peak_gbps"), (int, float)):
+                row.peaks = {"peak_gflops": js["peak_gflops"], "peak_gbps": js["peak_gbps"]}
             if js is None or "run_ms_median" not in js:
                 row.tdsl_note = "error" if have_bench else "n/a"
             elif row.stmts is None:
@@ -910,10 +914,13 @@ def main(argv=None) -> int:
     if machines:
         info["tdsl machine"] = " / ".join(machines)
     if peaks_seen:
-        pg, pb = peaks_seen[0]
+        pg, pb = peaks_seen[-1]
         if any(p != peaks_seen[0] for p in peaks_seen):
-            notes.append(f"`tdsl bench` reported different ceilings across workloads: "
-                         f"{sorted(set(peaks_seen))}; the first is used")
+            seen = ", ".join(f"{g:.1f} GFLOP/s / {b:.1f} GB/s" for g, b in
+                             dict.fromkeys(peaks_seen))
+            notes.append(f"`tdsl bench` reported different ceilings across workloads ({seen}); "
+                         "each row's percentages use the ceilings of its own tdsl run, the "
+                         "headline ceilings are the last ones")
         peaks = {"peak_gflops": pg, "peak_gbps": pb, "source": "tdsl bench"}
     else:
         peaks = {"peak_gflops": FALLBACK_PEAK_GFLOPS, "peak_gbps": bw["gbps_2threads"],
@@ -982,15 +989,28 @@ def auto_notes(rows, peaks) -> list:
     for r in rows:
         for who, ms in (("tdsl", r.tdsl_ms), ("anchor", r.anchor.timing.median_ms
                                               if r.anchor else None)):
-            rt = rate(r.flops, r.bytes, ms, peaks)
+            rt = rate(r.flops, r.bytes, ms, r.peaks or peaks)
             if rt and rt[2] is not None and rt[2] > 100:
                 over.append(f"{r.key} ({who} {rt[2]:.0f}% of {rt[1]})")
     if over:
-        out.append("rates above 100% of tdsl's ceilings: " + ", ".join(over) + ". The ceilings "
-                   "are lower than what this machine reaches: `peak_gbps` is a copy "
-                   "(read + write) bandwidth, and inputs that fit the 32 MiB L3 stay cached "
-                   "between runs; `peak_gflops` comes from a clock measured by tdsl (see the "
-                   "Machine table).")
+        why = []
+        if any("GB/s" in o for o in over):
+            why.append("`peak_gbps` is a copy (read + write) bandwidth, which read-mostly "
+                       "kernels can exceed, and inputs that fit the L3 stay cached between runs")
+        if any("GFLOP/s" in o for o in over):
+            why.append("`peak_gflops` is tdsl's clock × FLOP/cycle estimate (Machine table)")
+        out.append("rates above 100% of tdsl's ceilings: " + ", ".join(over) + ". "
+                   + "; ".join(why) + ".")
+    for r in rows:
+        if r.workload.startswith("gemm") and r.flops:
+            pg = (r.peaks or peaks)["peak_gflops"]
+            best = max((r.flops / (v.timing.median_ms * 1e6) for v in r.variants if v.timing),
+                       default=None)
+            if best and pg and best < 0.6 * pg:
+                out.append(f"{r.key}: the fastest library GEMM measured here reaches "
+                           f"{best:.0f} GFLOP/s, {100 * best / pg:.0f}% of tdsl's "
+                           f"`peak_gflops` ({pg:.1f}); the % of peak column is relative to "
+                           "that ceiling, which no library reaches on this machine.")
     noisy = []
     for r in rows:
         if r.tdsl_ms and r.tdsl_min_ms and r.tdsl_ms > 1.25 * r.tdsl_min_ms:
@@ -1065,7 +1085,7 @@ def print_table(rows, peaks, bw, compile_median, notes):
            "anchor"]
     lines = [hdr]
     for r in rows:
-        tr, tp = fmt_rate(rate(r.flops, r.bytes, r.tdsl_ms, peaks))
+        tr, tp = fmt_rate(rate(r.flops, r.bytes, r.tdsl_ms, r.peaks or peaks))
         lines.append([r.key, fmt_ms(r.tdsl_ms) if r.tdsl_ms is not None else r.tdsl_note or "—",
                       fmt_ms(r.anchor.timing.median_ms) if r.anchor else "—", ratio_text(r),
                       tr, tp, r.target.text if r.target else "—",
@@ -1158,8 +1178,9 @@ def write_results(result, rows, peaks, bw, compile_rows, compile_median, notes, 
              "target (issue) | met? |")
     L.append("|---|---|---:|---|---:|---:|---:|---:|---:|---|---|")
     for r in rows:
-        tr, tp = fmt_rate(rate(r.flops, r.bytes, r.tdsl_ms, peaks))
-        ar = rate(r.flops, r.bytes, r.anchor.timing.median_ms if r.anchor else None, peaks)
+        tr, tp = fmt_rate(rate(r.flops, r.bytes, r.tdsl_ms, r.peaks or peaks))
+        ar = rate(r.flops, r.bytes, r.anchor.timing.median_ms if r.anchor else None,
+                  r.peaks or peaks)
         at, ap = fmt_rate(ar)
         tdsl_cell = fmt_ms(r.tdsl_ms) if r.tdsl_ms is not None else (r.tdsl_note or "—")
         if r.stmts and r.tdsl_ms is not None:
@@ -1187,7 +1208,7 @@ def write_results(result, rows, peaks, bw, compile_rows, compile_median, notes, 
     for r in rows:
         for v in r.variants:
             if v.timing:
-                rt, _ = fmt_rate(rate(r.flops, r.bytes, v.timing.median_ms, peaks))
+                rt, _ = fmt_rate(rate(r.flops, r.bytes, v.timing.median_ms, r.peaks or peaks))
                 role = ("**anchor**" if v is r.anchor else
                         ("candidate" if v.candidate else f"info ({v.info})"))
                 L.append(f"| `{r.key}` | {md_escape(v.label)} | {fmt_ms(v.timing.median_ms)} | "
