@@ -56,7 +56,8 @@ pub fn machine_ceilings() -> Machine {
     crate::machine::measure()
 }
 
-/// Timings of the front half, measured by the caller.
+/// Timings of the front half, measured by the caller. `parse_check` also covers reading or
+/// generating the input data, which dominates for large inputs.
 pub struct Front {
     pub parse_check: Duration,
     pub plan: Duration,
@@ -205,7 +206,7 @@ pub fn bench(
     let _ = writeln!(out, "machine: {}", machine.describe());
     let _ = writeln!(
         out,
-        "front end: parse+check {}, plan {}; JIT: {} kernels, {} compiled in {} (cached re-compile {})",
+        "front end: parse+check+inputs {}, plan {}; JIT: {} kernels, {} compiled in {} (cached re-compile {})",
         duration(front.parse_check),
         duration(front.plan),
         n_k,
