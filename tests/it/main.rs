@@ -4,6 +4,7 @@ mod cli;
 mod common;
 mod corpus;
 mod diff;
+mod draw;
 mod errors;
 mod plan;
 mod plot;

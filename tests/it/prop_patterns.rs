@@ -16,57 +16,13 @@
 //! simplest option, so proptest's shrinking of that list shrinks the case.
 
 use crate::common::{codes, run};
+use crate::draw::{config, Draw};
 use proptest::prelude::*;
 use tdsl::DType;
-
-/// 64 cases per property unless `PROPTEST_CASES` says otherwise; no regression files.
-fn config() -> ProptestConfig {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(64);
-    ProptestConfig {
-        cases,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    }
-}
 
 /// The raw choices a case is built from.
 fn choices() -> impl Strategy<Value = Vec<u32>> {
     prop::collection::vec(any::<u32>(), 0..96)
-}
-
-/// Reads choices in order; past the end every choice is 0 (the simplest option).
-struct Draw<'a> {
-    v: &'a [u32],
-    i: usize,
-}
-
-impl<'a> Draw<'a> {
-    fn new(v: &'a [u32]) -> Draw<'a> {
-        Draw { v, i: 0 }
-    }
-    fn next(&mut self) -> u32 {
-        let x = self.v.get(self.i).copied().unwrap_or(0);
-        self.i += 1;
-        x
-    }
-    /// In `0..n`.
-    fn below(&mut self, n: usize) -> usize {
-        self.next() as usize % n.max(1)
-    }
-    /// True with about `pct` percent probability (never for choice 0).
-    fn chance(&mut self, pct: u32) -> bool {
-        self.next() % 100 >= 100 - pct
-    }
-    /// A Fisher–Yates shuffle that is the identity for all-zero choices.
-    fn shuffle<T>(&mut self, xs: &mut [T]) {
-        for i in (1..xs.len()).rev() {
-            let j = i - self.below(i + 1);
-            xs.swap(i, j);
-        }
-    }
 }
 
 /// Axis extents to draw from: 1 and primes first.
