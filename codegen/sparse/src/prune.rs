@@ -1,0 +1,1 @@
+//! Conversion from dense (`sparsify`) and back (`dense`).

@@ -1,0 +1,1 @@
+//! Validation of sparse data from outside (files, API callers).
