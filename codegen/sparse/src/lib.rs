@@ -13,4 +13,4 @@ pub mod prune;
 pub mod storage;
 pub mod validate;
 
-pub use storage::{Layout, SparseRef, SparseTensor, Values, ValuesRef};
+pub use storage::{Layout, SparseRef, SparseTensor, Values, ValuesMut, ValuesRef};
