@@ -33,7 +33,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use tdsl_cpu::Executable;
-use tdsl_loop::{Data, Role};
 use tdsl_syntax::ast::{self, StmtKind};
 use tdsl_syntax::pattern as syntax_pattern;
 use tdsl_syntax::Span;
@@ -679,15 +678,6 @@ fn internal(message: String) -> Diagnostic {
         .help("this is a tdsl bug: please report it with the script")
 }
 
-fn storage_to_data(s: Storage) -> Data {
-    match s {
-        Storage::F32(v) => Data::F32(v),
-        Storage::F64(v) => Data::F64(v),
-        Storage::F16(v) => Data::F16(v),
-        Storage::BF16(v) => Data::BF16(v),
-    }
-}
-
 impl Program {
     /// Parses and checks a script (see [`Program`] for what is checked here and what when it
     /// runs).
@@ -895,20 +885,18 @@ impl Program {
 
     /// Moves the inputs into the plan's buffers (no copy) and runs the cached kernels.
     fn run_jit(&self, c: &Compiled, tensors: Vec<Tensor>) -> Result<Vec<Tensor>, Diagnostic> {
-        let mut inputs: Vec<Option<Storage>> = tensors.into_iter().map(|t| Some(t.data)).collect();
-        let mut bufs = Vec::with_capacity(c.plan.loops.buffers.len());
-        for b in &c.plan.loops.buffers {
-            bufs.push(match b.role {
-                Role::Input(i) => {
-                    let s = inputs
-                        .get_mut(i as usize)
-                        .and_then(Option::take)
-                        .ok_or_else(|| internal(format!("input buffer {i} is bound twice")))?;
-                    storage_to_data(s)
-                }
-                Role::Output(_) | Role::Temp => Data::zeros(b.ty, b.elems as usize),
-            });
-        }
+        // Dense inputs move in without a copy; sparse ones are compressed from their data.
+        let sparse_data: Vec<Tensor> = if c.plan.input_layouts.iter().any(Option::is_some) {
+            tensors.clone()
+        } else {
+            Vec::new()
+        };
+        let data: Vec<Option<Storage>> = tensors
+            .into_iter()
+            .zip(&c.plan.input_layouts)
+            .map(|(t, l)| if l.is_some() { None } else { Some(t.data) })
+            .collect();
+        let mut bufs = crate::runtime::bind_buffers(&c.plan, data, &sparse_data)?;
         c.exe
             .run(&mut bufs, rayon::current_num_threads())
             .map_err(|e| internal(format!("running compiled kernels failed: {e}")))?;

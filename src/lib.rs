@@ -70,6 +70,7 @@ pub mod io;
 pub mod machine;
 pub mod plan;
 pub mod runtime;
+pub mod sparse;
 pub mod tensor;
 
 pub use diag::{Code, Diagnostic, Diagnostics};

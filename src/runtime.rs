@@ -7,7 +7,7 @@
 use crate::diag::{Code, Diagnostic};
 use crate::plan::lower::Plan;
 use crate::tensor::{Storage, Tensor};
-use tdsl_loop::{Data, Role};
+use tdsl_loop::{Data, Part, Role};
 
 use std::cell::RefCell;
 use std::time::{Duration, Instant};
@@ -65,7 +65,7 @@ pub fn run_jit_timed(
     let t0 = Instant::now();
     let (exe, n_compiled) = compile_jit(plan)?;
     let compile = t0.elapsed();
-    let mut bufs = buffers(plan, inputs);
+    let mut bufs = buffers(plan, inputs)?;
     let t1 = Instant::now();
     let stats = exe
         .run(&mut bufs, threads)
@@ -90,24 +90,78 @@ pub fn run_jit(
     Ok(run_jit_timed(plan, inputs, shapes, threads)?.0)
 }
 
-/// Buffers for a plan, with the inputs bound.
-pub fn buffers(plan: &Plan, inputs: &[Tensor]) -> Vec<Data> {
-    plan.loops
-        .buffers
-        .iter()
-        .map(|b| match b.role {
-            Role::Input(i) => storage_to_data(&inputs[i as usize].data),
-            Role::Output(_) | Role::Temp => Data::zeros(b.ty, b.elems as usize),
-        })
-        .collect()
+/// Buffers for a plan, with the inputs bound: sparse inputs are compressed into their
+/// layout's arrays here (the one conversion per run; kernels see only compressed storage).
+pub fn buffers(plan: &Plan, inputs: &[Tensor]) -> Result<Vec<Data>, Diagnostic> {
+    bind_buffers(
+        plan,
+        inputs.iter().map(|t| Some(t.data.clone())).collect(),
+        inputs,
+    )
 }
 
-fn storage_to_data(s: &Storage) -> Data {
+/// Like [`buffers`], moving dense input data in without a copy (`data[i]` is taken).
+pub fn bind_buffers(
+    plan: &Plan,
+    mut data: Vec<Option<Storage>>,
+    inputs: &[Tensor],
+) -> Result<Vec<Data>, Diagnostic> {
+    let mut compressed: Vec<Option<[Option<Data>; 3]>> = Vec::new();
+    for (i, layout) in plan.input_layouts.iter().enumerate() {
+        compressed.push(match layout {
+            Some(l) => {
+                let t = inputs
+                    .get(i)
+                    .ok_or_else(|| internal(format!("input {i} has no data")))?;
+                let s = crate::sparse::compress(t, *l).map_err(|e| {
+                    Diagnostic::new(
+                        Code::SparseData,
+                        format!("input {i} cannot be stored sparse: {e}"),
+                    )
+                })?;
+                Some([
+                    Some(Data::I32(s.ptr)),
+                    Some(Data::I32(s.idx)),
+                    Some(Data::from(s.values)),
+                ])
+            }
+            None => None,
+        });
+    }
+    let mut out = Vec::with_capacity(plan.loops.buffers.len());
+    for b in &plan.loops.buffers {
+        out.push(match b.role {
+            Role::Input(i) => {
+                let s = data
+                    .get_mut(i as usize)
+                    .and_then(Option::take)
+                    .ok_or_else(|| internal(format!("input buffer {i} is bound twice")))?;
+                storage_to_data(s)
+            }
+            Role::InputPart { input, part } => {
+                let k = match part {
+                    Part::Ptr => 0,
+                    Part::Idx => 1,
+                    Part::Values => 2,
+                };
+                compressed
+                    .get_mut(input as usize)
+                    .and_then(Option::as_mut)
+                    .and_then(|parts| parts[k].take())
+                    .ok_or_else(|| internal(format!("sparse input {input} is not bound")))?
+            }
+            Role::Output(_) | Role::Temp => Data::zeros(b.ty, b.elems as usize),
+        });
+    }
+    Ok(out)
+}
+
+pub(crate) fn storage_to_data(s: Storage) -> Data {
     match s {
-        Storage::F32(v) => Data::F32(v.clone()),
-        Storage::F64(v) => Data::F64(v.clone()),
-        Storage::F16(v) => Data::F16(v.clone()),
-        Storage::BF16(v) => Data::BF16(v.clone()),
+        Storage::F32(v) => Data::F32(v),
+        Storage::F64(v) => Data::F64(v),
+        Storage::F16(v) => Data::F16(v),
+        Storage::BF16(v) => Data::BF16(v),
     }
 }
 
@@ -140,7 +194,7 @@ pub fn run_eval(
     inputs: &[Tensor],
     shapes: &[Vec<usize>],
 ) -> Result<Vec<Tensor>, Diagnostic> {
-    let mut bufs = buffers(plan, inputs);
+    let mut bufs = buffers(plan, inputs)?;
     tdsl_loop::eval::eval(&plan.loops, &mut bufs).map_err(|e| {
         Diagnostic::new(Code::Internal, format!("the loop-IR evaluator failed: {e}"))
             .help("this is a tdsl bug: please report it with the script")

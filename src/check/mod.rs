@@ -838,7 +838,22 @@ impl Checker {
         }
     }
 
+    /// Records that a sparse operand of `what` gives a dense result.
+    fn note_dense(&mut self, span: Span, what: &str, f: Format, shape: &Shape) {
+        self.prog.format_notes.push(FormatNote {
+            span,
+            message: format!(
+                "{what} of a {} tensor is dense: the sparse operand is expanded to dense first",
+                format_name(f, shape)
+            ),
+        });
+    }
+
     fn unary(&mut self, f: UnaryFn, x: NodeId, span: Span) -> Option<NodeId> {
+        if self.prog.node(x).ty.format.is_sparse() {
+            let t = self.prog.node(x).ty.clone();
+            self.note_dense(span, &format!("`{}`", f.name()), t.format, &t.shape);
+        }
         let xn = self.prog.node(x);
         let ty = TensorType {
             format: Format::Dense,
@@ -849,6 +864,13 @@ impl Checker {
     }
 
     fn binary(&mut self, f: BinaryFn, a: NodeId, b: NodeId, span: Span) -> Option<NodeId> {
+        for o in [a, b] {
+            if self.prog.node(o).ty.format.is_sparse() {
+                let t = self.prog.node(o).ty.clone();
+                self.note_dense(span, &format!("`{}`", f.name()), t.format, &t.shape);
+                break;
+            }
+        }
         let (na, nb) = (self.prog.node(a), self.prog.node(b));
         let dtype = match (na.weak, nb.weak) {
             (true, false) => nb.ty.dtype,
@@ -1011,6 +1033,10 @@ impl Checker {
                 };
                 let x = x?;
                 let shape = self.prog.node(x).ty.shape.clone();
+                let xf = self.prog.node(x).ty.format;
+                if xf.is_sparse() {
+                    self.note_dense(span, "`cast`", xf, &shape);
+                }
                 let ty = TensorType {
                     dtype,
                     shape,
@@ -1020,6 +1046,20 @@ impl Checker {
             }
             "rearrange" | "reduce" | "repeat" => {
                 self.pattern_call(name, &positional, &kwargs, span)
+            }
+            "sparsify" => self.sparsify(&positional, &kwargs, span),
+            "dense" => {
+                no_kwargs(self)?;
+                if positional.len() != 1 {
+                    return arity(self, "1 argument");
+                }
+                let x = self.expr(positional[0])?;
+                let ty = TensorType {
+                    format: Format::Dense,
+                    ..self.prog.node(x).ty.clone()
+                };
+                let weak = self.prog.node(x).weak;
+                self.push_node(NodeKind::Dense(x), ty, weak, span)
             }
             "einsum" => {
                 no_kwargs(self)?;
@@ -1123,6 +1163,8 @@ impl Checker {
                     "reduce",
                     "repeat",
                     "einsum",
+                    "sparsify",
+                    "dense",
                 ]);
                 let d =
                     Diagnostic::new(Code::UnknownFunction, format!("unknown function `{name}`"))
@@ -1135,6 +1177,167 @@ impl Checker {
                 None
             }
         }
+    }
+
+    /// `sparsify(x, FORMAT[, threshold=T | density=D])`: FORMAT is `coo`, `csr`, `csc`,
+    /// `bsr(R, C)`, `"2:4"` (along the last axis) or `"2:4(axis)"`.
+    fn sparsify(
+        &mut self,
+        positional: &[&Expr],
+        kwargs: &[(&ast::Ident, &Expr)],
+        span: Span,
+    ) -> Option<NodeId> {
+        const USAGE: &str = "write `sparsify(w, csr, density=0.1)`, `sparsify(w, bsr(32, 32), threshold=0.5)` or `sparsify(w, \"2:4\")`";
+        if positional.len() != 2 {
+            self.diags.push(
+                Diagnostic::new(
+                    Code::Arity,
+                    format!(
+                        "`sparsify` takes a tensor and a format, but {} arguments were given",
+                        positional.len()
+                    ),
+                )
+                .label(span, format!("{} arguments", positional.len()))
+                .help(USAGE),
+            );
+            return None;
+        }
+        let x = self.expr(positional[0]);
+        let f = positional[1];
+        let ann = match &f.kind {
+            ExprKind::Name(n) => Some(ast::FormatAnn {
+                name: n.clone(),
+                args: Vec::new(),
+                span: f.span,
+            }),
+            ExprKind::Call { func, args } => {
+                let args: Option<Vec<FormatArg>> = args
+                    .iter()
+                    .map(|a| match a {
+                        Arg::Positional(Expr {
+                            kind: ExprKind::Number { value, .. },
+                            span,
+                        }) if value.fract() == 0.0 && *value >= 0.0 && *value < 1e15 => {
+                            Some(FormatArg::Int(ast::IntLit {
+                                value: *value as u64,
+                                span: *span,
+                            }))
+                        }
+                        Arg::Positional(Expr {
+                            kind: ExprKind::Name(n),
+                            ..
+                        }) => Some(FormatArg::Name(n.clone())),
+                        _ => None,
+                    })
+                    .collect();
+                args.map(|args| ast::FormatAnn {
+                    name: func.clone(),
+                    args,
+                    span: f.span,
+                })
+            }
+            ExprKind::Str { value } => {
+                let inner = f.str_contents_span().unwrap_or(f.span);
+                let v = value.trim();
+                if v == "2:4" {
+                    Some(ast::FormatAnn {
+                        name: ast::Ident {
+                            name: "2:4".into(),
+                            span: inner,
+                        },
+                        args: Vec::new(),
+                        span: f.span,
+                    })
+                } else if let Some(axis) = v.strip_prefix("2:4(").and_then(|r| r.strip_suffix(')'))
+                {
+                    Some(ast::FormatAnn {
+                        name: ast::Ident {
+                            name: "2:4".into(),
+                            span: inner,
+                        },
+                        args: vec![FormatArg::Name(ast::Ident {
+                            name: axis.trim().to_string(),
+                            span: inner,
+                        })],
+                        span: f.span,
+                    })
+                } else {
+                    None
+                }
+            }
+            _ => None,
+        };
+        let Some(ann) = ann else {
+            self.diags.push(
+                Diagnostic::new(
+                    Code::UnknownFormat,
+                    "the second argument of `sparsify` must be a format",
+                )
+                .label(f.span, "not a format")
+                .help("formats are coo, csr, csc, bsr(R, C) and \"2:4\" (or \"2:4(axis)\")"),
+            );
+            return None;
+        };
+        if ann.name.name == "dense" {
+            self.diags.push(
+                Diagnostic::new(Code::UnknownFormat, "`sparsify` needs a sparse format")
+                    .label(f.span, "dense")
+                    .help("use `dense(x)` to store a tensor densely"),
+            );
+            return None;
+        }
+        let x = x?;
+        let xty = self.prog.node(x).ty.clone();
+        let format = self.format(&ann, &xty.shape, xty.shape.rank())?;
+        let mut select = Select::All;
+        for (k, v) in kwargs {
+            let value = match &v.kind {
+                ExprKind::Number { value, .. } => Some(*value),
+                ExprKind::Neg(inner) => match &inner.kind {
+                    ExprKind::Number { value, .. } => Some(-*value),
+                    _ => None,
+                },
+                _ => None,
+            };
+            let bad = |this: &mut Checker, msg: &str| {
+                this.diags.push(
+                    Diagnostic::new(Code::BadArgument, msg.to_string())
+                        .label(k.span.join(v.span), "here")
+                        .help(USAGE),
+                );
+            };
+            if select != Select::All {
+                bad(self, "`sparsify` takes one of `threshold=` and `density=`");
+                return None;
+            }
+            match (k.name.as_str(), value) {
+                ("threshold", Some(t)) if t.is_finite() && t >= 0.0 => {
+                    select = Select::Threshold(t)
+                }
+                ("threshold", _) => {
+                    bad(self, "`threshold=` must be a number of at least 0");
+                    return None;
+                }
+                ("density", _) if matches!(format, Format::TwoFour { .. }) => {
+                    bad(
+                        self,
+                        "2:4 always keeps 2 of every 4 values: it takes no `density=`",
+                    );
+                    return None;
+                }
+                ("density", Some(d)) if (0.0..=1.0).contains(&d) => select = Select::Density(d),
+                ("density", _) => {
+                    bad(self, "`density=` must be a number between 0 and 1");
+                    return None;
+                }
+                (other, _) => {
+                    bad(self, &format!("`sparsify` has no argument `{other}=`"));
+                    return None;
+                }
+            }
+        }
+        let ty = TensorType { format, ..xty };
+        self.push_node(NodeKind::Sparsify { x, select }, ty, false, span)
     }
 
     fn pattern_call(
@@ -1238,10 +1441,24 @@ impl Checker {
                 })
                 .collect(),
         );
+        let xfmt = self.prog.node(x).ty.format;
+        let format = if op == PatternOp::Rearrange {
+            flow_through_rearrange(xfmt, &recipe)
+        } else {
+            Format::Dense
+        };
+        if xfmt.is_sparse() && !format.is_sparse() && reduce.is_none() {
+            self.note_dense(
+                span,
+                &format!("`{name}`"),
+                xfmt,
+                &self.prog.node(x).ty.shape.clone(),
+            );
+        }
         let ty = TensorType {
             dtype,
             shape,
-            format: Format::Dense,
+            format,
         };
         self.push_node(
             NodeKind::Pattern {
@@ -1254,6 +1471,35 @@ impl Checker {
             false,
             span,
         )
+    }
+}
+
+/// The format of a rearrange of a sparse tensor, when storage can be reused as it is: the
+/// identity keeps the format, and transposing a matrix turns CSR into CSC (and back) and moves
+/// 2:4 to the other axis. Anything else is dense.
+pub fn flow_through_rearrange(f: Format, recipe: &Recipe) -> Format {
+    if !f.is_sparse() || !recipe.reduced.is_empty() {
+        return Format::Dense;
+    }
+    // A permutation of whole input slots (no splits, merges or new axes).
+    let whole = recipe.in_groups.iter().all(|g| g.len() == 1);
+    let perm: Option<Vec<usize>> = recipe
+        .out_groups
+        .iter()
+        .map(|g| match g.as_slice() {
+            [OutElem::In(i)] => recipe.in_groups.iter().position(|gr| gr == &[*i]),
+            _ => None,
+        })
+        .collect();
+    match (whole, perm.as_deref()) {
+        (true, Some(p)) if p.iter().enumerate().all(|(i, &j)| i == j) => f,
+        (true, Some([1, 0])) => match f {
+            Format::Csr => Format::Csc,
+            Format::Csc => Format::Csr,
+            Format::TwoFour { slot } => Format::TwoFour { slot: 1 - slot },
+            _ => Format::Dense,
+        },
+        _ => Format::Dense,
     }
 }
 

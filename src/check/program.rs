@@ -7,6 +7,7 @@
 
 use super::types::{EinsumSpec, Format, Recipe, TensorType};
 use crate::dtype::DType;
+pub use tdsl_sparse::prune::Select;
 use tdsl_syntax::Span;
 
 /// Index of a node in [`Program::nodes`].
@@ -161,6 +162,14 @@ pub enum NodeKind {
         operands: Vec<NodeId>,
         spec: EinsumSpec,
     },
+    /// `sparsify(x, FORMAT, …)`: `x` pruned to the node's format, keeping what `select` says
+    /// (`tdsl_sparse::prune`). The values are `x`'s with the dropped entries zero.
+    Sparsify {
+        x: NodeId,
+        select: Select,
+    },
+    /// `dense(x)`: the same values, stored densely.
+    Dense(NodeId),
 }
 
 /// One node: what it computes, its type, and where it was written.
@@ -251,6 +260,16 @@ pub struct Program {
     pub nodes: Vec<Node>,
     pub assigns: Vec<Assign>,
     pub outputs: Vec<Output>,
+    /// Where a sparse value meets an operation that cannot keep its format, so the result is
+    /// dense: `check` and the REPL print these.
+    pub format_notes: Vec<FormatNote>,
+}
+
+/// A sparse format that stops flowing: the span of the operation and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FormatNote {
+    pub span: Span,
+    pub message: String,
 }
 
 impl Program {
@@ -282,7 +301,10 @@ impl Program {
     pub fn operands(&self, id: NodeId) -> Vec<NodeId> {
         match &self.node(id).kind {
             NodeKind::Input(_) | NodeKind::Var(_) | NodeKind::Scalar(_) => Vec::new(),
-            NodeKind::Unary(_, x) | NodeKind::Cast(x) => vec![*x],
+            NodeKind::Unary(_, x)
+            | NodeKind::Cast(x)
+            | NodeKind::Dense(x)
+            | NodeKind::Sparsify { x, .. } => vec![*x],
             NodeKind::Binary(_, a, b) => vec![*a, *b],
             NodeKind::Pattern { x, .. } => vec![*x],
             NodeKind::Einsum { operands, .. } => operands.clone(),

@@ -111,7 +111,7 @@ pub fn bench(
     let cached = t.elapsed();
     drop(exe2);
     debug_assert_eq!(n_again, 0);
-    let mut bufs = runtime::buffers(plan, inputs);
+    let mut bufs = runtime::buffers(plan, inputs)?;
     let threads = o.threads.max(1);
     let run = |bufs: &mut Vec<tdsl_loop::Data>| {
         exe.run(bufs, threads).map_err(|e| {

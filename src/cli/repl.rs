@@ -1170,7 +1170,13 @@ impl Session {
             }
         };
         let compile = t.elapsed();
-        let mut bufs = crate::runtime::buffers(plan, inputs);
+        let mut bufs = match crate::runtime::buffers(plan, inputs) {
+            Ok(b) => b,
+            Err(d) => {
+                self.diags(&d.into());
+                return;
+            }
+        };
         let threads = self.settings.threads;
         let result = self.timed_runs(|| {
             exe.run(&mut bufs, threads)

@@ -74,6 +74,19 @@ pub fn run_all(program: &Program, inputs: &[Tensor]) -> Vec<Tensor> {
         .collect()
 }
 
+/// The dense values of `sparsify(x, format, select)`: `x` with the dropped entries zero.
+fn sparsify(x: &Value, format: crate::check::Format, select: crate::check::Select) -> Vec<f64> {
+    let layout = crate::sparse::layout(format, x.shape.len());
+    let pruned = layout.and_then(|l| {
+        tdsl_sparse::prune::sparsify(tdsl_sparse::ValuesRef::F64(&x.data), &x.shape, l, select).ok()
+    });
+    match pruned.and_then(|t| tdsl_sparse::prune::to_dense_f64(t.as_ref()).ok()) {
+        Some(v) => v,
+        // The checker admits only formats that fit the shape; keep the values if not.
+        None => x.data.clone(),
+    }
+}
+
 fn eval_all(program: &Program, inputs: &[Tensor]) -> Vec<Value> {
     let mut values: Vec<Value> = Vec::with_capacity(program.nodes.len());
     for node in &program.nodes {
@@ -119,7 +132,14 @@ fn eval_all(program: &Program, inputs: &[Tensor]) -> Vec<Value> {
                     binary(*f, x, y)
                 })
             }
-            NodeKind::Cast(x) => values[x.idx()].clone(),
+            NodeKind::Cast(x) | NodeKind::Dense(x) => values[x.idx()].clone(),
+            NodeKind::Sparsify { x, select } => {
+                let x = &values[x.idx()];
+                Value {
+                    shape: x.shape.clone(),
+                    data: sparsify(x, node.ty.format, *select),
+                }
+            }
             NodeKind::Pattern {
                 reduce, x, recipe, ..
             } => pattern(&values[x.idx()], recipe, *reduce),

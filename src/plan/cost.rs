@@ -227,7 +227,10 @@ pub fn program_cost(program: &Program, stored_inputs: &[Stored]) -> ProgramCost 
                         bytes_read += bytes_of(&node.ty);
                     }
                 }
-                NodeKind::Scalar(_) | NodeKind::Cast(_) => {}
+                NodeKind::Scalar(_)
+                | NodeKind::Cast(_)
+                | NodeKind::Dense(_)
+                | NodeKind::Sparsify { .. } => {}
                 NodeKind::Unary(..) | NodeKind::Binary(..) => {
                     flops += out_elems;
                     dense_flops += out_elems;

@@ -20,15 +20,16 @@
 //!   `Gemm` library call; other steps become loop nests with an accumulator.
 
 use super::cost::einsum_path;
+use super::sparse::{sparse_product, stored_sparse, SparseProduct, SparseSource};
 use crate::check::{
-    BinaryFn, EinsumSpec, Format, NodeId, NodeKind, OutElem, Program, Recipe, ReduceOp, TensorRef,
-    UnaryFn,
+    BinaryFn, EinsumSlot, EinsumSpec, Format, NodeId, NodeKind, OutElem, Program, Recipe, ReduceOp,
+    TensorRef, UnaryFn,
 };
 use crate::dtype::DType;
 use std::collections::{BTreeMap, BTreeSet};
 use tdsl_loop::{
     AccId, AccOp, BinOp, BufId, Buffer, ElemType, Expr, Index, Iter, Kernel, LibCall, Loop,
-    LoopProgram, MatView, Role, Stmt, UnOp, VarId,
+    LoopProgram, MatView, Part, Role, Side, SparseLayout, SparseOperand, Stmt, UnOp, VarId,
 };
 
 /// A reduction placed in a kernel: the node and the atoms of its output coordinates.
@@ -38,8 +39,11 @@ type ReductionKey = (NodeId, Vec<Vec<(VarId, u64)>>);
 #[derive(Debug, Clone)]
 pub struct Plan {
     pub loops: LoopProgram,
-    /// Buffer of each program input, in declaration order.
+    /// Buffer of each program input, in declaration order (the values of a sparse input).
     pub input_bufs: Vec<BufId>,
+    /// The storage layout of each sparse input (`None` for dense ones): the runtime compresses
+    /// the input's data into it and binds the arrays to the `InputPart` buffers.
+    pub input_layouts: Vec<Option<SparseLayout>>,
     /// Buffer of each program output, in `output` order.
     pub output_bufs: Vec<BufId>,
 }
@@ -65,6 +69,7 @@ pub fn plan_program(p: &Program) -> Plan {
     let plan = Plan {
         loops: pl.out,
         input_bufs: pl.input_bufs,
+        input_layouts: pl.input_layouts,
         output_bufs: pl.output_bufs,
     };
     debug_assert!(
@@ -144,6 +149,13 @@ struct Planner<'a> {
     /// Where each accumulator of the kernel being built was placed: (nest, depth).
     acc_place: BTreeMap<AccId, (usize, usize)>,
     n_temps: usize,
+    input_layouts: Vec<Option<SparseLayout>>,
+    /// The arrays of each sparse input.
+    sparse_inputs: Vec<Option<SparseOperand>>,
+    /// Stored-sparse nodes (resolved) and their arrays, once planned.
+    sparse: BTreeMap<NodeId, SparseOperand>,
+    /// Stored-sparse nodes that some consumer reads densely: they get a dense buffer too.
+    needs_dense: BTreeSet<NodeId>,
 }
 
 impl<'a> Planner<'a> {
@@ -163,6 +175,10 @@ impl<'a> Planner<'a> {
             reductions: BTreeMap::new(),
             acc_place: BTreeMap::new(),
             n_temps: 0,
+            input_layouts: Vec::new(),
+            sparse_inputs: Vec::new(),
+            sparse: BTreeMap::new(),
+            needs_dense: BTreeSet::new(),
         }
     }
 
@@ -200,8 +216,37 @@ impl<'a> Planner<'a> {
         let p = self.p;
         for (i, inp) in p.inputs.iter().enumerate() {
             let elems = inp.ty.shape.n_elems().unwrap_or(0);
-            let b = self.add_buffer(inp.name.clone(), inp.ty.dtype, elems, Role::Input(i as u32));
-            self.input_bufs.push(b);
+            let layout = crate::sparse::layout(inp.ty.format, inp.ty.shape.rank());
+            self.input_layouts.push(layout);
+            match layout {
+                Some(layout) => {
+                    let shape = inp.ty.shape.extents();
+                    let role = |part| Role::InputPart {
+                        input: i as u32,
+                        part,
+                    };
+                    let op = self.sparse_buffers(
+                        &inp.name,
+                        inp.ty.dtype,
+                        &shape,
+                        layout,
+                        tdsl_loop::Select::All,
+                        role,
+                    );
+                    self.input_bufs.push(op.values);
+                    self.sparse_inputs.push(Some(op));
+                }
+                None => {
+                    let b = self.add_buffer(
+                        inp.name.clone(),
+                        inp.ty.dtype,
+                        elems,
+                        Role::Input(i as u32),
+                    );
+                    self.input_bufs.push(b);
+                    self.sparse_inputs.push(None);
+                }
+            }
         }
         // Consumers of every node, counted once per use, through `Var`s.
         let live = self.live_nodes();
@@ -213,9 +258,17 @@ impl<'a> Planner<'a> {
         for (i, n) in p.nodes.iter().enumerate() {
             let id = NodeId(i as u32);
             if let NodeKind::Input(k) = n.kind {
-                self.mat.insert(id, self.input_bufs[k]);
+                match &self.sparse_inputs[k] {
+                    Some(op) => {
+                        self.sparse.insert(id, op.clone());
+                    }
+                    None => {
+                        self.mat.insert(id, self.input_bufs[k]);
+                    }
+                }
             }
         }
+        self.find_dense_uses(&live);
         // Outputs: each output gets its own buffer; an output that is an input is copied.
         let mut out_nodes: Vec<(usize, Option<NodeId>)> = Vec::new();
         for (k, o) in p.outputs.iter().enumerate() {
@@ -271,7 +324,10 @@ impl<'a> Planner<'a> {
                 .find(|id| self.must.contains(id) && !done.contains(id));
             let Some(id) = next else { break };
             // Everything it reads that must be materialised comes first (live is in order).
-            self.ensure_buffer(id);
+            // A stored-sparse value gets a dense buffer only if something reads it densely.
+            if !self.sparse_stored(id) || self.needs_dense.contains(&id) {
+                self.ensure_buffer(id);
+            }
             let kernels_before = self.out.kernels.len();
             let buffers_before = self.out.buffers.len();
             match self.lower_node(id) {
@@ -291,7 +347,15 @@ impl<'a> Planner<'a> {
             let src_buf = match src {
                 Some(n) => self.mat[&n],
                 None => match p.outputs[k].tensor {
-                    TensorRef::Input(i) => self.input_bufs[i],
+                    TensorRef::Input(i) => match self.sparse_inputs[i].clone() {
+                        Some(s) => {
+                            let dst = self.output_bufs[k];
+                            let origin = format!("output {}", p.outputs[k].name);
+                            self.push_call(LibCall::Densify { s, dst }, &origin);
+                            continue;
+                        }
+                        None => self.input_bufs[i],
+                    },
                     TensorRef::Assign(_) => continue,
                 },
             };
@@ -408,12 +472,20 @@ impl<'a> Planner<'a> {
             } => "reduce",
             NodeKind::Pattern { .. } => "pattern",
             NodeKind::Unary(..) | NodeKind::Binary(..) | NodeKind::Cast(_) => "elementwise",
+            NodeKind::Sparsify { .. } => "sparsify",
+            NodeKind::Pattern { .. } if self.p.node(id).ty.format.is_sparse() => "sparse view",
             _ => "value",
         };
         format!("{stmt}: {what}")
     }
 
     fn lower_node(&mut self, id: NodeId) -> Result<(), Retry> {
+        if self.sparse_stored(id) {
+            return self.lower_sparse(id);
+        }
+        if let Some(sp) = sparse_product(self.p, id) {
+            return self.lower_spmm(id, &sp);
+        }
         match &self.p.node(id).kind {
             NodeKind::Einsum { operands, spec } => {
                 let ops: Vec<NodeId> = operands.iter().map(|&o| self.resolve(o)).collect();
@@ -854,7 +926,8 @@ impl<'a> Planner<'a> {
                 let x = self.resolve(*x);
                 self.build_pattern(id, x, recipe, *reduce, coords)
             }
-            NodeKind::Einsum { .. } => Err(Retry::Materialise(id)),
+            NodeKind::Dense(x) => self.build_operand(*x, id, coords),
+            NodeKind::Einsum { .. } | NodeKind::Sparsify { .. } => Err(Retry::Materialise(id)),
         }
     }
 
@@ -1205,32 +1278,9 @@ impl<'a> Planner<'a> {
             return Err(Retry::Materialise(id));
         };
         let ext: Vec<u64> = spec.labels.iter().map(|l| l.1).collect();
-        // Operand label strides (a repeated label adds its strides: a diagonal).
         let mut cur: Vec<Operand> = Vec::new();
         for (k, &o) in ops.iter().enumerate() {
-            let v = self.view_of(o)?;
-            let mut strides: BTreeMap<usize, i64> = BTreeMap::new();
-            for (slot, s) in spec.operands[k].iter().enumerate() {
-                if s.broadcast {
-                    continue;
-                }
-                let mut st = v.strides[slot];
-                for &l in s.labels.iter().rev() {
-                    *strides.entry(l).or_insert(0) += st;
-                    st *= ext[l] as i64;
-                }
-            }
-            let labels = spec.operand_labels(k);
-            for &l in &labels {
-                strides.entry(l).or_insert(0);
-            }
-            cur.push(Operand {
-                buf: v.buf,
-                offset: v.offset,
-                labels,
-                strides,
-                dtype: self.p.node(o).ty.dtype,
-            });
+            cur.push(self.einsum_operand(o, &spec.operands[k], spec.operand_labels(k), &ext)?);
         }
         let out_dtype = self.p.node(id).ty.dtype;
         let out_buf = self.mat[&id];
@@ -1245,23 +1295,7 @@ impl<'a> Planner<'a> {
             }
             taken.reverse();
             let result = if last {
-                // The einsum's own buffer, row-major over output slots of composed labels.
-                let mut strides = BTreeMap::new();
-                let slot_strides = row_major(&self.extents(id));
-                for (slot, g) in spec.output.iter().enumerate() {
-                    let mut st = slot_strides[slot];
-                    for &l in g.iter().rev() {
-                        strides.insert(l, st);
-                        st *= ext[l] as i64;
-                    }
-                }
-                Operand {
-                    buf: out_buf,
-                    offset: 0,
-                    labels: spec.output_labels(),
-                    strides,
-                    dtype: out_dtype,
-                }
+                self.einsum_result(id, out_buf, spec, &ext)
             } else {
                 // An intermediate: row-major over its labels in the step's order.
                 let labels = step.result_labels.clone();
@@ -1292,6 +1326,355 @@ impl<'a> Planner<'a> {
             cur.push(result);
         }
         Ok(())
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // Sparse values and products
+    // ---------------------------------------------------------------------------------------
+
+    /// Whether node `id` (resolved) is stored sparse.
+    fn sparse_stored(&self, id: NodeId) -> bool {
+        stored_sparse(self.p, self.resolve(id)).is_some()
+    }
+
+    /// Decides which stored-sparse values are also needed densely (every use that is not a
+    /// sparse product or a view of the same storage, and outputs), and which values `sparsify`
+    /// reads (materialised, row-major).
+    fn find_dense_uses(&mut self, live: &[NodeId]) {
+        for &id in live {
+            if self.sparse_stored(id) && !matches!(self.p.node(id).kind, NodeKind::Input(_)) {
+                self.must.insert(id);
+            }
+            let product = sparse_product(self.p, id);
+            let view = match stored_sparse(self.p, id) {
+                Some(SparseSource::View(src)) => Some(src),
+                _ => None,
+            };
+            for (pos, o) in self.operands(id).into_iter().enumerate() {
+                if !self.sparse_stored(o) {
+                    if matches!(self.p.node(id).kind, NodeKind::Sparsify { .. })
+                        && !matches!(self.p.node(o).kind, NodeKind::Input(_))
+                    {
+                        self.must.insert(o);
+                    }
+                    continue;
+                }
+                let sparse_use =
+                    product.as_ref().is_some_and(|sp| sp.sparse == pos) || view == Some(o);
+                if !sparse_use {
+                    self.needs_dense.insert(o);
+                }
+            }
+        }
+        for o in &self.p.outputs {
+            if let TensorRef::Assign(a) = o.tensor {
+                let root = self.resolve(self.p.assigns[a].node);
+                if self.sparse_stored(root) {
+                    self.needs_dense.insert(root);
+                }
+            }
+        }
+        // Sparse inputs read densely: expand each once, before any other kernel.
+        let mut expanded: BTreeMap<usize, BufId> = BTreeMap::new();
+        for id in self.needs_dense.clone() {
+            let NodeKind::Input(i) = self.p.node(id).kind else {
+                continue;
+            };
+            let b = match expanded.get(&i) {
+                Some(&b) => b,
+                None => {
+                    let Some(s) = self.sparse_inputs[i].clone() else {
+                        continue;
+                    };
+                    self.mat.remove(&id);
+                    let b = self.ensure_buffer(id);
+                    let origin = format!("{}: dense", self.p.inputs[i].name);
+                    self.push_call(LibCall::Densify { s, dst: b }, &origin);
+                    expanded.insert(i, b);
+                    b
+                }
+            };
+            self.mat.insert(id, b);
+        }
+        // Every `Input` node of an expanded input reads the same buffer.
+        for (k, n) in self.p.nodes.iter().enumerate() {
+            if let NodeKind::Input(i) = n.kind {
+                if let Some(&b) = expanded.get(&i) {
+                    self.mat.insert(NodeId(k as u32), b);
+                    self.needs_dense.insert(NodeId(k as u32));
+                }
+            }
+        }
+    }
+
+    /// Buffers for a sparse tensor of `shape` in `layout`, sized for what `select` can keep
+    /// (for inputs: the most any data can store; inputs bind only what they store).
+    fn sparse_buffers(
+        &mut self,
+        name: &str,
+        dtype: DType,
+        shape: &[u64],
+        layout: SparseLayout,
+        select: tdsl_loop::Select,
+        role: impl Fn(Part) -> Role,
+    ) -> SparseOperand {
+        let ushape: Vec<usize> = shape.iter().map(|&e| e as usize).collect();
+        let (n_ptr, n_idx, n_val) =
+            tdsl_sparse::prune::capacity(&ushape, layout, select).unwrap_or((0, 0, 0));
+        let ptr = (!matches!(layout, SparseLayout::TwoFour { .. })).then(|| {
+            let b = self.add_buffer(format!("{name}.ptr"), dtype, n_ptr as u64, role(Part::Ptr));
+            self.out.buffers[b.0 as usize].ty = ElemType::I32;
+            b
+        });
+        let idx = self.add_buffer(format!("{name}.idx"), dtype, n_idx as u64, role(Part::Idx));
+        self.out.buffers[idx.0 as usize].ty = ElemType::I32;
+        let values = self.add_buffer(
+            format!("{name}.values"),
+            dtype,
+            n_val as u64,
+            role(Part::Values),
+        );
+        SparseOperand {
+            layout,
+            shape: shape.to_vec(),
+            ptr,
+            idx,
+            values,
+        }
+    }
+
+    /// A kernel that is one library call.
+    fn push_call(&mut self, call: LibCall, origin: &str) {
+        self.out.kernels.push(Kernel {
+            name: format!("k{}", self.out.kernels.len()),
+            origin: origin.to_string(),
+            body: vec![Stmt::Call(call)],
+        });
+    }
+
+    /// Plans a stored-sparse value: `sparsify` prunes its dense operand into new arrays; a
+    /// view reuses its source's arrays in the transposed layout. Then, if anything reads it
+    /// densely, it is expanded into its dense buffer.
+    fn lower_sparse(&mut self, id: NodeId) -> Result<(), Retry> {
+        let node = self.p.node(id).clone();
+        let shape = node.ty.shape.extents();
+        let origin = self.origin(id);
+        let op = match (&node.kind, stored_sparse(self.p, id)) {
+            (NodeKind::Sparsify { x, select }, _) => {
+                let x = self.resolve(*x);
+                let Some(&src) = self.mat.get(&x) else {
+                    return Err(Retry::Materialise(x));
+                };
+                let Some(layout) = crate::sparse::layout(node.ty.format, shape.len()) else {
+                    return Err(Retry::Materialise(id));
+                };
+                let name = format!("t{}", self.n_temps);
+                self.n_temps += 1;
+                let out =
+                    self.sparse_buffers(&name, node.ty.dtype, &shape, layout, *select, |_| {
+                        Role::Temp
+                    });
+                self.push_call(
+                    LibCall::Sparsify {
+                        src,
+                        out: out.clone(),
+                        select: *select,
+                    },
+                    &origin,
+                );
+                out
+            }
+            (_, Some(SparseSource::View(src))) => {
+                let Some(s) = self.sparse.get(&src).cloned() else {
+                    return Err(Retry::Materialise(src));
+                };
+                // The same arrays read in the view's layout (CSR ↔ CSC, 2:4 on the other axis).
+                let Some(layout) = crate::sparse::layout(node.ty.format, shape.len()) else {
+                    return Err(Retry::Materialise(id));
+                };
+                SparseOperand {
+                    layout,
+                    shape: shape.clone(),
+                    ..s
+                }
+            }
+            _ => return Err(Retry::Materialise(id)),
+        };
+        self.sparse.insert(id, op.clone());
+        if self.needs_dense.contains(&id) {
+            let dst = self.ensure_buffer(id);
+            self.push_call(
+                LibCall::Densify { s: op, dst },
+                &format!("{origin} (dense)"),
+            );
+        }
+        Ok(())
+    }
+
+    /// A sparse-dense product as one `SpMM` call. Dense operands are first copied (and cast)
+    /// where the kernel's layout needs it: unit stride along the columns of `d` and `c`, in
+    /// the compute type (f32, or f64 when the result is f64).
+    fn lower_spmm(&mut self, id: NodeId, sp: &SparseProduct) -> Result<(), Retry> {
+        let NodeKind::Einsum { operands, spec } = &self.p.node(id).kind else {
+            return Err(Retry::Materialise(id));
+        };
+        let (operands, spec) = (operands.clone(), spec.clone());
+        let s_node = self.resolve(operands[sp.sparse]);
+        let Some(s) = self.sparse.get(&s_node).cloned() else {
+            return Err(Retry::Materialise(s_node));
+        };
+        let d_at = 1 - sp.sparse;
+        let ext: Vec<u64> = spec.labels.iter().map(|l| l.1).collect();
+        let d_node = self.resolve(operands[d_at]);
+        let d = self.einsum_operand(
+            d_node,
+            &spec.operands[d_at],
+            spec.operand_labels(d_at),
+            &ext,
+        )?;
+        let out = self.einsum_result(id, self.mat[&id], &spec, &ext);
+        let compute = if out.dtype == DType::F64 {
+            DType::F64
+        } else {
+            DType::F32
+        };
+        let origin = self.origin(id);
+        let big: Vec<usize> = sp
+            .dense_free
+            .iter()
+            .copied()
+            .filter(|&l| ext[l] > 1)
+            .collect();
+        let (free, kk) = (sp.free, sp.contracted);
+        // Row-major orders the kernel wants: Left d[k, N], c[free, N]; Right d[N, k], c[N, free].
+        let cat = |a: &[usize], b: &[usize]| -> Vec<usize> { a.iter().chain(b).copied().collect() };
+        let (d_order, c_order) = match sp.side {
+            Side::Left => (cat(&[kk], &big), cat(&[free], &big)),
+            Side::Right => (cat(&big, &[kk]), cat(&big, &[free])),
+        };
+        let unit = |o: &Operand, order: &[usize]| -> bool {
+            // The trailing label (or group) has stride 1 and the leading part flattens.
+            let (rows, cols) = match sp.side {
+                Side::Left => (&order[..1], &order[1..]),
+                Side::Right => (&order[..order.len() - 1], &order[order.len() - 1..]),
+            };
+            let c_ok = cols.iter().all(|&l| ext[l] <= 1) || o.flat(cols, &ext) == Some(1);
+            o.dtype == compute && o.flat(rows, &ext).is_some() && c_ok
+        };
+        let mut kernels = Vec::new();
+        let d = if unit(&d, &d_order) {
+            d
+        } else {
+            let t = self.temp_operand(&d_order, &ext, compute);
+            kernels.push(self.copy_operand(&d, &t, &ext, &origin));
+            t
+        };
+        let (c, copy_back) = if unit(&out, &c_order) {
+            (out.clone(), false)
+        } else {
+            (self.temp_operand(&c_order, &ext, compute), true)
+        };
+        let prod = |g: &[usize]| -> u64 { g.iter().map(|&l| ext[l]).product() };
+        let view = |o: &Operand, rows: &[usize], cols: &[usize]| MatView {
+            buf: o.buf,
+            offset: o.offset,
+            row_stride: o.flat(rows, &ext).unwrap_or(0),
+            col_stride: if prod(cols) <= 1 {
+                1
+            } else {
+                o.flat(cols, &ext).unwrap_or(1)
+            },
+            batch_strides: Vec::new(),
+        };
+        let (m, n, k, dv, cv) = match sp.side {
+            Side::Left => (
+                ext[free],
+                prod(&big),
+                ext[kk],
+                view(&d, &[kk], &big),
+                view(&c, &[free], &big),
+            ),
+            Side::Right => (
+                prod(&big),
+                ext[free],
+                ext[kk],
+                view(&d, &big, &[kk]),
+                view(&c, &big, &[free]),
+            ),
+        };
+        self.out.kernels.extend(kernels);
+        self.push_call(
+            LibCall::SpMM {
+                m,
+                n,
+                k,
+                s,
+                transposed: sp.transposed,
+                side: sp.side,
+                d: dv,
+                c: cv,
+                accumulate: false,
+            },
+            &origin,
+        );
+        if copy_back {
+            let kern = self.copy_operand(&c, &out, &ext, &origin);
+            self.out.kernels.push(kern);
+        }
+        Ok(())
+    }
+
+    /// An einsum operand as labels with strides (a repeated label adds its strides: a
+    /// diagonal; a broadcast slot has none).
+    fn einsum_operand(
+        &self,
+        o: NodeId,
+        slots: &[EinsumSlot],
+        labels: Vec<usize>,
+        ext: &[u64],
+    ) -> Result<Operand, Retry> {
+        let v = self.view_of(o)?;
+        let mut strides: BTreeMap<usize, i64> = BTreeMap::new();
+        for (slot, s) in slots.iter().enumerate() {
+            if s.broadcast {
+                continue;
+            }
+            let mut st = v.strides[slot];
+            for &l in s.labels.iter().rev() {
+                *strides.entry(l).or_insert(0) += st;
+                st *= ext[l] as i64;
+            }
+        }
+        for &l in &labels {
+            strides.entry(l).or_insert(0);
+        }
+        Ok(Operand {
+            buf: v.buf,
+            offset: v.offset,
+            labels,
+            strides,
+            dtype: self.p.node(o).ty.dtype,
+        })
+    }
+
+    /// The einsum's own buffer, row-major over output slots of composed labels.
+    fn einsum_result(&self, id: NodeId, buf: BufId, spec: &EinsumSpec, ext: &[u64]) -> Operand {
+        let mut strides = BTreeMap::new();
+        let slot_strides = row_major(&self.extents(id));
+        for (slot, g) in spec.output.iter().enumerate() {
+            let mut st = slot_strides[slot];
+            for &l in g.iter().rev() {
+                strides.insert(l, st);
+                st *= ext[l] as i64;
+            }
+        }
+        Operand {
+            buf,
+            offset: 0,
+            labels: spec.output_labels(),
+            strides,
+            dtype: self.p.node(id).ty.dtype,
+        }
     }
 
     /// A pairwise step as a batched GEMM: labels group into batch / m / n / k. An operand whose
@@ -1359,17 +1742,7 @@ impl<'a> Planner<'a> {
         if mm * nn * kk * bb < 16 * 16 * 16 || mm * nn * kk < 8 * 8 * 8 {
             return None;
         }
-        let flat = |o: &Operand, g: &[usize]| -> Option<i64> {
-            let Some(&last) = g.last() else {
-                return Some(0);
-            };
-            for w in g.windows(2) {
-                if o.strides[&w[0]] != o.strides[&w[1]] * ext[w[1]] as i64 {
-                    return None;
-                }
-            }
-            Some(o.strides[&last])
-        };
+        let flat = |o: &Operand, g: &[usize]| o.flat(g, ext);
         let mut kernels = Vec::new();
         let cat = |x: &[usize], y: &[usize], z: &[usize]| -> Vec<usize> {
             x.iter().chain(y).chain(z).copied().collect()
@@ -1612,6 +1985,21 @@ struct Operand {
     labels: Vec<usize>,
     strides: BTreeMap<usize, i64>,
     dtype: DType,
+}
+
+impl Operand {
+    /// The one stride of labels `g` taken together (row-major), if they flatten: 0 for none.
+    fn flat(&self, g: &[usize], ext: &[u64]) -> Option<i64> {
+        let Some(&last) = g.last() else {
+            return Some(0);
+        };
+        for w in g.windows(2) {
+            if self.strides[&w[0]] != self.strides[&w[1]] * ext[w[1]] as i64 {
+                return None;
+            }
+        }
+        Some(self.strides[&last])
+    }
 }
 
 fn unreachable_split() {

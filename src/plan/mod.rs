@@ -7,3 +7,4 @@
 pub mod cost;
 pub mod lower;
 pub mod order;
+pub mod sparse;

@@ -185,47 +185,82 @@ impl Validator<'_> {
                     self.expr(value)?;
                     self.stored.insert(*buf);
                 }
-                Stmt::Call(LibCall::Gemm {
-                    m,
-                    n,
-                    batch,
-                    a,
-                    b,
-                    c,
-                    ..
-                }) => {
+                Stmt::Call(call) => {
                     if depth > 0 {
                         return Err(CodegenError::Unsupported(
                             "a library call inside a loop".into(),
                         ));
                     }
-                    for (view, name) in [(a, "a"), (b, "b"), (c, "c")] {
-                        let ty = self.buf(view.buf)?;
-                        if ty == ElemType::I32 {
-                            return Err(CodegenError::Unsupported(format!(
-                                "gemm operand {name} of type i32"
-                            )));
-                        }
-                        if view.batch_strides.len() != batch.len() {
-                            return Err(CodegenError::Invalid(format!(
-                                "gemm operand {name} has {} batch strides for {} batch axes",
-                                view.batch_strides.len(),
-                                batch.len()
-                            )));
-                        }
-                    }
-                    if !view_injective(c, batch, *m, *n) {
-                        return Err(CodegenError::Unsupported(
-                            "a gemm destination view that maps two elements to one place".into(),
-                        ));
-                    }
-                    self.stored.insert(c.buf);
+                    self.call(call)?;
                 }
             }
         }
         for a in declared {
             self.accs.remove(&a);
         }
+        Ok(())
+    }
+
+    fn call(&mut self, call: &LibCall) -> Result<(), CodegenError> {
+        match call {
+            LibCall::Gemm {
+                m,
+                n,
+                batch,
+                a,
+                b,
+                c,
+                ..
+            } => {
+                for (view, name) in [(a, "a"), (b, "b"), (c, "c")] {
+                    let ty = self.buf(view.buf)?;
+                    if ty == ElemType::I32 {
+                        return Err(CodegenError::Unsupported(format!(
+                            "gemm operand {name} of type i32"
+                        )));
+                    }
+                    if view.batch_strides.len() != batch.len() {
+                        return Err(CodegenError::Invalid(format!(
+                            "gemm operand {name} has {} batch strides for {} batch axes",
+                            view.batch_strides.len(),
+                            batch.len()
+                        )));
+                    }
+                }
+                if !view_injective(c, batch, *m, *n) {
+                    return Err(CodegenError::Unsupported(
+                        "a gemm destination view that maps two elements to one place".into(),
+                    ));
+                }
+                self.stored.insert(c.buf);
+            }
+            LibCall::SpMM { m, n, d, c, .. } => {
+                for (view, name) in [(d, "d"), (c, "c")] {
+                    let ty = self.buf(view.buf)?;
+                    if !matches!(ty, ElemType::F32 | ElemType::F64) {
+                        return Err(CodegenError::Unsupported(format!(
+                            "spmm operand {name} of type {ty}"
+                        )));
+                    }
+                    if !view.batch_strides.is_empty() {
+                        return Err(CodegenError::Invalid(format!(
+                            "spmm operand {name} has batch strides"
+                        )));
+                    }
+                }
+                if !view_injective(c, &[], *m, *n) {
+                    return Err(CodegenError::Unsupported(
+                        "an spmm destination view that maps two elements to one place".into(),
+                    ));
+                }
+                self.stored.insert(c.buf);
+            }
+            LibCall::Sparsify { .. } | LibCall::Densify { .. } => {}
+        }
+        for b in call.buffers() {
+            self.buf(b)?;
+        }
+        self.stored.extend(call.writes());
         Ok(())
     }
 
@@ -518,6 +553,25 @@ impl Bounds<'_> {
                 self.view(b, batch, *k, *n, "gemm operand b")?;
                 self.view(c, batch, *m, *n, "gemm result c")
             }
+            // Sparse kernels are safe code that check their own arguments (and the data of
+            // sparse inputs is validated when it is bound); the dense views are checked here.
+            Stmt::Call(LibCall::SpMM {
+                m,
+                n,
+                k,
+                side,
+                d,
+                c,
+                ..
+            }) => {
+                let (dr, dc) = match side {
+                    tdsl_loop::Side::Left => (*k, *n),
+                    tdsl_loop::Side::Right => (*m, *k),
+                };
+                self.view(d, &[], dr, dc, "spmm operand d")?;
+                self.view(c, &[], *m, *n, "spmm result c")
+            }
+            Stmt::Call(LibCall::Sparsify { .. } | LibCall::Densify { .. }) => Ok(()),
         }
     }
 

@@ -15,7 +15,7 @@
 use std::collections::BTreeSet;
 use std::fmt::Write;
 
-use tdsl_loop::{BufId, Buffer, Expr, Iter, Kernel, LibCall, LoopProgram, Role, Stmt};
+use tdsl_loop::{BufId, Buffer, Expr, Iter, Kernel, LoopProgram, Role, Stmt};
 
 use crate::lower::LowerOptions;
 
@@ -59,11 +59,7 @@ pub(crate) fn kernel_buffers(k: &Kernel) -> BTreeSet<BufId> {
                     out.insert(*buf);
                     expr(value, out);
                 }
-                Stmt::Call(LibCall::Gemm { a, b, c, .. }) => {
-                    out.insert(a.buf);
-                    out.insert(b.buf);
-                    out.insert(c.buf);
-                }
+                Stmt::Call(call) => out.extend(call.buffers()),
             }
         }
     }

@@ -24,6 +24,7 @@ mod helpers;
 mod jit;
 mod key;
 mod lower;
+mod sparse;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -127,6 +128,8 @@ pub struct RunStats {
     pub tasks: usize,
     /// GEMM library calls.
     pub gemm_calls: usize,
+    /// Sparse library calls run (products, sparsify, densify).
+    pub sparse_calls: usize,
     /// Wall time of each kernel, in order.
     pub kernel_times: Vec<Duration>,
 }
@@ -178,6 +181,10 @@ fn work(stmts: &[Stmt]) -> u64 {
                 .fold(m.saturating_mul(*n).saturating_mul(*k), |a, b| {
                     a.saturating_mul(*b)
                 }),
+            Stmt::Call(LibCall::SpMM { m, n, k, .. }) => m.saturating_mul(*n).saturating_mul(*k),
+            Stmt::Call(LibCall::Sparsify { out: s, .. } | LibCall::Densify { s, .. }) => {
+                s.shape.iter().product()
+            }
         })
         .fold(0u64, |a, b| a.saturating_add(b))
 }
@@ -523,7 +530,12 @@ impl Executable {
                     got: d.ty().to_string(),
                 });
             }
-            if d.len() as u64 != b.elems {
+            // Sparse input arrays hold the stored entries: at most the buffer's capacity.
+            let fits = match b.role {
+                tdsl_loop::Role::InputPart { .. } => d.len() as u64 <= b.elems,
+                _ => d.len() as u64 == b.elems,
+            };
+            if !fits {
                 return Err(RuntimeError::BufferLen {
                     index: i,
                     name: b.name.clone(),
@@ -581,36 +593,47 @@ impl Executable {
                         }
                     }
                     Segment::Call { stmt } => {
-                        let Some(Stmt::Call(LibCall::Gemm {
-                            m,
-                            n,
-                            k: kk,
-                            batch,
-                            a,
-                            b,
-                            c,
-                            accumulate,
-                        })) = k.body.get(*stmt)
-                        else {
+                        let Some(Stmt::Call(call)) = k.body.get(*stmt) else {
                             unreachable!("segment {stmt} of `{}` is a library call", k.name);
                         };
-                        let call = gemm::GemmCall {
-                            m: *m,
-                            n: *n,
-                            k: *kk,
-                            batch,
-                            a,
-                            b,
-                            c,
-                            accumulate: *accumulate,
+                        let fail = |message| RuntimeError::OutOfBounds {
+                            kernel: k.name.clone(),
+                            message,
                         };
-                        gemm::run(&call, bufs, threads).map_err(|message| {
-                            RuntimeError::OutOfBounds {
-                                kernel: k.name.clone(),
-                                message,
+                        match call {
+                            LibCall::Gemm {
+                                m,
+                                n,
+                                k: kk,
+                                batch,
+                                a,
+                                b,
+                                c,
+                                accumulate,
+                            } => {
+                                let call = gemm::GemmCall {
+                                    m: *m,
+                                    n: *n,
+                                    k: *kk,
+                                    batch,
+                                    a,
+                                    b,
+                                    c,
+                                    accumulate: *accumulate,
+                                };
+                                gemm::run(&call, bufs, threads).map_err(fail)?;
+                                stats.gemm_calls += 1;
                             }
-                        })?;
-                        stats.gemm_calls += 1;
+                            _ => {
+                                sparse::run(call, bufs, threads).map_err(|message| {
+                                    RuntimeError::BadSparseData {
+                                        kernel: k.name.clone(),
+                                        message,
+                                    }
+                                })?;
+                                stats.sparse_calls += 1;
+                            }
+                        }
                     }
                 }
             }

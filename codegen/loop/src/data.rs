@@ -77,3 +77,109 @@ impl Data {
         (0..self.len()).map(|i| self.get(i)).collect()
     }
 }
+
+impl Data {
+    /// The elements as sparse values (`None` for `I32`).
+    pub fn as_values(&self) -> Option<tdsl_sparse::ValuesRef<'_>> {
+        use tdsl_sparse::ValuesRef as V;
+        Some(match self {
+            Data::F32(v) => V::F32(v),
+            Data::F64(v) => V::F64(v),
+            Data::F16(v) => V::F16(v),
+            Data::BF16(v) => V::BF16(v),
+            Data::I32(_) => return None,
+        })
+    }
+
+    fn as_i32(&self) -> Option<&[i32]> {
+        match self {
+            Data::I32(v) => Some(v),
+            _ => None,
+        }
+    }
+}
+
+impl From<tdsl_sparse::Values> for Data {
+    fn from(v: tdsl_sparse::Values) -> Data {
+        match v {
+            tdsl_sparse::Values::F32(v) => Data::F32(v),
+            tdsl_sparse::Values::F64(v) => Data::F64(v),
+            tdsl_sparse::Values::F16(v) => Data::F16(v),
+            tdsl_sparse::Values::BF16(v) => Data::BF16(v),
+        }
+    }
+}
+
+/// A sparse operand's buffers as a borrowed sparse tensor of `shape` (the operand's shape as
+/// `usize`, owned by the caller). Checks types, not contents (see `tdsl_sparse::validate`).
+pub fn sparse_ref<'a>(
+    s: &crate::ir::SparseOperand,
+    bufs: &'a [Data],
+    shape: &'a [usize],
+) -> Result<tdsl_sparse::SparseRef<'a>, String> {
+    let get = |b: crate::ir::BufId| {
+        bufs.get(b.0 as usize)
+            .ok_or_else(|| format!("sparse operand buffer %{} does not exist", b.0))
+    };
+    let ints = |b: crate::ir::BufId| -> Result<&'a [i32], String> {
+        get(b)?
+            .as_i32()
+            .ok_or_else(|| format!("sparse index buffer %{} is not i32", b.0))
+    };
+    Ok(tdsl_sparse::SparseRef {
+        shape,
+        layout: s.layout,
+        ptr: match s.ptr {
+            Some(p) => ints(p)?,
+            None => &[],
+        },
+        idx: ints(s.idx)?,
+        values: get(s.values)?
+            .as_values()
+            .ok_or_else(|| format!("sparse values buffer %{} is i32", s.values.0))?,
+    })
+}
+
+/// Writes `t` into the (capacity-sized) buffers of `s`: arrays are copied from the start and
+/// the rest of each buffer is zeroed.
+pub fn store_sparse(
+    t: &tdsl_sparse::SparseTensor,
+    s: &crate::ir::SparseOperand,
+    bufs: &mut [Data],
+) -> Result<(), String> {
+    let mut put = |b: crate::ir::BufId, src: Data, what: &str| -> Result<(), String> {
+        let dst = bufs
+            .get_mut(b.0 as usize)
+            .ok_or_else(|| format!("sparse {what} buffer %{} does not exist", b.0))?;
+        if dst.ty() != src.ty() || dst.len() < src.len() {
+            return Err(format!(
+                "sparse {what} needs {} {} elements, but %{} holds {} {}",
+                src.len(),
+                src.ty(),
+                b.0,
+                dst.len(),
+                dst.ty()
+            ));
+        }
+        let mut full = Data::zeros(dst.ty(), dst.len());
+        copy_prefix(&mut full, src);
+        *dst = full;
+        Ok(())
+    };
+    if let Some(p) = s.ptr {
+        put(p, Data::I32(t.ptr.clone()), "ptr")?;
+    }
+    put(s.idx, Data::I32(t.idx.clone()), "idx")?;
+    put(s.values, Data::from(t.values.clone()), "values")
+}
+
+fn copy_prefix(dst: &mut Data, src: Data) {
+    match (dst, src) {
+        (Data::F32(d), Data::F32(s)) => d[..s.len()].copy_from_slice(&s),
+        (Data::F64(d), Data::F64(s)) => d[..s.len()].copy_from_slice(&s),
+        (Data::F16(d), Data::F16(s)) => d[..s.len()].copy_from_slice(&s),
+        (Data::BF16(d), Data::BF16(s)) => d[..s.len()].copy_from_slice(&s),
+        (Data::I32(d), Data::I32(s)) => d[..s.len()].copy_from_slice(&s),
+        _ => {}
+    }
+}

@@ -46,7 +46,7 @@
 use crate::data::Data;
 use crate::ir::{
     AccId, AccOp, BinOp, BufId, ElemType, Expr, Index, Iter, LibCall, Loop, LoopProgram, MatView,
-    Role, Stmt, UnOp, VarId,
+    Role, Side, SparseOperand, Stmt, UnOp, VarId,
 };
 use half::{bf16, f16};
 use std::fmt;
@@ -141,7 +141,13 @@ pub fn eval(p: &LoopProgram, bufs: &mut [Data]) -> std::result::Result<(), EvalE
                 found: data.ty(),
             });
         }
-        if data.len() as u64 != b.elems {
+        // Sparse input arrays hold the stored entries only: their length is at most the
+        // buffer's capacity.
+        let fits = match b.role {
+            Role::InputPart { .. } => data.len() as u64 <= b.elems,
+            _ => data.len() as u64 == b.elems,
+        };
+        if !fits {
             return Err(EvalError::BufferLen {
                 buf,
                 expected: b.elems,
@@ -160,6 +166,11 @@ pub fn eval(p: &LoopProgram, bufs: &mut [Data]) -> std::result::Result<(), EvalE
         m.block(&k.body)?;
     }
     Ok(())
+}
+
+/// Element `(r, c)` of a view without batch axes.
+fn at(v: &MatView, r: u64, c: u64) -> i128 {
+    v.offset as i128 + r as i128 * v.row_stride as i128 + c as i128 * v.col_stride as i128
 }
 
 /// A live accumulator.
@@ -307,17 +318,106 @@ impl Machine<'_> {
         r
     }
 
+    /// A sparse operand's dense values (row-major, its value type), after validating its
+    /// arrays (sparse input data comes from outside).
+    fn dense_of(&self, s: &SparseOperand, shape: &[usize]) -> Result<tdsl_sparse::Values> {
+        let r = crate::data::sparse_ref(s, self.bufs, shape).map_err(|e| self.invalid(e))?;
+        tdsl_sparse::validate::validate(r).map_err(|e| self.invalid(e))?;
+        tdsl_sparse::prune::to_dense(r).map_err(|e| self.invalid(e))
+    }
+
     fn call(&mut self, call: &LibCall) -> Result<()> {
-        let LibCall::Gemm {
-            m,
-            n,
-            k,
-            batch,
-            a,
-            b,
-            c,
-            accumulate,
-        } = call;
+        let (m, n, k, batch, a, b, c, accumulate) = match call {
+            LibCall::Gemm {
+                m,
+                n,
+                k,
+                batch,
+                a,
+                b,
+                c,
+                accumulate,
+            } => (m, n, k, batch, a, b, c, accumulate),
+            LibCall::SpMM {
+                m,
+                n,
+                k,
+                s,
+                transposed,
+                side,
+                d,
+                c,
+                accumulate,
+            } => {
+                // Naive: S as dense f64, then the textbook triple loop.
+                let shape: Vec<usize> = s.shape.iter().map(|&e| e as usize).collect();
+                let dense = match self.dense_of(s, &shape)? {
+                    tdsl_sparse::Values::F32(v) => v.iter().map(|&x| x as f64).collect(),
+                    tdsl_sparse::Values::F64(v) => v,
+                    tdsl_sparse::Values::F16(v) => v.iter().map(|x| x.to_f64()).collect(),
+                    tdsl_sparse::Values::BF16(v) => v.iter().map(|x| x.to_f64()).collect(),
+                };
+                let cols = shape.get(1).copied().unwrap_or(1);
+                let sv = |r: u64, c: u64| -> f64 {
+                    let (r, c) = if *transposed { (c, r) } else { (r, c) };
+                    dense[r as usize * cols + c as usize]
+                };
+                for i in 0..*m {
+                    for j in 0..*n {
+                        let mut sum = 0.0;
+                        for kk in 0..*k {
+                            let (x, y) = match side {
+                                Side::Left => (sv(i, kk), self.load(d.buf, at(d, kk, j))?),
+                                Side::Right => (self.load(d.buf, at(d, i, kk))?, sv(kk, j)),
+                            };
+                            sum += x * y;
+                        }
+                        let o = at(c, i, j);
+                        if *accumulate {
+                            sum += self.load(c.buf, o)?;
+                        }
+                        self.store(c.buf, o, sum)?;
+                    }
+                }
+                return Ok(());
+            }
+            LibCall::Sparsify { src, out, select } => {
+                let shape: Vec<usize> = out.shape.iter().map(|&e| e as usize).collect();
+                let src = self
+                    .bufs
+                    .get(src.0 as usize)
+                    .and_then(Data::as_values)
+                    .ok_or_else(|| {
+                        self.invalid(format!("sparsify source %{} is not float", src.0))
+                    })?;
+                let t = tdsl_sparse::prune::sparsify(src, &shape, out.layout, *select)
+                    .map_err(|e| self.invalid(e))?;
+                return crate::data::store_sparse(&t, out, self.bufs).map_err(|e| self.invalid(e));
+            }
+            LibCall::Densify { s, dst } => {
+                let shape: Vec<usize> = s.shape.iter().map(|&e| e as usize).collect();
+                let dense = Data::from(self.dense_of(s, &shape)?);
+                let target =
+                    self.bufs
+                        .get_mut(dst.0 as usize)
+                        .ok_or_else(|| EvalError::Invalid {
+                            kernel: String::new(),
+                            message: format!("densify target %{} does not exist", dst.0),
+                        })?;
+                if target.ty() != dense.ty() || target.len() != dense.len() {
+                    return Err(self.invalid(format!(
+                        "densify target %{} is {}[{}], not {}[{}]",
+                        dst.0,
+                        self.bufs[dst.0 as usize].ty(),
+                        self.bufs[dst.0 as usize].len(),
+                        dense.ty(),
+                        dense.len()
+                    )));
+                }
+                *target = dense;
+                return Ok(());
+            }
+        };
         for v in [a, b, c] {
             if v.batch_strides.len() != batch.len() {
                 return Err(self.invalid(format!(
@@ -468,8 +568,8 @@ impl Machine<'_> {
 
     fn store(&mut self, buf: BufId, at: i128, x: f64) -> Result<()> {
         let b = self.buffer(buf)?;
-        if let Role::Input(n) = b.role {
-            return Err(self.invalid(format!("store to %{} (input {n})", buf.0)));
+        if b.role.is_input() {
+            return Err(self.invalid(format!("store to %{} (an input)", buf.0)));
         }
         if b.ty == ElemType::I32 {
             return Err(self.invalid(format!("store to %{}, which holds i32 indices", buf.0)));

@@ -77,6 +77,75 @@ pub enum Role {
     Output(u32),
     /// Allocated by the runtime for the duration of the program.
     Temp,
+    /// One array of the program's sparse input number `input`. Read-only like an input; its
+    /// `elems` is a capacity: the runtime binds the stored entries only (spec/formats.md).
+    InputPart { input: u32, part: Part },
+}
+
+impl Role {
+    /// Bound by the caller (never written).
+    pub fn is_input(self) -> bool {
+        matches!(self, Role::Input(_) | Role::InputPart { .. })
+    }
+}
+
+/// Which array of a sparse tensor a buffer holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Part {
+    /// Offsets (`indptr`; `[0, nnz]` for COO).
+    Ptr,
+    /// Indices, coordinates, or 2:4 metadata words.
+    Idx,
+    /// Stored values.
+    Values,
+}
+
+impl Part {
+    pub fn name(self) -> &'static str {
+        match self {
+            Part::Ptr => "ptr",
+            Part::Idx => "idx",
+            Part::Values => "values",
+        }
+    }
+}
+
+/// Which entries pruning keeps (`tdsl_sparse::prune::Select`).
+pub use tdsl_sparse::prune::Select;
+/// How a sparse tensor is stored (`tdsl_sparse::Layout`; arrays in spec/formats.md).
+pub use tdsl_sparse::Layout as SparseLayout;
+
+/// A sparse tensor in buffers: its layout, logical shape and arrays. `ptr` is `None` for 2:4,
+/// whose `idx` holds the metadata words. `idx` and `ptr` are `I32` buffers; `values` has the
+/// tensor's element type. Buffer lengths are capacities: `ptr`'s last offset says how many
+/// entries are stored.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SparseOperand {
+    pub layout: SparseLayout,
+    pub shape: Vec<u64>,
+    pub ptr: Option<BufId>,
+    pub idx: BufId,
+    pub values: BufId,
+}
+
+impl SparseOperand {
+    /// The buffers, in the order ptr, idx, values.
+    pub fn buffers(&self) -> Vec<BufId> {
+        self.ptr
+            .iter()
+            .copied()
+            .chain([self.idx, self.values])
+            .collect()
+    }
+}
+
+/// Which side of a sparse-dense product the sparse operand is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Side {
+    /// `c[m, n] = S[m, k] · d[k, n]`
+    Left,
+    /// `c[m, n] = d[m, k] · S[k, n]`
+    Right,
 }
 
 /// A flat, typed array of `elems` elements.
@@ -267,6 +336,88 @@ pub enum LibCall {
         c: MatView,
         accumulate: bool,
     },
+    /// A sparse-dense matrix product, `c = S·d` (`Side::Left`) or `c = d·S` (`Side::Right`)
+    /// (or `+=` with `accumulate`), where `S` is the rank-2 sparse operand `s`, transposed when
+    /// `transposed` (no data moves). `c` is m×n; `S` is m×k (left) or k×n (right). `d` and `c`
+    /// have the compute type (f32, or f64); values of any float type widen on load. Views have
+    /// no batch axes.
+    SpMM {
+        m: u64,
+        n: u64,
+        k: u64,
+        s: SparseOperand,
+        transposed: bool,
+        side: Side,
+        d: MatView,
+        c: MatView,
+        accumulate: bool,
+    },
+    /// `out = sparsify(src)`: prunes the dense, row-major `src` (of `out`'s shape and value
+    /// type) into `out`'s buffers, keeping the entries `select` says (tdsl_sparse::prune).
+    Sparsify {
+        src: BufId,
+        out: SparseOperand,
+        select: Select,
+    },
+    /// `dst = dense(s)`, row-major over `s`'s shape, in `s`'s value type.
+    Densify { s: SparseOperand, dst: BufId },
+}
+
+impl LibCall {
+    /// Buffers the call reads.
+    pub fn reads(&self) -> Vec<BufId> {
+        match self {
+            LibCall::Gemm {
+                a,
+                b,
+                c,
+                accumulate,
+                ..
+            } => {
+                let mut v = vec![a.buf, b.buf];
+                if *accumulate {
+                    v.push(c.buf);
+                }
+                v
+            }
+            LibCall::SpMM {
+                s,
+                d,
+                c,
+                accumulate,
+                ..
+            } => {
+                let mut v = s.buffers();
+                v.push(d.buf);
+                if *accumulate {
+                    v.push(c.buf);
+                }
+                v
+            }
+            LibCall::Sparsify { src, .. } => vec![*src],
+            LibCall::Densify { s, .. } => s.buffers(),
+        }
+    }
+
+    /// Buffers the call writes.
+    pub fn writes(&self) -> Vec<BufId> {
+        match self {
+            LibCall::Gemm { c, .. } | LibCall::SpMM { c, .. } => vec![c.buf],
+            LibCall::Sparsify { out, .. } => out.buffers(),
+            LibCall::Densify { dst, .. } => vec![*dst],
+        }
+    }
+
+    /// Every buffer the call touches, reads first.
+    pub fn buffers(&self) -> Vec<BufId> {
+        let mut v = self.reads();
+        for b in self.writes() {
+            if !v.contains(&b) {
+                v.push(b);
+            }
+        }
+        v
+    }
 }
 
 /// A statement.

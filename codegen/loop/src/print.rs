@@ -37,6 +37,12 @@
 //! - `gemm m=M n=N k=K batch=[B, …] a=VIEW b=VIEW c=VIEW accumulate=BOOL`, a VIEW being
 //!   `%b[S0*b0 + … + R*r + C*c + OFFSET]`: every batch, row (`r`) and column (`c`) stride is
 //!   printed, `0` and `1` included, and the offset is left out when it is zero.
+//! - Sparse calls name a sparse operand SP as `LAYOUT[SHAPE](ptr=%p idx=%i values=%v)` (no
+//!   `ptr=` for 2:4), LAYOUT being `coo`, `csr`, `csc`, `bsr(R, C)` or `2:4(axis=A)`:
+//!   `spmm m=M n=N k=K left|right s=SP[ᵀ] d=VIEW c=VIEW accumulate=BOOL` (`ᵀ` printed as
+//!   ` transposed`), `sparsify %src -> SP keep=all|threshold(T)|density(D)`, `densify SP -> %dst`.
+//!   Sparse input arrays are listed as `input N.ptr`, `input N.idx`, `input N.values`; their
+//!   lengths are capacities.
 //! - Indices are `64*v0 + v1 + 3`: terms in stored order, stride 1 left implicit, stride 0
 //!   kept as `0*v1` (a broadcast), negative strides and offsets as subtraction, the offset
 //!   last and only when non-zero (a lone `0` for the empty index).
@@ -53,7 +59,7 @@
 
 use crate::ir::{
     AccOp, BinOp, Buffer, Expr, GpuAxis, Index, Iter, Kernel, LibCall, Loop, LoopProgram, MatView,
-    Role, Stmt, UnOp,
+    Role, Select, Side, SparseLayout, SparseOperand, Stmt, UnOp,
 };
 use std::collections::BTreeSet;
 use std::fmt::Write;
@@ -164,6 +170,7 @@ fn buffer_line(out: &mut String, id: usize, b: &Buffer) {
         Role::Input(n) => format!("input {n}"),
         Role::Output(n) => format!("output {n}"),
         Role::Temp => "temp".to_string(),
+        Role::InputPart { input, part } => format!("input {input}.{}", part.name()),
     };
     let _ = writeln!(
         out,
@@ -249,7 +256,74 @@ fn stmt(out: &mut String, s: &Stmt, depth: usize) {
                 view_text(c),
             );
         }
+        Stmt::Call(LibCall::SpMM {
+            m,
+            n,
+            k,
+            s,
+            transposed,
+            side,
+            d,
+            c,
+            accumulate,
+        }) => {
+            let side = match side {
+                Side::Left => "left",
+                Side::Right => "right",
+            };
+            let t = if *transposed { " transposed" } else { "" };
+            let _ = writeln!(
+                out,
+                "{pad}spmm m={m} n={n} k={k} {side} s={}{t} d={} c={} accumulate={accumulate}",
+                sparse_text(s),
+                view_text(d),
+                view_text(c),
+            );
+        }
+        Stmt::Call(LibCall::Sparsify {
+            src,
+            out: o,
+            select,
+        }) => {
+            let keep = match select {
+                Select::All => "all".to_string(),
+                Select::Threshold(t) => format!("threshold({})", number(*t)),
+                Select::Density(d) => format!("density({})", number(*d)),
+            };
+            let _ = writeln!(
+                out,
+                "{pad}sparsify %{} -> {} keep={keep}",
+                src.0,
+                sparse_text(o)
+            );
+        }
+        Stmt::Call(LibCall::Densify { s, dst }) => {
+            let _ = writeln!(out, "{pad}densify {} -> %{}", sparse_text(s), dst.0);
+        }
     }
+}
+
+/// The name of a sparse layout as the text form writes it.
+pub fn layout_text(l: SparseLayout) -> String {
+    match l {
+        SparseLayout::Coo => "coo".into(),
+        SparseLayout::Csr => "csr".into(),
+        SparseLayout::Csc => "csc".into(),
+        SparseLayout::Bsr { br, bc } => format!("bsr({br}, {bc})"),
+        SparseLayout::TwoFour { axis } => format!("2:4(axis={axis})"),
+    }
+}
+
+pub(crate) fn sparse_text(s: &SparseOperand) -> String {
+    let shape: Vec<String> = s.shape.iter().map(|e| e.to_string()).collect();
+    let ptr = s.ptr.map(|p| format!("ptr=%{} ", p.0)).unwrap_or_default();
+    format!(
+        "{}[{}]({ptr}idx=%{} values=%{})",
+        layout_text(s.layout),
+        shape.join(", "),
+        s.idx.0,
+        s.values.0
+    )
 }
 
 fn iter(it: &Iter) -> String {
@@ -502,10 +576,8 @@ fn stmt_buffers(s: &Stmt, used: &mut BTreeSet<u32>) {
             used.insert(buf.0);
             expr_buffers(value, used);
         }
-        Stmt::Call(LibCall::Gemm { a, b, c, .. }) => {
-            used.insert(a.buf.0);
-            used.insert(b.buf.0);
-            used.insert(c.buf.0);
+        Stmt::Call(call) => {
+            used.extend(call.buffers().iter().map(|b| b.0));
         }
     }
 }

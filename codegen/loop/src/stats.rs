@@ -36,11 +36,53 @@ fn expr_ops(e: &Expr, reads: &mut BTreeSet<BufId>) -> u128 {
     }
 }
 
+/// FLOPs of one library call. A sparse product counts 2 per stored value and column of the
+/// dense operand: stored entries come from the bound `ptr` array when `data` is given, else
+/// from the values buffer's capacity.
+fn call_flops(call: &LibCall, data: Option<&[crate::Data]>) -> u128 {
+    match call {
+        LibCall::Gemm { m, n, k, batch, .. } => {
+            let nb: u128 = batch.iter().map(|&x| x as u128).product();
+            2 * (*m as u128) * (*n as u128) * (*k as u128) * nb
+        }
+        LibCall::SpMM { m, n, s, side, .. } => {
+            let free = match side {
+                Side::Left => *n,
+                Side::Right => *m,
+            };
+            2 * stored_values(s, data) * free as u128
+        }
+        LibCall::Sparsify { .. } | LibCall::Densify { .. } => 0,
+    }
+}
+
+/// How many values a sparse operand stores (capacity when its data is not known).
+pub fn stored_values(s: &SparseOperand, data: Option<&[crate::Data]>) -> u128 {
+    let len = |b: BufId| {
+        data.and_then(|d| d.get(b.0 as usize))
+            .map(|d| d.len() as u128)
+    };
+    let per_entry = match s.layout {
+        SparseLayout::Bsr { br, bc } => (br * bc) as u128,
+        _ => 1,
+    };
+    let from_ptr = s.ptr.and_then(|p| {
+        data.and_then(|d| match d.get(p.0 as usize) {
+            Some(crate::Data::I32(v)) => v.last().map(|&n| n.max(0) as u128 * per_entry),
+            _ => None,
+        })
+    });
+    from_ptr
+        .or_else(|| len(s.values))
+        .unwrap_or_else(|| s.shape.iter().map(|&e| e as u128).product())
+}
+
 fn stmts(
     body: &[Stmt],
     mult: u128,
     reads: &mut BTreeSet<BufId>,
     writes: &mut BTreeSet<BufId>,
+    data: Option<&[crate::Data]>,
 ) -> u128 {
     let mut flops = 0u128;
     for s in body {
@@ -51,7 +93,7 @@ fn stmts(
                     Iter::TwoFour { groups, .. } => 2 * groups as u128,
                     Iter::Compressed { .. } | Iter::Singleton { .. } => 1,
                 };
-                stmts(&l.body, mult.saturating_mul(n), reads, writes)
+                stmts(&l.body, mult.saturating_mul(n), reads, writes, data)
             }
             Stmt::Let { init, .. } => mult.saturating_mul(expr_ops(init, reads)),
             Stmt::Update { op, value, .. } => {
@@ -62,24 +104,10 @@ fn stmts(
                 writes.insert(*buf);
                 mult.saturating_mul(expr_ops(value, reads))
             }
-            Stmt::Call(LibCall::Gemm {
-                m,
-                n,
-                k,
-                batch,
-                a,
-                b,
-                c,
-                accumulate,
-            }) => {
-                reads.insert(a.buf);
-                reads.insert(b.buf);
-                if *accumulate {
-                    reads.insert(c.buf);
-                }
-                writes.insert(c.buf);
-                let nb: u128 = batch.iter().map(|&x| x as u128).product();
-                mult.saturating_mul(2 * (*m as u128) * (*n as u128) * (*k as u128) * nb)
+            Stmt::Call(call) => {
+                reads.extend(call.reads());
+                writes.extend(call.writes());
+                mult.saturating_mul(call_flops(call, data))
             }
         });
     }
@@ -88,12 +116,25 @@ fn stmts(
 
 /// FLOPs and bytes of kernel `k` of program `p`.
 pub fn kernel_stats(p: &LoopProgram, k: &Kernel) -> KernelStats {
+    stats(p, k, None)
+}
+
+/// Like [`kernel_stats`], with sparse operands counted by what the bound buffers `data` store
+/// (buffer bytes are their actual lengths).
+pub fn kernel_stats_bound(p: &LoopProgram, k: &Kernel, data: &[crate::Data]) -> KernelStats {
+    stats(p, k, Some(data))
+}
+
+fn stats(p: &LoopProgram, k: &Kernel, data: Option<&[crate::Data]>) -> KernelStats {
     let mut reads = BTreeSet::new();
     let mut writes = BTreeSet::new();
-    let flops = stmts(&k.body, 1, &mut reads, &mut writes);
+    let flops = stmts(&k.body, 1, &mut reads, &mut writes, data);
     let size = |b: &BufId| {
         let buf = p.buffer(*b);
-        buf.elems as u128 * buf.ty.size_bytes() as u128
+        let n = data
+            .and_then(|d| d.get(b.0 as usize))
+            .map_or(buf.elems as u128, |d| d.len() as u128);
+        n * buf.ty.size_bytes() as u128
     };
     KernelStats {
         flops,

@@ -96,11 +96,26 @@ pub fn verify(p: &LoopProgram) -> Result<(), Vec<VerifyError>> {
 fn check_roles(p: &LoopProgram, errors: &mut Vec<VerifyError>) {
     let mut inputs = Vec::new();
     let mut outputs = Vec::new();
+    // The arrays of each sparse input: one buffer per part, and no plain buffer beside them.
+    let mut parts: std::collections::BTreeMap<u32, Vec<crate::ir::Part>> = Default::default();
     for (id, b) in p.buffers.iter().enumerate() {
         match b.role {
             Role::Input(n) => inputs.push((n, id)),
             Role::Output(n) => outputs.push((n, id)),
             Role::Temp => {}
+            Role::InputPart { input, part } => {
+                let list = parts.entry(input).or_default();
+                if list.is_empty() {
+                    inputs.push((input, id));
+                }
+                if list.contains(&part) {
+                    errors.push(VerifyError {
+                        kernel: String::new(),
+                        message: format!("input {input}.{} is bound twice", part.name()),
+                    });
+                }
+                list.push(part);
+            }
         }
     }
     for (what, mut list) in [("input", inputs), ("output", outputs)] {
@@ -126,6 +141,14 @@ fn check_roles(p: &LoopProgram, errors: &mut Vec<VerifyError>) {
                 ),
             });
         }
+    }
+}
+
+/// The program input a buffer belongs to, if it is bound by the caller.
+fn input_number(r: Role) -> Option<u32> {
+    match r {
+        Role::Input(n) | Role::InputPart { input: n, .. } => Some(n),
+        Role::Output(_) | Role::Temp => None,
     }
 }
 
@@ -226,7 +249,7 @@ impl<'a> Checker<'a> {
                 self.expr(value);
                 let what = format!("store %{}[{}]", buf.0, index_text(index));
                 let b = self.float_buffer(*buf, &what);
-                if let Some(Role::Input(n)) = b.map(|b| b.role) {
+                if let Some(n) = b.and_then(|b| input_number(b.role)) {
                     self.error(format!("{what} writes input {n}; inputs are read-only"));
                 }
                 self.access(*buf, index, &what, b.is_some());
@@ -367,16 +390,63 @@ impl<'a> Checker<'a> {
     }
 
     fn call(&mut self, call: &LibCall) {
-        let LibCall::Gemm {
-            m,
-            n,
-            k,
-            batch,
-            a,
-            b,
-            c,
-            ..
-        } = call;
+        if let Some(par) = self.parallel.last() {
+            let v = par.var.0;
+            self.error(format!(
+                "library call inside parallel loop v{v}: every iteration writes the same output"
+            ));
+        }
+        let (m, n, k, batch, a, b, c) = match call {
+            LibCall::Gemm {
+                m,
+                n,
+                k,
+                batch,
+                a,
+                b,
+                c,
+                ..
+            } => (m, n, k, batch, a, b, c),
+            LibCall::SpMM {
+                m,
+                n,
+                k,
+                s,
+                transposed,
+                side,
+                d,
+                c,
+                ..
+            } => {
+                self.spmm(*m, *n, *k, s, *transposed, *side, d, c);
+                return;
+            }
+            LibCall::Sparsify { src, out, .. } => {
+                let what = format!("sparsify source %{}", src.0);
+                if let Some(buf) = self.float_buffer(*src, &what) {
+                    let want: u64 = out.shape.iter().product();
+                    if buf.elems != want {
+                        self.error(format!("{what} has {} elements, not {want}", buf.elems));
+                    }
+                }
+                self.sparse_operand(out, true, "sparsify result");
+                return;
+            }
+            LibCall::Densify { s, dst } => {
+                self.sparse_operand(s, false, "densify source");
+                let what = format!("densify result %{}", dst.0);
+                if let Some(buf) = self.float_buffer(*dst, &what) {
+                    let want: u64 = s.shape.iter().product();
+                    if buf.elems != want {
+                        self.error(format!("{what} has {} elements, not {want}", buf.elems));
+                    }
+                    if input_number(buf.role).is_some() {
+                        self.error(format!("{what} is an input; inputs are read-only"));
+                    }
+                }
+                return;
+            }
+        };
         let mut dims_ok = true;
         for (name, d) in [("m", *m), ("n", *n), ("k", *k)] {
             if d == 0 {
@@ -394,7 +464,7 @@ impl<'a> Checker<'a> {
                 continue;
             };
             if operand == "c" {
-                if let Role::Input(i) = buf.role {
+                if let Some(i) = input_number(buf.role) {
                     self.error(format!("{what} writes input {i}; inputs are read-only"));
                 }
             }
@@ -408,11 +478,117 @@ impl<'a> Checker<'a> {
                 self.view_bounds(view, batch, rows, cols, &what);
             }
         }
-        if let Some(par) = self.parallel.last() {
-            let v = par.var.0;
+    }
+
+    /// A sparse operand: layout fits the shape, arrays are buffers of the right types, and
+    /// (when `written`) none is an input.
+    fn sparse_operand(&mut self, s: &crate::ir::SparseOperand, written: bool, what: &str) {
+        use crate::ir::SparseLayout as L;
+        let rank = s.shape.len();
+        let ok = match s.layout {
+            L::Coo => rank >= 1,
+            L::Csr | L::Csc => rank == 2,
+            L::Bsr { br, bc } => {
+                rank == 2
+                    && br > 0
+                    && bc > 0
+                    && s.shape[0].is_multiple_of(br as u64)
+                    && s.shape[1].is_multiple_of(bc as u64)
+            }
+            L::TwoFour { axis } => axis < rank && s.shape[axis].is_multiple_of(4),
+        };
+        if !ok {
             self.error(format!(
-                "gemm inside parallel loop v{v}: every iteration writes the same output"
+                "{what} has layout {} that does not fit shape {:?}",
+                crate::print::layout_text(s.layout),
+                s.shape
             ));
+        }
+        if s.ptr.is_some() == matches!(s.layout, L::TwoFour { .. }) {
+            self.error(format!("{what}: only 2:4 has no ptr array"));
+        }
+        for (b, part) in s.ptr.iter().map(|&p| (p, "ptr")).chain([(s.idx, "idx")]) {
+            self.index_buffer(b, &format!("{what} {part} %{}", b.0));
+        }
+        let vwhat = format!("{what} values %{}", s.values.0);
+        self.float_buffer(s.values, &vwhat);
+        if written {
+            for b in s.buffers() {
+                if let Some(i) = self
+                    .p
+                    .buffers
+                    .get(b.0 as usize)
+                    .and_then(|b| input_number(b.role))
+                {
+                    self.error(format!("{what} writes input {i}; inputs are read-only"));
+                }
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn spmm(
+        &mut self,
+        m: u64,
+        n: u64,
+        k: u64,
+        s: &crate::ir::SparseOperand,
+        transposed: bool,
+        side: crate::ir::Side,
+        d: &MatView,
+        c: &MatView,
+    ) {
+        self.sparse_operand(s, false, "spmm sparse operand");
+        if s.shape.len() == 2 {
+            let (r, cc) = if transposed {
+                (s.shape[1], s.shape[0])
+            } else {
+                (s.shape[0], s.shape[1])
+            };
+            let want = match side {
+                crate::ir::Side::Left => (m, k),
+                crate::ir::Side::Right => (k, n),
+            };
+            if (r, cc) != want {
+                self.error(format!(
+                    "spmm sparse operand is {r}×{cc} (as used), not {}×{}",
+                    want.0, want.1
+                ));
+            }
+        }
+        let (dr, dc) = match side {
+            crate::ir::Side::Left => (k, n),
+            crate::ir::Side::Right => (m, k),
+        };
+        for (view, rows, cols, name) in [(d, dr, dc, "d"), (c, m, n, "c")] {
+            let what = format!("spmm operand {name} = {}", view_text(view));
+            let Some(buf) = self.float_buffer(view.buf, &what) else {
+                continue;
+            };
+            if name == "c" {
+                if let Some(i) = input_number(buf.role) {
+                    self.error(format!("{what} writes input {i}; inputs are read-only"));
+                }
+            }
+            if buf.ty != buf.ty.compute() && buf.ty != ElemType::F32 {
+                self.error(format!("{what} is {}, not f32 or f64", buf.ty));
+            }
+            if !view.batch_strides.is_empty() {
+                self.error(format!("{what} has batch strides"));
+            } else if m > 0 && n > 0 && k > 0 {
+                self.view_bounds(view, &[], rows, cols, &what);
+            }
+        }
+        if let (Some(db), Some(cb)) = (
+            self.p.buffers.get(d.buf.0 as usize),
+            self.p.buffers.get(c.buf.0 as usize),
+        ) {
+            if db.ty != cb.ty {
+                self.error(format!(
+                    "spmm operands d (%{}) and c (%{}) differ in type: {} and {}",
+                    d.buf.0, c.buf.0, db.ty, cb.ty
+                ));
+            }
         }
     }
 

@@ -1,0 +1,157 @@
+//! Which values are stored sparse, and which einsums run as sparse-dense products.
+//!
+//! Shared by the planner (`lower.rs`) and the cost model (`cost.rs`), so that what `cost`
+//! reports is what runs. A value is *stored sparse* when it is a sparse input, the result of
+//! `sparsify`, or a rearrange that reuses such storage (a transposed CSR is a CSC view). An
+//! einsum is a *sparse product* when it multiplies one stored-sparse matrix with one dense
+//! operand along one shared label, every other label of the dense operand surviving into the
+//! output: `c = S·d` or `c = d·S` (`tdsl_loop::LibCall::SpMM`). Any other use of a sparse value
+//! reads its dense expansion.
+
+use crate::check::{Format, NodeId, NodeKind, PatternOp, Program};
+use tdsl_loop::Side;
+
+/// Follows `Var` references to the node that computes a value.
+pub fn resolve(p: &Program, mut id: NodeId) -> NodeId {
+    while let NodeKind::Var(a) = p.node(id).kind {
+        id = p.assigns[a].node;
+    }
+    id
+}
+
+/// How a stored-sparse value gets its storage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SparseSource {
+    /// Sparse input number `i`.
+    Input(usize),
+    /// `sparsify(x, …)`.
+    Sparsify,
+    /// A rearrange of this stored-sparse node that reuses its arrays (`Format` says how).
+    View(NodeId),
+}
+
+/// Whether (and how) node `id` is stored sparse.
+pub fn stored_sparse(p: &Program, id: NodeId) -> Option<SparseSource> {
+    let id = resolve(p, id);
+    let node = p.node(id);
+    if !node.ty.format.is_sparse() {
+        return None;
+    }
+    match &node.kind {
+        NodeKind::Input(i) => Some(SparseSource::Input(*i)),
+        NodeKind::Sparsify { .. } => Some(SparseSource::Sparsify),
+        NodeKind::Pattern {
+            op: PatternOp::Rearrange,
+            x,
+            ..
+        } => {
+            let x = resolve(p, *x);
+            stored_sparse(p, x).map(|_| SparseSource::View(x))
+        }
+        _ => None,
+    }
+}
+
+/// A sparse-dense product: which operand is sparse, how the labels map onto the kernel's
+/// `m × k` and `k × n` operands, and the side.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SparseProduct {
+    /// Position of the sparse operand among the einsum's operands (the other is dense).
+    pub sparse: usize,
+    /// The sparse operand's label that survives into the output.
+    pub free: usize,
+    /// The label the product sums over (shared with the dense operand).
+    pub contracted: usize,
+    /// The dense operand's other labels, in output order.
+    pub dense_free: Vec<usize>,
+    /// `Left`: `c[free, dense_free] = S·d`; `Right`: `c[dense_free, free] = d·S`.
+    pub side: Side,
+    /// Whether the stored matrix is used transposed.
+    pub transposed: bool,
+}
+
+/// The sparse product einsum node `id` runs as, if it is one.
+pub fn sparse_product(p: &Program, id: NodeId) -> Option<SparseProduct> {
+    let NodeKind::Einsum { operands, spec } = &p.node(id).kind else {
+        return None;
+    };
+    let [a, b] = operands.as_slice() else {
+        return None;
+    };
+    let sparse_at = match (stored_sparse(p, *a), stored_sparse(p, *b)) {
+        (Some(_), None) => 0,
+        (None, Some(_)) => 1,
+        _ => return None,
+    };
+    let s_node = p.node(resolve(p, operands[sparse_at]));
+    if s_node.ty.shape.rank() != 2
+        || matches!(s_node.ty.format, Format::Dense)
+        || s_node.ty.shape.0.iter().any(|a| a.extent == 0)
+    {
+        return None;
+    }
+    // The sparse operand: two slots of one label each, distinct, not broadcast.
+    let s_slots = &spec.operands[sparse_at];
+    let [p0, p1] = s_slots.as_slice() else {
+        return None;
+    };
+    let (&[l0], &[l1]) = (p0.labels.as_slice(), p1.labels.as_slice()) else {
+        return None;
+    };
+    if p0.broadcast || p1.broadcast || l0 == l1 {
+        return None;
+    }
+    let d_at = 1 - sparse_at;
+    let d_slots = &spec.operands[d_at];
+    if d_slots.iter().any(|s| s.broadcast) {
+        return None;
+    }
+    let d_labels: Vec<usize> = d_slots.iter().flat_map(|s| s.labels.clone()).collect();
+    // No diagonal in the dense operand.
+    for (i, l) in d_labels.iter().enumerate() {
+        if d_labels[..i].contains(l) {
+            return None;
+        }
+    }
+    let out = spec.output_labels();
+    let in_d = |l: usize| d_labels.contains(&l);
+    let in_out = |l: usize| out.contains(&l);
+    // Exactly one sparse label is contracted with the dense operand; the other survives.
+    let (free, contracted, stored_free_first) =
+        match (in_d(l0) && !in_out(l0), in_d(l1) && !in_out(l1)) {
+            (false, true) if in_out(l0) && !in_d(l0) => (l0, l1, true),
+            (true, false) if in_out(l1) && !in_d(l1) => (l1, l0, false),
+            _ => return None,
+        };
+    // Every other dense label survives into the output, and the output has nothing else.
+    let dense_free: Vec<usize> = out.iter().copied().filter(|&l| l != free).collect();
+    let mut want: Vec<usize> = d_labels
+        .iter()
+        .copied()
+        .filter(|&l| l != contracted)
+        .collect();
+    let mut have = dense_free.clone();
+    want.sort_unstable();
+    have.sort_unstable();
+    if want != have || out.iter().filter(|&&l| l == free).count() != 1 {
+        return None;
+    }
+    if spec.labels.iter().any(|l| l.1 == 0) {
+        return None;
+    }
+    // Keep the stored orientation: S[free, k] multiplies from the left, S[k, free] from the
+    // right, so the kernels read the arrays in their natural order.
+    let side = if stored_free_first {
+        Side::Left
+    } else {
+        Side::Right
+    };
+    Some(SparseProduct {
+        sparse: sparse_at,
+        free,
+        contracted,
+        dense_free,
+        side,
+        transposed: false,
+    })
+}
