@@ -12,3 +12,1016 @@
 //!
 //! Values of any dtype (f16/bf16/f32/f64) are widened to the compute type `T` (f32 or f64) on
 //! load; accumulation is in `T`. Work is split across the current rayon pool.
+//!
+//! Fast paths (f32 compute, [`Isa::Avx2`] or [`Isa::Avx512`], unit column strides):
+//!
+//! * BSR, left, not transposed: register-blocked micro-kernel per block row; a streaming
+//!   mat-vec when `n = 1`;
+//! * BSR, right, not transposed: per block column over a column index built per call;
+//! * 2:4 along `k` (stored `S[m, k]` with `axis = 1`), left, not transposed: a permute-based
+//!   kernel for `n ≤ 8`, a broadcast kernel otherwise;
+//! * CSR (or CSC used transposed), left: rows balanced by stored entries.
+//!
+//! Everything else (COO, CSC, transposed BSR, 2:4 along `m`, f64 compute, [`Isa::Scalar`])
+//! goes through one generic path: the entries of `S` are sorted into CSR form with values
+//! widened to `T`, then the strided CSR kernels run on that.
+
+use half::{bf16, f16};
+use rayon::prelude::*;
+
+use crate::simd;
+use crate::storage::{Layout, SparseRef, ValuesRef};
+
+/// A strided read-only dense matrix: element `(r, c)` is `data[offset + r·rs + c·cs]`.
+#[derive(Debug, Clone, Copy)]
+pub struct DenseRef<'a, T> {
+    pub data: &'a [T],
+    pub offset: usize,
+    pub rows: usize,
+    pub cols: usize,
+    pub rs: isize,
+    pub cs: isize,
+}
+
+/// A strided mutable dense matrix: element `(r, c)` is `data[offset + r·rs + c·cs]`.
+#[derive(Debug)]
+pub struct DenseMut<'a, T> {
+    pub data: &'a mut [T],
+    pub offset: usize,
+    pub rows: usize,
+    pub cols: usize,
+    pub rs: isize,
+    pub cs: isize,
+}
+
+impl<'a, T> DenseRef<'a, T> {
+    /// A row-major `rows × cols` matrix at the start of `data`.
+    pub fn row_major(data: &'a [T], rows: usize, cols: usize) -> Self {
+        DenseRef {
+            data,
+            offset: 0,
+            rows,
+            cols,
+            rs: cols as isize,
+            cs: 1,
+        }
+    }
+}
+
+impl<'a, T> DenseMut<'a, T> {
+    /// A row-major `rows × cols` matrix at the start of `data`.
+    pub fn row_major(data: &'a mut [T], rows: usize, cols: usize) -> Self {
+        DenseMut {
+            data,
+            offset: 0,
+            rows,
+            cols,
+            rs: cols as isize,
+            cs: 1,
+        }
+    }
+}
+
+/// Which side of the dense operand the sparse matrix stands on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// `c = S · d`
+    Left,
+    /// `c = d · S`
+    Right,
+}
+
+/// The instruction set the kernels may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Isa {
+    /// Portable Rust, no explicit SIMD.
+    Scalar,
+    /// AVX2 + FMA + F16C.
+    Avx2,
+    /// AVX-512F + FMA (+ F16C).
+    Avx512,
+}
+
+impl Isa {
+    /// The best instruction set this CPU supports.
+    pub fn detect() -> Isa {
+        *Isa::available().last().unwrap_or(&Isa::Scalar)
+    }
+
+    /// Every instruction set this CPU supports, from `Scalar` up.
+    pub fn available() -> Vec<Isa> {
+        let mut out = vec![Isa::Scalar];
+        if Isa::Avx2.supported() {
+            out.push(Isa::Avx2);
+        }
+        if Isa::Avx512.supported() {
+            out.push(Isa::Avx512);
+        }
+        out
+    }
+
+    /// Whether this CPU runs code for `self`.
+    pub fn supported(self) -> bool {
+        simd::supported(self)
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for f32 {}
+    impl Sealed for f64 {}
+}
+
+/// The compute (and dense operand) type of [`spmm`]: `f32` or `f64`.
+pub trait Compute:
+    Copy
+    + Send
+    + Sync
+    + Default
+    + PartialEq
+    + std::fmt::Debug
+    + std::ops::Add<Output = Self>
+    + std::ops::Mul<Output = Self>
+    + std::ops::AddAssign
+    + 'static
+    + sealed::Sealed
+{
+    /// Whether this is `f64`.
+    const IS_F64: bool;
+    /// Widens (or for f32, rounds) a value.
+    fn from_f64(x: f64) -> Self;
+    /// Widens an f32 value.
+    fn from_f32(x: f32) -> Self;
+    /// Widens to f64 (exact).
+    fn to_f64(self) -> f64;
+    #[doc(hidden)]
+    fn as_f32(s: &[Self]) -> Option<&[f32]>;
+    #[doc(hidden)]
+    fn as_f32_mut(s: &mut [Self]) -> Option<&mut [f32]>;
+}
+
+impl Compute for f32 {
+    const IS_F64: bool = false;
+    fn from_f64(x: f64) -> Self {
+        x as f32
+    }
+    fn from_f32(x: f32) -> Self {
+        x
+    }
+    fn to_f64(self) -> f64 {
+        self as f64
+    }
+    fn as_f32(s: &[Self]) -> Option<&[f32]> {
+        Some(s)
+    }
+    fn as_f32_mut(s: &mut [Self]) -> Option<&mut [f32]> {
+        Some(s)
+    }
+}
+
+impl Compute for f64 {
+    const IS_F64: bool = true;
+    fn from_f64(x: f64) -> Self {
+        x
+    }
+    fn from_f32(x: f32) -> Self {
+        x as f64
+    }
+    fn to_f64(self) -> f64 {
+        self
+    }
+    fn as_f32(_: &[Self]) -> Option<&[f32]> {
+        None
+    }
+    fn as_f32_mut(_: &mut [Self]) -> Option<&mut [f32]> {
+        None
+    }
+}
+
+/// A stored value type that widens to a compute type.
+pub(crate) trait Elem: Copy + Send + Sync + 'static {
+    fn widen<T: Compute>(self) -> T;
+}
+
+impl<C: Compute> Elem for C {
+    fn widen<T: Compute>(self) -> T {
+        T::from_f64(self.to_f64())
+    }
+}
+impl Elem for f16 {
+    fn widen<T: Compute>(self) -> T {
+        T::from_f32(self.to_f32())
+    }
+}
+impl Elem for bf16 {
+    fn widen<T: Compute>(self) -> T {
+        T::from_f32(self.to_f32())
+    }
+}
+
+/// An index or offset read from an array: validated non-negative before use.
+pub(crate) trait Ix: Copy + Send + Sync {
+    fn ix(self) -> usize;
+}
+impl Ix for i32 {
+    fn ix(self) -> usize {
+        self as usize
+    }
+}
+impl Ix for u32 {
+    fn ix(self) -> usize {
+        self as usize
+    }
+}
+impl Ix for usize {
+    fn ix(self) -> usize {
+        self
+    }
+}
+
+/// Number of parallel tasks to cut work into (a few per thread, for balance).
+fn n_tasks() -> usize {
+    let t = rayon::current_num_threads().max(1);
+    if t == 1 {
+        1
+    } else {
+        4 * t
+    }
+}
+
+/// Sparse matrix times dense matrix (see the module docs).
+///
+/// `c` must not overlap itself (distinct `(r, c)` at distinct elements) and must not alias
+/// `d` (the borrow checker ensures that). `accumulate = false` overwrites `c`.
+///
+/// Errors: a shape that does not match, a view that reaches outside its data, malformed
+/// sparse arrays (offsets, indices out of range, arrays too short), f64 values with f32
+/// compute, or an `isa` this CPU does not support.
+#[allow(clippy::too_many_arguments)]
+pub fn spmm<T: Compute>(
+    s: SparseRef,
+    transposed: bool,
+    side: Side,
+    d: DenseRef<T>,
+    c: DenseMut<T>,
+    accumulate: bool,
+    isa: Isa,
+) -> Result<(), String> {
+    if !isa.supported() {
+        return Err(format!("this CPU does not support {isa:?}"));
+    }
+    if !T::IS_F64 && matches!(s.values, ValuesRef::F64(_)) {
+        return Err("f64 values need f64 compute, not f32".into());
+    }
+    let (sr, sc) = check_sparse(&s)?;
+    let (p, q) = if transposed { (sc, sr) } else { (sr, sc) };
+    let mut d = canonical_ref(d);
+    let mut c = canonical_mut(c);
+    // Shapes.
+    match side {
+        Side::Left => {
+            if c.rows != p || d.rows != q || c.cols != d.cols {
+                return Err(format!(
+                    "shapes do not match: c[{}, {}] = S[{p}, {q}] · d[{}, {}]",
+                    c.rows, c.cols, d.rows, d.cols
+                ));
+            }
+        }
+        Side::Right => {
+            if c.rows != d.rows || d.cols != p || c.cols != q {
+                return Err(format!(
+                    "shapes do not match: c[{}, {}] = d[{}, {}] · S[{p}, {q}]",
+                    c.rows, c.cols, d.rows, d.cols
+                ));
+            }
+        }
+    }
+    check_view("d", d.data.len(), d.offset, d.rows, d.cols, d.rs, d.cs)?;
+    check_view("c", c.data.len(), c.offset, c.rows, c.cols, c.rs, c.cs)?;
+    check_injective(c.rows, c.cols, c.rs, c.cs)?;
+    if c.rows == 0 || c.cols == 0 {
+        return Ok(());
+    }
+    // Make rows of c the outer (larger-stride) axis: cᵀ = dᵀ·Sᵀ swaps side and transposition.
+    let mut side = side;
+    let mut transposed = transposed;
+    if c.rows > 1 && c.cols > 1 && c.cs.unsigned_abs() > c.rs.unsigned_abs() {
+        std::mem::swap(&mut c.rows, &mut c.cols);
+        std::mem::swap(&mut c.rs, &mut c.cs);
+        std::mem::swap(&mut d.rows, &mut d.cols);
+        std::mem::swap(&mut d.rs, &mut d.cs);
+        d = canonical_ref(d);
+        c = canonical_mut(c);
+        side = match side {
+            Side::Left => Side::Right,
+            Side::Right => Side::Left,
+        };
+        transposed = !transposed;
+    }
+    dispatch(&s, transposed, side, d, c, accumulate, isa)
+}
+
+/// Strides of extent-1 axes do not matter; give them canonical values.
+fn canonical_ref<T>(mut d: DenseRef<T>) -> DenseRef<T> {
+    if d.cols <= 1 {
+        d.cs = 1;
+    }
+    if d.rows <= 1 {
+        d.rs = d.cols.max(1) as isize * d.cs.abs().max(1);
+    }
+    d
+}
+
+fn canonical_mut<T>(mut c: DenseMut<T>) -> DenseMut<T> {
+    if c.cols <= 1 {
+        c.cs = 1;
+    }
+    if c.rows <= 1 {
+        c.rs = c.cols.max(1) as isize * c.cs.abs().max(1);
+    }
+    c
+}
+
+/// Every element of the view lies inside `len`.
+fn check_view(
+    name: &str,
+    len: usize,
+    offset: usize,
+    rows: usize,
+    cols: usize,
+    rs: isize,
+    cs: isize,
+) -> Result<(), String> {
+    if rows == 0 || cols == 0 {
+        return Ok(());
+    }
+    let r = (rows - 1) as i128 * rs as i128;
+    let c = (cols - 1) as i128 * cs as i128;
+    let lo = offset as i128 + r.min(0) + c.min(0);
+    let hi = offset as i128 + r.max(0) + c.max(0);
+    if lo < 0 || hi >= len as i128 {
+        return Err(format!(
+            "{name}: a {rows}x{cols} view at offset {offset} with strides ({rs}, {cs}) reaches \
+             elements {lo}..={hi}, outside its {len} elements"
+        ));
+    }
+    Ok(())
+}
+
+/// The output view maps distinct coordinates to distinct, separable elements: one axis's
+/// whole span fits within one step of the other.
+fn check_injective(rows: usize, cols: usize, rs: isize, cs: isize) -> Result<(), String> {
+    let (ars, acs) = (rs.unsigned_abs(), cs.unsigned_abs());
+    let ok = if rows == 0 || cols == 0 || (rows <= 1 && cols <= 1) {
+        true
+    } else if rows <= 1 {
+        acs > 0
+    } else if cols <= 1 {
+        ars > 0
+    } else {
+        (acs > 0 && (cols - 1).saturating_mul(acs) < ars)
+            || (ars > 0 && (rows - 1).saturating_mul(ars) < acs)
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "c: a {rows}x{cols} view with strides ({rs}, {cs}) overlaps itself"
+        ))
+    }
+}
+
+/// Checks the sparse arrays enough that no access can go out of range; returns the stored
+/// matrix's `(rows, cols)`.
+fn check_sparse(s: &SparseRef) -> Result<(usize, usize), String> {
+    let rank2 = || -> Result<(usize, usize), String> {
+        if s.shape.len() != 2 {
+            return Err(format!(
+                "spmm needs a rank-2 sparse matrix, not shape {:?}",
+                s.shape
+            ));
+        }
+        Ok((s.shape[0], s.shape[1]))
+    };
+    let (rows, cols) = rank2()?;
+    let nvals = s.values.len();
+    match s.layout {
+        Layout::Coo => {
+            if s.ptr.len() != 2 || s.ptr[0] != 0 || s.ptr[1] < 0 {
+                return Err(format!("coo indptr must be [0, nnz], not {:?}", s.ptr));
+            }
+            let nnz = s.ptr[1] as usize;
+            if s.idx.len() < 2 * nnz || nvals < nnz {
+                return Err(format!(
+                    "coo with {nnz} entries needs {} coordinates and {nnz} values, has {} and \
+                     {nvals}",
+                    2 * nnz,
+                    s.idx.len()
+                ));
+            }
+            for e in 0..nnz {
+                let (r, c) = (s.idx[2 * e], s.idx[2 * e + 1]);
+                if r < 0 || r as usize >= rows || c < 0 || c as usize >= cols {
+                    return Err(format!(
+                        "coo entry {e} at ({r}, {c}) is outside the {rows}x{cols} matrix"
+                    ));
+                }
+            }
+        }
+        Layout::Csr | Layout::Csc => {
+            let (outer, inner) = if s.layout == Layout::Csr {
+                (rows, cols)
+            } else {
+                (cols, rows)
+            };
+            let nnz = check_offsets(s.ptr, outer)?;
+            check_indices(s.idx, nnz, inner)?;
+            if nvals < nnz {
+                return Err(format!("{nnz} stored entries but only {nvals} values"));
+            }
+        }
+        Layout::Bsr { br, bc } => {
+            if br == 0 || bc == 0 || !rows.is_multiple_of(br) || !cols.is_multiple_of(bc) {
+                return Err(format!(
+                    "bsr blocks {br}x{bc} do not tile the {rows}x{cols} matrix"
+                ));
+            }
+            let nnzb = check_offsets(s.ptr, rows / br)?;
+            check_indices(s.idx, nnzb, cols / bc)?;
+            let need = nnzb
+                .checked_mul(br * bc)
+                .ok_or("bsr value count overflows")?;
+            if nvals < need {
+                return Err(format!(
+                    "{nnzb} stored {br}x{bc} blocks need {need} values, have {nvals}"
+                ));
+            }
+        }
+        Layout::TwoFour { axis } => {
+            if axis > 1 {
+                return Err(format!("2:4 axis {axis} of a rank-2 matrix"));
+            }
+            let (nrows, ext) = if axis == 1 {
+                (rows, cols)
+            } else {
+                (cols, rows)
+            };
+            if !ext.is_multiple_of(4) {
+                return Err(format!("2:4 axis extent {ext} is not a multiple of 4"));
+            }
+            let words = ext.div_ceil(32);
+            if nvals < nrows * (ext / 2) || s.idx.len() < nrows * words {
+                return Err(format!(
+                    "2:4 with {nrows} rows of {ext} needs {} values and {} meta words, has \
+                     {nvals} and {}",
+                    nrows * (ext / 2),
+                    nrows * words,
+                    s.idx.len()
+                ));
+            }
+        }
+    }
+    Ok((rows, cols))
+}
+
+/// `ptr` has `outer + 1` non-decreasing offsets from 0; returns the last.
+fn check_offsets(ptr: &[i32], outer: usize) -> Result<usize, String> {
+    if ptr.len() != outer + 1 {
+        return Err(format!(
+            "indptr has {} entries, {outer} rows need {}",
+            ptr.len(),
+            outer + 1
+        ));
+    }
+    if ptr[0] != 0 {
+        return Err(format!("indptr[0] = {} is not 0", ptr[0]));
+    }
+    if let Some(k) = (1..ptr.len()).find(|&k| ptr[k] < ptr[k - 1]) {
+        return Err(format!("indptr decreases at {k}"));
+    }
+    Ok(ptr[outer] as usize)
+}
+
+fn check_indices(idx: &[i32], nnz: usize, extent: usize) -> Result<(), String> {
+    if idx.len() < nnz {
+        return Err(format!(
+            "{nnz} stored entries but only {} indices",
+            idx.len()
+        ));
+    }
+    if let Some(e) = idx[..nnz]
+        .iter()
+        .position(|&i| i < 0 || i as usize >= extent)
+    {
+        return Err(format!(
+            "indices[{e}] = {} is out of range for extent {extent}",
+            idx[e]
+        ));
+    }
+    Ok(())
+}
+
+/// Splits `c` into the row ranges `bounds[t]..bounds[t + 1]` (disjoint pieces of `data`).
+/// Needs rows that do not interleave (checked by `check_injective` with `|rs|` the larger).
+fn split_rows<'a, T>(c: DenseMut<'a, T>, bounds: &[usize]) -> Vec<DenseMut<'a, T>> {
+    let DenseMut {
+        data,
+        offset,
+        rows: _,
+        cols,
+        rs,
+        cs,
+    } = c;
+    let cspan = (cols.max(1) - 1) as isize * cs;
+    let (cmin, cmax) = (cspan.min(0), cspan.max(0));
+    // (lo, hi, r0, r1, task)
+    let mut pieces: Vec<(usize, usize, usize, usize, usize)> = Vec::new();
+    for t in 0..bounds.len().saturating_sub(1) {
+        let (r0, r1) = (bounds[t], bounds[t + 1]);
+        if r1 <= r0 {
+            continue;
+        }
+        let first = offset as isize + r0 as isize * rs;
+        let last = offset as isize + (r1 - 1) as isize * rs;
+        let lo = (first.min(last) + cmin) as usize;
+        let hi = (first.max(last) + cmax) as usize + 1;
+        pieces.push((lo, hi, r0, r1, t));
+    }
+    pieces.sort_unstable();
+    let mut out: Vec<(usize, DenseMut<'a, T>)> = Vec::with_capacity(pieces.len());
+    let mut rest = data;
+    let mut consumed = 0usize;
+    for (lo, hi, r0, r1, t) in pieces {
+        let (_, tail) = rest.split_at_mut(lo - consumed);
+        let (mine, tail) = tail.split_at_mut(hi - lo);
+        rest = tail;
+        consumed = hi;
+        let first = (offset as isize + r0 as isize * rs) as usize;
+        out.push((
+            t,
+            DenseMut {
+                data: mine,
+                offset: first - lo,
+                rows: r1 - r0,
+                cols,
+                rs,
+                cs,
+            },
+        ));
+    }
+    out.sort_unstable_by_key(|p| p.0);
+    out.into_iter().map(|p| p.1).collect()
+}
+
+/// Row bounds `0 = b0 < … = rows` cutting `rows` into about `tasks` ranges of equal cost,
+/// where `prefix(r)` is the cost of rows `0..r` (non-decreasing).
+fn balanced_bounds(rows: usize, tasks: usize, prefix: impl Fn(usize) -> usize) -> Vec<usize> {
+    let total = prefix(rows);
+    let tasks = tasks.clamp(1, rows.max(1));
+    let mut bounds = vec![0usize];
+    for t in 1..tasks {
+        let target = (total as u128 * t as u128 / tasks as u128) as usize;
+        // First row r with prefix(r) >= target.
+        let (mut lo, mut hi) = (*bounds.last().unwrap_or(&0), rows);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if prefix(mid) < target {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        if lo > *bounds.last().unwrap_or(&0) && lo < rows {
+            bounds.push(lo);
+        }
+    }
+    bounds.push(rows);
+    bounds
+}
+
+fn even_bounds(rows: usize, tasks: usize) -> Vec<usize> {
+    balanced_bounds(rows, tasks, |r| r)
+}
+
+/// Widened typed values as the kernels see them.
+enum Vals<'a> {
+    F32(&'a [f32]),
+    F64(&'a [f64]),
+    F16(&'a [f16]),
+    BF16(&'a [bf16]),
+}
+
+fn vals<'a>(v: &ValuesRef<'a>) -> Vals<'a> {
+    match *v {
+        ValuesRef::F32(x) => Vals::F32(x),
+        ValuesRef::F64(x) => Vals::F64(x),
+        ValuesRef::F16(x) => Vals::F16(x),
+        ValuesRef::BF16(x) => Vals::BF16(x),
+    }
+}
+
+/// The f32 (or half) values as the SIMD kernels take them; `None` for f64.
+fn simd_vals<'a>(v: &ValuesRef<'a>) -> Option<simd::ValSlice<'a>> {
+    match *v {
+        ValuesRef::F32(x) => Some(simd::ValSlice::F32(x)),
+        ValuesRef::F16(x) => Some(simd::ValSlice::F16(x)),
+        ValuesRef::BF16(x) => Some(simd::ValSlice::BF16(x)),
+        ValuesRef::F64(_) => None,
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn dispatch<T: Compute>(
+    s: &SparseRef,
+    transposed: bool,
+    side: Side,
+    d: DenseRef<T>,
+    c: DenseMut<T>,
+    accumulate: bool,
+    isa: Isa,
+) -> Result<(), String> {
+    let csr_like = matches!(
+        (s.layout, transposed),
+        (Layout::Csr, false) | (Layout::Csc, true)
+    );
+    // Fast paths: f32 compute, SIMD, unit column strides, rows of c and d going forward.
+    if isa != Isa::Scalar && d.cs == 1 && c.cs == 1 && d.rs > 0 && c.rs > 0 {
+        if let (Some(dd), Some(sv)) = (T::as_f32(d.data), simd_vals(&s.values)) {
+            let df = simd::Mat {
+                data: dd,
+                off: d.offset,
+                rows: d.rows,
+                cols: d.cols,
+                ld: d.rs as usize,
+            };
+            match (s.layout, side, transposed) {
+                (Layout::Bsr { br, bc }, Side::Left, false) => {
+                    return bsr_left_f32(s, br, bc, sv, df, c, accumulate, isa);
+                }
+                (Layout::Bsr { br, bc }, Side::Right, false) => {
+                    return bsr_right_f32(s, br, bc, sv, df, c, accumulate, isa);
+                }
+                (Layout::TwoFour { axis: 1 }, Side::Left, false) => {
+                    return two_four_left_f32(s, sv, df, c, accumulate, isa);
+                }
+                (_, Side::Left, _) if csr_like => {
+                    return csr_left_f32(s, sv, df, c, accumulate, isa);
+                }
+                _ => {}
+            }
+        }
+    }
+    if csr_like {
+        let v = vals(&s.values);
+        let (ptr, idx) = (s.ptr, s.idx);
+        return match v {
+            Vals::F32(v) => csr_generic(ptr, idx, v, side, d, c, accumulate),
+            Vals::F64(v) => csr_generic(ptr, idx, v, side, d, c, accumulate),
+            Vals::F16(v) => csr_generic(ptr, idx, v, side, d, c, accumulate),
+            Vals::BF16(v) => csr_generic(ptr, idx, v, side, d, c, accumulate),
+        };
+    }
+    let (ptr, idx, v) = to_csr::<T>(s, transposed);
+    csr_generic(&ptr, &idx, &v, side, d, c, accumulate)
+}
+
+/// Calls `f(row, col, value position)` for every stored entry of the (checked) matrix.
+fn for_each_entry(s: &SparseRef, mut f: impl FnMut(usize, usize, usize)) {
+    let end = |ptr: &[i32]| ptr.last().map_or(0, |&p| p as usize);
+    match s.layout {
+        Layout::Coo => {
+            for e in 0..end(s.ptr) {
+                f(s.idx[2 * e] as usize, s.idx[2 * e + 1] as usize, e);
+            }
+        }
+        Layout::Csr | Layout::Csc => {
+            for o in 0..s.ptr.len() - 1 {
+                for e in s.ptr[o] as usize..s.ptr[o + 1] as usize {
+                    let i = s.idx[e] as usize;
+                    if s.layout == Layout::Csr {
+                        f(o, i, e);
+                    } else {
+                        f(i, o, e);
+                    }
+                }
+            }
+        }
+        Layout::Bsr { br, bc } => {
+            for bi in 0..s.ptr.len() - 1 {
+                for b in s.ptr[bi] as usize..s.ptr[bi + 1] as usize {
+                    let bj = s.idx[b] as usize;
+                    for r in 0..br {
+                        for c in 0..bc {
+                            f(bi * br + r, bj * bc + c, (b * br + r) * bc + c);
+                        }
+                    }
+                }
+            }
+        }
+        Layout::TwoFour { axis } => {
+            let (nrows, ext) = if axis == 1 {
+                (s.shape[0], s.shape[1])
+            } else {
+                (s.shape[1], s.shape[0])
+            };
+            let words = ext.div_ceil(32);
+            let half = ext / 2;
+            for row in 0..nrows {
+                for v in 0..half {
+                    let word = s.idx[row * words + v / 16] as u32;
+                    let a = 4 * (v / 2) + ((word >> (2 * (v % 16))) & 3) as usize;
+                    if axis == 1 {
+                        f(row, a, row * half + v);
+                    } else {
+                        f(a, row, row * half + v);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The entries of `S` (the stored matrix or its transpose) as CSR with values widened to `T`.
+fn to_csr<T: Compute>(s: &SparseRef, transposed: bool) -> (Vec<usize>, Vec<u32>, Vec<T>) {
+    let rows = if transposed { s.shape[1] } else { s.shape[0] };
+    let mut ptr = vec![0usize; rows + 1];
+    let key = |r: usize, c: usize| if transposed { (c, r) } else { (r, c) };
+    for_each_entry(s, |r, c, _| ptr[key(r, c).0 + 1] += 1);
+    for k in 0..rows {
+        ptr[k + 1] += ptr[k];
+    }
+    let nnz = ptr[rows];
+    let mut next = ptr[..rows].to_vec();
+    let mut idx = vec![0u32; nnz];
+    let mut pos = vec![0usize; nnz];
+    for_each_entry(s, |r, c, e| {
+        let (o, i) = key(r, c);
+        let slot = next[o];
+        next[o] += 1;
+        idx[slot] = i as u32;
+        pos[slot] = e;
+    });
+    let v: Vec<T> = match vals(&s.values) {
+        Vals::F32(x) => pos.iter().map(|&e| x[e].widen()).collect(),
+        Vals::F64(x) => pos.iter().map(|&e| x[e].widen()).collect(),
+        Vals::F16(x) => pos.iter().map(|&e| x[e].widen()).collect(),
+        Vals::BF16(x) => pos.iter().map(|&e| x[e].widen()).collect(),
+    };
+    (ptr, idx, v)
+}
+
+fn at(offset: usize, r: usize, c: usize, rs: isize, cs: isize) -> usize {
+    (offset as isize + r as isize * rs + c as isize * cs) as usize
+}
+
+/// CSR `S` (checked arrays) times strided dense, either side, any strides.
+fn csr_generic<T: Compute, P: Ix, I: Ix, V: Elem>(
+    ptr: &[P],
+    idx: &[I],
+    vals: &[V],
+    side: Side,
+    d: DenseRef<T>,
+    c: DenseMut<T>,
+    accumulate: bool,
+) -> Result<(), String> {
+    let m = c.rows;
+    let n = c.cols;
+    let bounds = match side {
+        Side::Left => balanced_bounds(m, n_tasks(), |r| ptr[r].ix() + r),
+        Side::Right => even_bounds(m, n_tasks()),
+    };
+    let pieces = split_rows(c, &bounds);
+    pieces
+        .into_par_iter()
+        .zip(bounds.par_windows(2))
+        .for_each(|(cp, w)| {
+            let r0 = w[0];
+            for lr in 0..cp.rows {
+                let r = r0 + lr;
+                let (off, rs, cs) = (cp.offset, cp.rs, cp.cs);
+                if !accumulate {
+                    for j in 0..n {
+                        cp.data[at(off, lr, j, rs, cs)] = T::default();
+                    }
+                }
+                match side {
+                    Side::Left => {
+                        for e in ptr[r].ix()..ptr[r + 1].ix() {
+                            let v: T = vals[e].widen();
+                            let k = idx[e].ix();
+                            for j in 0..n {
+                                let x = d.data[at(d.offset, k, j, d.rs, d.cs)];
+                                cp.data[at(off, lr, j, rs, cs)] += v * x;
+                            }
+                        }
+                    }
+                    Side::Right => {
+                        for k in 0..ptr.len() - 1 {
+                            let x = d.data[at(d.offset, r, k, d.rs, d.cs)];
+                            for e in ptr[k].ix()..ptr[k + 1].ix() {
+                                let v: T = vals[e].widen();
+                                cp.data[at(off, lr, idx[e].ix(), rs, cs)] += x * v;
+                            }
+                        }
+                    }
+                }
+            }
+        });
+    Ok(())
+}
+
+/// Runs `f(task piece of c, first row)` over pieces of `c` cut at `bounds` (rows), in parallel.
+fn par_pieces<'a>(
+    c: DenseMut<'a, f32>,
+    bounds: &[usize],
+    f: impl Fn(simd::MatMut<'_>, usize) -> Result<(), String> + Sync,
+) -> Result<(), String> {
+    let pieces = split_rows(c, bounds);
+    pieces
+        .into_par_iter()
+        .zip(bounds.par_windows(2))
+        .try_for_each(|(cp, w)| {
+            let m = simd::MatMut {
+                off: cp.offset,
+                rows: cp.rows,
+                cols: cp.cols,
+                ld: cp.rs as usize,
+                data: cp.data,
+            };
+            f(m, w[0])
+        })
+}
+
+fn f32_out<T: Compute>(c: DenseMut<T>) -> Result<DenseMut<f32>, String> {
+    let DenseMut {
+        data,
+        offset,
+        rows,
+        cols,
+        rs,
+        cs,
+    } = c;
+    let data = T::as_f32_mut(data).ok_or("internal: f32 fast path with f64 output")?;
+    Ok(DenseMut {
+        data,
+        offset,
+        rows,
+        cols,
+        rs,
+        cs,
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn bsr_left_f32<T: Compute>(
+    s: &SparseRef,
+    br: usize,
+    bc: usize,
+    sv: simd::ValSlice,
+    d: simd::Mat,
+    c: DenseMut<T>,
+    accumulate: bool,
+    isa: Isa,
+) -> Result<(), String> {
+    let c = f32_out(c)?;
+    let nbr = s.ptr.len() - 1;
+    let ptr = s.ptr;
+    let bbounds = balanced_bounds(nbr, n_tasks(), |i| ptr[i] as usize + i);
+    let bounds: Vec<usize> = bbounds.iter().map(|&b| b * br).collect();
+    par_pieces(c, &bounds, |cm, r0| {
+        let i0 = r0 / br;
+        let i1 = i0 + cm.rows / br;
+        simd::bsr_left(isa, &ptr[i0..=i1], s.idx, sv, br, bc, d, cm, accumulate)
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn bsr_right_f32<T: Compute>(
+    s: &SparseRef,
+    br: usize,
+    bc: usize,
+    sv: simd::ValSlice,
+    d: simd::Mat,
+    c: DenseMut<T>,
+    accumulate: bool,
+    isa: Isa,
+) -> Result<(), String> {
+    let c = f32_out(c)?;
+    let nbr = s.ptr.len() - 1;
+    let nbc = s.shape[1] / bc;
+    let nnzb = s.ptr[nbr] as usize;
+    // Column index: for each block column, its (block row, block position) in row order.
+    let mut cptr = vec![0usize; nbc + 1];
+    for &j in &s.idx[..nnzb] {
+        cptr[j as usize + 1] += 1;
+    }
+    for j in 0..nbc {
+        cptr[j + 1] += cptr[j];
+    }
+    let mut next = cptr[..nbc].to_vec();
+    let mut entries = vec![(0u32, 0u32); nnzb];
+    for bi in 0..nbr {
+        for b in s.ptr[bi] as usize..s.ptr[bi + 1] as usize {
+            let j = s.idx[b] as usize;
+            entries[next[j]] = (bi as u32, b as u32);
+            next[j] += 1;
+        }
+    }
+    // Values widened once (the micro-kernel loads rows of blocks).
+    let widened: Vec<f32>;
+    let vf: &[f32] = match sv {
+        simd::ValSlice::F32(v) => v,
+        other => {
+            widened = simd::widen(isa, other, nnzb * br * bc);
+            &widened
+        }
+    };
+    let bounds = even_bounds(c.rows, n_tasks());
+    let col = simd::ColIndex {
+        ptr: &cptr,
+        entries: &entries,
+    };
+    par_pieces(c, &bounds, |cm, r0| {
+        simd::bsr_right(isa, &col, vf, br, bc, d, r0, cm, accumulate)
+    })
+}
+
+fn two_four_left_f32<T: Compute>(
+    s: &SparseRef,
+    sv: simd::ValSlice,
+    d: simd::Mat,
+    c: DenseMut<T>,
+    accumulate: bool,
+    isa: Isa,
+) -> Result<(), String> {
+    let c = f32_out(c)?;
+    let (m, k) = (s.shape[0], s.shape[1]);
+    let n = d.cols;
+    let words = k.div_ceil(32);
+    let half = k / 2;
+    // Small n: dᵀ (n × k, contiguous rows) for the permute kernel.
+    let small = isa == Isa::Avx512 && n <= simd::TWO_FOUR_SMALL_N;
+    let xt_store: Vec<f32>;
+    let xt: simd::Mat = if small {
+        if n == 1 && d.ld == 1 {
+            simd::Mat {
+                data: d.data,
+                off: d.off,
+                rows: 1,
+                cols: k,
+                ld: k,
+            }
+        } else {
+            let mut t = vec![0f32; n * k];
+            for kk in 0..k {
+                let row = &d.data[d.off + kk * d.ld..d.off + kk * d.ld + n];
+                for (j, &x) in row.iter().enumerate() {
+                    t[j * k + kk] = x;
+                }
+            }
+            xt_store = t;
+            simd::Mat {
+                data: &xt_store,
+                off: 0,
+                rows: n,
+                cols: k,
+                ld: k,
+            }
+        }
+    } else {
+        d
+    };
+    let bounds = even_bounds(m, n_tasks());
+    par_pieces(c, &bounds, |cm, r0| {
+        let r1 = r0 + cm.rows;
+        let meta = &s.idx[r0 * words..r1 * words];
+        let v = sv.slice(r0 * half, r1 * half);
+        if small {
+            simd::two_four_small(isa, v, meta, k, xt, cm, accumulate)
+        } else {
+            simd::two_four_bcast(isa, v, meta, k, d, cm, accumulate)
+        }
+    })
+}
+
+fn csr_left_f32<T: Compute>(
+    s: &SparseRef,
+    sv: simd::ValSlice,
+    d: simd::Mat,
+    c: DenseMut<T>,
+    accumulate: bool,
+    isa: Isa,
+) -> Result<(), String> {
+    let c = f32_out(c)?;
+    let ptr = s.ptr;
+    let m = ptr.len() - 1;
+    let bounds = balanced_bounds(m, n_tasks(), |r| ptr[r] as usize + r);
+    par_pieces(c, &bounds, |cm, r0| {
+        let r1 = r0 + cm.rows;
+        simd::csr_left(isa, &ptr[r0..=r1], s.idx, sv, d, cm, accumulate)
+    })
+}
+
+#[cfg(test)]
+#[path = "kernels_tests.rs"]
+mod tests;

@@ -10,6 +10,8 @@
 
 pub mod kernels;
 pub mod prune;
+#[allow(unsafe_code)]
+mod simd;
 pub mod storage;
 pub mod validate;
 
