@@ -521,9 +521,10 @@ fn check_indices(idx: &[i32], nnz: usize, extent: usize) -> Result<(), String> {
     Ok(())
 }
 
-/// Splits `c` into the row ranges `bounds[t]..bounds[t + 1]` (disjoint pieces of `data`).
-/// Needs rows that do not interleave (checked by `check_injective` with `|rs|` the larger).
-fn split_rows<'a, T>(c: DenseMut<'a, T>, bounds: &[usize]) -> Vec<DenseMut<'a, T>> {
+/// Splits `c` into the non-empty row ranges `bounds[t]..bounds[t + 1]` (disjoint pieces of
+/// `data`), each with its first row. Needs rows that do not interleave (checked by
+/// `check_injective`, with `|rs|` the larger stride).
+fn split_rows<'a, T>(c: DenseMut<'a, T>, bounds: &[usize]) -> Vec<(usize, DenseMut<'a, T>)> {
     let DenseMut {
         data,
         offset,
@@ -548,7 +549,7 @@ fn split_rows<'a, T>(c: DenseMut<'a, T>, bounds: &[usize]) -> Vec<DenseMut<'a, T
         pieces.push((lo, hi, r0, r1, t));
     }
     pieces.sort_unstable();
-    let mut out: Vec<(usize, DenseMut<'a, T>)> = Vec::with_capacity(pieces.len());
+    let mut out: Vec<(usize, usize, DenseMut<'a, T>)> = Vec::with_capacity(pieces.len());
     let mut rest = data;
     let mut consumed = 0usize;
     for (lo, hi, r0, r1, t) in pieces {
@@ -559,6 +560,7 @@ fn split_rows<'a, T>(c: DenseMut<'a, T>, bounds: &[usize]) -> Vec<DenseMut<'a, T
         let first = (offset as isize + r0 as isize * rs) as usize;
         out.push((
             t,
+            r0,
             DenseMut {
                 data: mine,
                 offset: first - lo,
@@ -570,7 +572,7 @@ fn split_rows<'a, T>(c: DenseMut<'a, T>, bounds: &[usize]) -> Vec<DenseMut<'a, T
         ));
     }
     out.sort_unstable_by_key(|p| p.0);
-    out.into_iter().map(|p| p.1).collect()
+    out.into_iter().map(|p| (p.1, p.2)).collect()
 }
 
 /// Row bounds `0 = b0 < … = rows` cutting `rows` into about `tasks` ranges of equal cost,
@@ -645,7 +647,15 @@ fn dispatch<T: Compute>(
         (Layout::Csr, false) | (Layout::Csc, true)
     );
     // Fast paths: f32 compute, SIMD, unit column strides, rows of c and d going forward.
-    if isa != Isa::Scalar && d.cs == 1 && c.cs == 1 && d.rs > 0 && c.rs > 0 {
+    let rows_apart = |rows: usize, cols: usize, rs: isize| rows <= 1 || rs as usize >= cols;
+    if isa != Isa::Scalar
+        && d.cs == 1
+        && c.cs == 1
+        && d.rs > 0
+        && c.rs > 0
+        && rows_apart(d.rows, d.cols, d.rs)
+        && rows_apart(c.rows, c.cols, c.rs)
+    {
         if let (Some(dd), Some(sv)) = (T::as_f32(d.data), simd_vals(&s.values)) {
             let df = simd::Mat {
                 data: dd,
@@ -791,42 +801,38 @@ fn csr_generic<T: Compute, P: Ix, I: Ix, V: Elem>(
         Side::Right => even_bounds(m, n_tasks()),
     };
     let pieces = split_rows(c, &bounds);
-    pieces
-        .into_par_iter()
-        .zip(bounds.par_windows(2))
-        .for_each(|(cp, w)| {
-            let r0 = w[0];
-            for lr in 0..cp.rows {
-                let r = r0 + lr;
-                let (off, rs, cs) = (cp.offset, cp.rs, cp.cs);
-                if !accumulate {
-                    for j in 0..n {
-                        cp.data[at(off, lr, j, rs, cs)] = T::default();
-                    }
+    pieces.into_par_iter().for_each(|(r0, cp)| {
+        for lr in 0..cp.rows {
+            let r = r0 + lr;
+            let (off, rs, cs) = (cp.offset, cp.rs, cp.cs);
+            if !accumulate {
+                for j in 0..n {
+                    cp.data[at(off, lr, j, rs, cs)] = T::default();
                 }
-                match side {
-                    Side::Left => {
-                        for e in ptr[r].ix()..ptr[r + 1].ix() {
-                            let v: T = vals[e].widen();
-                            let k = idx[e].ix();
-                            for j in 0..n {
-                                let x = d.data[at(d.offset, k, j, d.rs, d.cs)];
-                                cp.data[at(off, lr, j, rs, cs)] += v * x;
-                            }
+            }
+            match side {
+                Side::Left => {
+                    for e in ptr[r].ix()..ptr[r + 1].ix() {
+                        let v: T = vals[e].widen();
+                        let k = idx[e].ix();
+                        for j in 0..n {
+                            let x = d.data[at(d.offset, k, j, d.rs, d.cs)];
+                            cp.data[at(off, lr, j, rs, cs)] += v * x;
                         }
                     }
-                    Side::Right => {
-                        for k in 0..ptr.len() - 1 {
-                            let x = d.data[at(d.offset, r, k, d.rs, d.cs)];
-                            for e in ptr[k].ix()..ptr[k + 1].ix() {
-                                let v: T = vals[e].widen();
-                                cp.data[at(off, lr, idx[e].ix(), rs, cs)] += x * v;
-                            }
+                }
+                Side::Right => {
+                    for k in 0..ptr.len() - 1 {
+                        let x = d.data[at(d.offset, r, k, d.rs, d.cs)];
+                        for e in ptr[k].ix()..ptr[k + 1].ix() {
+                            let v: T = vals[e].widen();
+                            cp.data[at(off, lr, idx[e].ix(), rs, cs)] += x * v;
                         }
                     }
                 }
             }
-        });
+        }
+    });
     Ok(())
 }
 
@@ -837,19 +843,16 @@ fn par_pieces<'a>(
     f: impl Fn(simd::MatMut<'_>, usize) -> Result<(), String> + Sync,
 ) -> Result<(), String> {
     let pieces = split_rows(c, bounds);
-    pieces
-        .into_par_iter()
-        .zip(bounds.par_windows(2))
-        .try_for_each(|(cp, w)| {
-            let m = simd::MatMut {
-                off: cp.offset,
-                rows: cp.rows,
-                cols: cp.cols,
-                ld: cp.rs as usize,
-                data: cp.data,
-            };
-            f(m, w[0])
-        })
+    pieces.into_par_iter().try_for_each(|(r0, cp)| {
+        let m = simd::MatMut {
+            off: cp.offset,
+            rows: cp.rows,
+            cols: cp.cols,
+            ld: cp.rs as usize,
+            data: cp.data,
+        };
+        f(m, r0)
+    })
 }
 
 fn f32_out<T: Compute>(c: DenseMut<T>) -> Result<DenseMut<f32>, String> {

@@ -223,6 +223,8 @@ enum Strides {
     Padded,
     NegRows,
     NegCols,
+    /// `rs = cs = 1`: elements shared between rows (fine for `d`, rejected for `c`).
+    Hankel,
 }
 
 const ALL_STRIDES: [Strides; 5] = [
@@ -231,6 +233,15 @@ const ALL_STRIDES: [Strides; 5] = [
     Strides::Padded,
     Strides::NegRows,
     Strides::NegCols,
+];
+
+const D_STRIDES: [Strides; 6] = [
+    Strides::RowMajor,
+    Strides::ColMajor,
+    Strides::Padded,
+    Strides::NegRows,
+    Strides::NegCols,
+    Strides::Hankel,
 ];
 
 /// `(buffer length, offset, rs, cs)` for a `rows × cols` view.
@@ -242,6 +253,7 @@ fn view_layout(rows: usize, cols: usize, st: Strides) -> (usize, usize, isize, i
         Strides::Padded => (r * (c + 3) * 2 + 5, 5, 2 * (c + 3), 2),
         Strides::NegRows => (r * c + 2, (r - 1).max(0) * c + 1, -c, 1),
         Strides::NegCols => (r * c, (c - 1).max(0) * r, 1, -r),
+        Strides::Hankel => (r + c, 0, 1, 1),
     };
     (len.max(1) as usize, off as usize, rs, cs)
 }
@@ -390,7 +402,7 @@ fn every_layout_side_dtype_isa() {
                                 counter += 1;
                                 let n = ns[(counter % 4) as usize];
                                 let accumulate = (counter / 4) % 2 == 1;
-                                let dst = ALL_STRIDES[(counter / 2 % 5) as usize];
+                                let dst = D_STRIDES[(counter / 2 % 6) as usize];
                                 let cst = if counter.is_multiple_of(3) {
                                     ALL_STRIDES[(counter / 3 % 5) as usize]
                                 } else {
@@ -595,7 +607,7 @@ proptest! {
         f64_compute in any::<bool>(),
         n in prop_oneof![Just(1usize), 1usize..70],
         accumulate in any::<bool>(),
-        dst in 0usize..5,
+        dst in 0usize..6,
         cst in 0usize..5,
         isa_pick in 0usize..3,
         seed in any::<u64>(),
@@ -605,7 +617,7 @@ proptest! {
         let isas = Isa::available();
         let isa = isas[isa_pick % isas.len()];
         let side = if side_left { Side::Left } else { Side::Right };
-        let (dst, cst) = (ALL_STRIDES[dst], ALL_STRIDES[cst]);
+        let (dst, cst) = (D_STRIDES[dst], ALL_STRIDES[cst]);
         let r = if f64_compute || dt == Dtype::F64 {
             run_case::<f64>(&s, dt, transposed, side, n, accumulate, dst, cst, isa, seed)
         } else {

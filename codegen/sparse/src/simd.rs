@@ -1264,6 +1264,7 @@ mod x86 {
         accumulate: bool,
     ) {
         const MB: usize = 64;
+        const GB: usize = 32;
         let n = c.cols;
         let rows = c.rows;
         let dp = d.data.as_ptr().add(d.off);
@@ -1282,12 +1283,13 @@ mod x86 {
             c: *mut f32,
             ldc: usize,
             rem: usize,
-            accumulate: bool,
+            groups: (usize, usize),
+            load_c: bool,
         ) {
             let half = k / 2;
             let words = k.div_ceil(32);
-            let mut acc = init_acc::<V, R, NV, MASK>(c, ldc, rem, accumulate);
-            for g in 0..k / 4 {
+            let mut acc = init_acc::<V, R, NV, MASK>(c, ldc, rem, load_c);
+            for g in groups.0..groups.1 {
                 for (i, acc_i) in acc.iter_mut().enumerate() {
                     let rr = row + i;
                     let word = *mp.add(rr * words + g / 8) as u32;
@@ -1328,27 +1330,44 @@ mod x86 {
                 } else {
                     (false, left, true)
                 };
-                let mut r = m0;
-                while r < m1 {
-                    let two = r + 2 <= m1;
-                    let cr = cp.add(r * ldc + j0);
-                    let dj = dp.add(j0);
-                    macro_rules! go {
-                        ($r:literal, $nv:literal, $m:literal) => {
-                            tile::<V, E, $r, $nv, $m>(
-                                vals, mp, k, r, dj, ldd, cr, ldc, nvw, accumulate,
-                            )
-                        };
+                // Blocks of GB groups (4·GB rows of d) so the d tile stays in L1.
+                let mut g0 = 0;
+                while g0 < k / 4 {
+                    let g1 = (g0 + GB).min(k / 4);
+                    let load_c = accumulate || g0 > 0;
+                    let mut r = m0;
+                    while r < m1 {
+                        let two = r + 2 <= m1;
+                        let cr = cp.add(r * ldc + j0);
+                        let dj = dp.add(j0);
+                        macro_rules! go {
+                            ($r:literal, $nv:literal, $m:literal) => {
+                                tile::<V, E, $r, $nv, $m>(
+                                    vals,
+                                    mp,
+                                    k,
+                                    r,
+                                    dj,
+                                    ldd,
+                                    cr,
+                                    ldc,
+                                    nvw,
+                                    (g0, g1),
+                                    load_c,
+                                )
+                            };
+                        }
+                        match (two, nv4, mask) {
+                            (true, true, _) => go!(2, 4, false),
+                            (false, true, _) => go!(1, 4, false),
+                            (true, false, false) => go!(2, 1, false),
+                            (false, false, false) => go!(1, 1, false),
+                            (true, false, true) => go!(2, 1, true),
+                            (false, false, true) => go!(1, 1, true),
+                        }
+                        r += if two { 2 } else { 1 };
                     }
-                    match (two, nv4, mask) {
-                        (true, true, _) => go!(2, 4, false),
-                        (false, true, _) => go!(1, 4, false),
-                        (true, false, false) => go!(2, 1, false),
-                        (false, false, false) => go!(1, 1, false),
-                        (true, false, true) => go!(2, 1, true),
-                        (false, false, true) => go!(1, 1, true),
-                    }
-                    r += if two { 2 } else { 1 };
+                    g0 = g1;
                 }
                 j0 += nvw;
             }
