@@ -1097,6 +1097,12 @@ mod x86 {
         }
     }
 
+    /// Two rows at a time share the loads of `xt` but read two streams of values and meta;
+    /// DRAM prefers one, so pairs pay off only for larger n.
+    const TWO_ROWS_FROM_N: usize = 64;
+    /// How far ahead (in values) the 2:4 kernel prefetches its values.
+    const PF_VALS: usize = 256;
+
     #[inline(always)]
     unsafe fn tf_small<E: Ld>(
         vals: *const E,
@@ -1115,7 +1121,7 @@ mod x86 {
             };
         }
         while r < rows {
-            if r + 2 <= rows {
+            if r + 2 <= rows && n > TWO_ROWS_FROM_N {
                 match n {
                     1 => go!(2, 1),
                     2 => go!(2, 2),
@@ -1173,6 +1179,10 @@ mod x86 {
             for i in 0..R {
                 let row = r + i;
                 let vptr = vals.add(row * half + 16 * w);
+                // The values stream is the bottleneck: fetch a few lines ahead (a prefetch
+                // past the end of the array is harmless, it never faults).
+                _mm_prefetch::<_MM_HINT_T0>(vptr.wrapping_add(PF_VALS) as *const i8);
+                _mm_prefetch::<_MM_HINT_T0>(mp.wrapping_add(row * words + w + 64) as *const i8);
                 vv[i] = if nkept == 16 {
                     E::ld::<Z>(vptr).0
                 } else {
