@@ -1097,9 +1097,9 @@ mod x86 {
         }
     }
 
-    /// Two rows at a time share the loads of `xt` but read two streams of values and meta;
-    /// DRAM prefers one, so pairs pay off only for larger n.
-    const TWO_ROWS_FROM_N: usize = 64;
+    /// Two rows at a time share the loads of `xt` but read two streams of values and meta:
+    /// for a mat-vec (memory-bound) one stream is faster, from n = 2 on pairs are.
+    const TWO_ROWS_FROM_N: usize = 1;
     /// How far ahead (in values) the 2:4 kernel prefetches its values.
     const PF_VALS: usize = 256;
 
@@ -1257,10 +1257,38 @@ mod x86 {
         c: MatMut,
         accumulate: bool,
     ) {
-        match vals {
-            ValSlice::F32(v) => tf_bcast::<V, f32>(v.as_ptr(), meta, k, d, c, accumulate),
-            ValSlice::F16(v) => tf_bcast::<V, f16>(v.as_ptr(), meta, k, d, c, accumulate),
-            ValSlice::BF16(v) => tf_bcast::<V, bf16>(v.as_ptr(), meta, k, d, c, accumulate),
+        // Half values are widened a block of rows at a time (reused across column tiles).
+        const MB: usize = 64;
+        let (half, words) = (k / 2, k.div_ceil(32));
+        let mut buf: Vec<f32> = Vec::new();
+        let mut m0 = 0;
+        while m0 < c.rows {
+            let mb = match vals {
+                ValSlice::F32(_) => c.rows,
+                _ => (c.rows - m0).min(MB),
+            };
+            let vp: *const f32 = match vals {
+                ValSlice::F32(v) => v.as_ptr(),
+                ValSlice::F16(v) => {
+                    buf.resize(mb * half, 0.0);
+                    widen_ptr::<V, f16>(v.as_ptr().add(m0 * half), buf.as_mut_ptr(), mb * half);
+                    buf.as_ptr()
+                }
+                ValSlice::BF16(v) => {
+                    buf.resize(mb * half, 0.0);
+                    widen_ptr::<V, bf16>(v.as_ptr().add(m0 * half), buf.as_mut_ptr(), mb * half);
+                    buf.as_ptr()
+                }
+            };
+            let sub = MatMut {
+                data: &mut *c.data,
+                off: c.off + m0 * c.ld,
+                rows: mb,
+                cols: c.cols,
+                ld: c.ld,
+            };
+            tf_bcast::<V, f32>(vp, &meta[m0 * words..], k, d, sub, accumulate);
+            m0 += mb;
         }
     }
 
@@ -1477,8 +1505,11 @@ mod x86 {
             rem: usize,
             accumulate: bool,
         ) {
+            // Two sets of accumulators (even and odd entries) for twice the independent
+            // FMA chains.
             let mut acc = init_acc::<V, 1, NV, MASK>(c, 0, rem, accumulate);
-            for e in a..b {
+            let mut acc2 = [[V::zero(); NV]; 1];
+            let step = |acc: &mut [[V; NV]; 1], e: usize| {
                 let s = V::splat(E::get(vals.add(e)));
                 let l = dp.add(*ip.add(e) as usize * ldd);
                 for v in 0..NV {
@@ -1489,6 +1520,18 @@ mod x86 {
                     };
                     acc[0][v] = V::fma(s, x, acc[0][v]);
                 }
+            };
+            let mut e = a;
+            while e + 2 <= b {
+                step(&mut acc, e);
+                step(&mut acc2, e + 1);
+                e += 2;
+            }
+            if e < b {
+                step(&mut acc, e);
+            }
+            for v in 0..NV {
+                acc[0][v] = V::fma(V::splat(1.0), acc2[0][v], acc[0][v]);
             }
             store_acc::<V, 1, NV, MASK>(&acc, c, 0, rem);
         }
