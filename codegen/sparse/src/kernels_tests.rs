@@ -626,3 +626,38 @@ proptest! {
         prop_assert!(r.is_ok(), "{}", r.unwrap_err());
     }
 }
+
+#[test]
+fn any_thread_count() {
+    for threads in [1, 3, 5] {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .expect("pool");
+        pool.install(|| {
+            for (layout, rows, cols) in fixed_layouts() {
+                let mut rng = Rng::new(threads as u64 + rows as u64);
+                let s = random_sparse(&mut rng, layout, rows, cols, 0.4, 1);
+                for isa in Isa::available() {
+                    for side in [Side::Left, Side::Right] {
+                        for (n, cst) in [(1, Strides::RowMajor), (17, Strides::NegRows)] {
+                            let r = run_case::<f32>(
+                                &s,
+                                Dtype::F16,
+                                false,
+                                side,
+                                n,
+                                true,
+                                Strides::RowMajor,
+                                cst,
+                                isa,
+                                7,
+                            );
+                            assert!(r.is_ok(), "{threads} threads: {}", r.unwrap_err());
+                        }
+                    }
+                }
+            }
+        });
+    }
+}
