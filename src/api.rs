@@ -886,16 +886,17 @@ impl Program {
     /// Moves the inputs into the plan's buffers (no copy) and runs the cached kernels.
     fn run_jit(&self, c: &Compiled, tensors: Vec<Tensor>) -> Result<Vec<Tensor>, Diagnostic> {
         // Dense inputs move in without a copy; sparse ones are compressed from their data.
-        let sparse_data: Vec<Tensor> = if c.plan.input_layouts.iter().any(Option::is_some) {
-            tensors.clone()
-        } else {
-            Vec::new()
-        };
-        let data: Vec<Option<Storage>> = tensors
-            .into_iter()
-            .zip(&c.plan.input_layouts)
-            .map(|(t, l)| if l.is_some() { None } else { Some(t.data) })
-            .collect();
+        let mut data: Vec<Option<Storage>> = Vec::with_capacity(tensors.len());
+        let mut sparse_data: Vec<Tensor> = Vec::with_capacity(tensors.len());
+        for (t, l) in tensors.into_iter().zip(&c.plan.input_layouts) {
+            if l.is_some() {
+                data.push(None);
+                sparse_data.push(t);
+            } else {
+                data.push(Some(t.data));
+                sparse_data.push(Tensor::new(Vec::new(), Storage::F32(vec![0.0])));
+            }
+        }
         let mut bufs = crate::runtime::bind_buffers(&c.plan, data, &sparse_data)?;
         c.exe
             .run(&mut bufs, rayon::current_num_threads())

@@ -100,7 +100,8 @@ pub fn buffers(plan: &Plan, inputs: &[Tensor]) -> Result<Vec<Data>, Diagnostic> 
     )
 }
 
-/// Like [`buffers`], moving dense input data in without a copy (`data[i]` is taken).
+/// Like [`buffers`], moving dense input data in without a copy (`data[i]` is taken); only
+/// the sparse inputs are read from `inputs` (and compressed).
 pub fn bind_buffers(
     plan: &Plan,
     mut data: Vec<Option<Storage>>,

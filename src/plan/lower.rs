@@ -470,10 +470,10 @@ impl<'a> Planner<'a> {
             NodeKind::Pattern {
                 reduce: Some(_), ..
             } => "reduce",
+            NodeKind::Pattern { .. } if self.p.node(id).ty.format.is_sparse() => "sparse view",
             NodeKind::Pattern { .. } => "pattern",
             NodeKind::Unary(..) | NodeKind::Binary(..) | NodeKind::Cast(_) => "elementwise",
             NodeKind::Sparsify { .. } => "sparsify",
-            NodeKind::Pattern { .. } if self.p.node(id).ty.format.is_sparse() => "sparse view",
             _ => "value",
         };
         format!("{stmt}: {what}")
