@@ -1123,10 +1123,11 @@ mod x86 {
     ) {
         let n = c.cols;
         let rows = c.rows;
+        let cp = (c.data.as_mut_ptr().add(c.off), c.ld);
         let mut r = 0;
         macro_rules! go {
             ($r:literal, $n:literal) => {
-                tf_rows::<E, $r, $n>(vals, meta, k, &xt, &c, r, accumulate)
+                tf_rows::<E, $r, $n>(vals, meta, k, &xt, cp, r, accumulate)
             };
         }
         while r < rows {
@@ -1168,7 +1169,7 @@ mod x86 {
         meta: &[i32],
         k: usize,
         xt: &Mat,
-        c: &MatMut,
+        (cp, ldc): (*mut f32, usize),
         r: usize,
         accumulate: bool,
     ) {
@@ -1180,6 +1181,9 @@ mod x86 {
         let xp = xt.data.as_ptr().add(xt.off);
         let mp = meta.as_ptr();
         let mut acc = [[_mm512_setzero_ps(); N]; R];
+        // A mat-vec row has a single FMA chain: alternate two accumulators over words.
+        let dual = N * R == 1;
+        let mut acc_b = [[_mm512_setzero_ps(); N]; R];
         for w in 0..words {
             let ncols = (k - 32 * w).min(32);
             let nkept = ncols / 2;
@@ -1217,15 +1221,22 @@ mod x86 {
                 };
                 for i in 0..R {
                     let g = _mm512_permutex2var_ps(x0, ix[i], x1);
-                    acc[i][j] = _mm512_fmadd_ps(vv[i], g, acc[i][j]);
+                    if dual && w % 2 == 1 {
+                        acc_b[i][j] = _mm512_fmadd_ps(vv[i], g, acc_b[i][j]);
+                    } else {
+                        acc[i][j] = _mm512_fmadd_ps(vv[i], g, acc[i][j]);
+                    }
                 }
             }
         }
-        let cp = c.data.as_ptr().add(c.off) as *mut f32;
         for i in 0..R {
             for j in 0..N {
-                let p = cp.add((r + i) * c.ld + j);
-                let s = _mm512_reduce_add_ps(acc[i][j]);
+                let p = cp.add((r + i) * ldc + j);
+                let mut sum = acc[i][j];
+                if dual {
+                    sum = _mm512_add_ps(sum, acc_b[i][j]);
+                }
+                let s = _mm512_reduce_add_ps(sum);
                 *p = if accumulate { *p + s } else { s };
             }
         }
