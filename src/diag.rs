@@ -73,6 +73,8 @@ codes! {
     FileWrite => "tdsl::io::write",
     NpyInvalid => "tdsl::io::npy_invalid",
     SafetensorsInvalid => "tdsl::io::safetensors_invalid",
+    NpzInvalid => "tdsl::io::npz_invalid",
+    SparseData => "tdsl::data::sparse",
     DtypeMismatch => "tdsl::io::dtype_mismatch",
     ShapeMismatch => "tdsl::io::shape_mismatch",
     UnknownInput => "tdsl::io::unknown_input",

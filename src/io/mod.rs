@@ -15,7 +15,9 @@
 //!   temporary one behind.
 
 pub mod npy;
+pub mod npz;
 pub mod safetensors;
 
 pub use self::npy::{read_npy, write_npy};
+pub use self::npz::{read_npz, write_npz};
 pub use self::safetensors::{read_safetensors, safetensors_names, write_safetensors};

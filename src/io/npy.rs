@@ -97,7 +97,314 @@ pub fn read_npy(path: &Path) -> Result<Tensor, Diagnostic> {
     let file = File::open(path).map_err(|e| read_error(path, &e))?;
     let file_len = file.metadata().map_err(|e| read_error(path, &e))?.len();
     let mut reader = BufReader::new(file);
+    let (header, data_len) = read_header(&mut reader, file_len, path)?;
 
+    let dtype = header.dtype();
+    let Some(elem) = Elem::from_npy(&dtype) else {
+        return Err(Diagnostic::new(
+            Code::DtypeMismatch,
+            format!(
+                "`{}` holds elements of dtype {}, which tdsl cannot read",
+                path.display(),
+                dtype.descr()
+            ),
+        )
+        .help(SUPPORTED));
+    };
+
+    // Exact size check, in u64 with overflow checks, before any data is allocated.
+    let shape_u64 = header.shape().to_vec();
+    let too_large = |what: &str| {
+        Diagnostic::new(
+            Code::TooLarge,
+            format!(
+                "`{}` is too large: its header claims shape {} and {what}",
+                path.display(),
+                ShapeDisplay(&shape_u64)
+            ),
+        )
+    };
+    let count = shape_u64
+        .iter()
+        .try_fold(1u64, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(|| too_large("the element count overflows 64 bits"))?;
+    let nbytes = count
+        .checked_mul(elem.item_size())
+        .ok_or_else(|| too_large("the byte count overflows 64 bits"))?;
+    if nbytes != data_len {
+        let how = if nbytes > data_len {
+            "the data is truncated"
+        } else {
+            "there are extra bytes after the data"
+        };
+        return Err(invalid(
+            path,
+            format!(
+                "{how}: the header claims shape {} of {} ({count} elements, {nbytes} bytes), \
+                 but {data_len} bytes follow the header",
+                ShapeDisplay(&shape_u64),
+                dtype.descr()
+            ),
+        ));
+    }
+    let shape = shape_u64
+        .iter()
+        .map(|&d| usize::try_from(d))
+        .collect::<Result<Vec<usize>, _>>()
+        .map_err(|_| too_large("a dimension does not fit in memory on this machine"))?;
+    let count = usize::try_from(count)
+        .map_err(|_| too_large("it does not fit in memory on this machine"))?;
+
+    let fortran = header.order() == Order::Fortran;
+    let npy = NpyFile::with_header(header, reader.take(data_len));
+    let data = match elem {
+        Elem::F32 => Storage::F32(to_c_order(read_elems(npy, count, path)?, &shape, fortran)),
+        Elem::F64 => Storage::F64(to_c_order(read_elems(npy, count, path)?, &shape, fortran)),
+        Elem::F16 => Storage::F16(to_c_order(
+            read_elems::<f16, _>(npy, count, path)?,
+            &shape,
+            fortran,
+        )),
+        Elem::BF16 { big_endian } => {
+            let raw = read_elems::<FixedSizeBytes<2>, _>(npy, count, path)?;
+            let vals = raw
+                .into_iter()
+                .map(|b| {
+                    bf16::from_bits(if big_endian {
+                        u16::from_be_bytes(b.0)
+                    } else {
+                        u16::from_le_bytes(b.0)
+                    })
+                })
+                .collect();
+            Storage::BF16(to_c_order(vals, &shape, fortran))
+        }
+    };
+    debug_assert_eq!(data.len(), count);
+    Ok(Tensor { shape, data })
+}
+
+/// The elements of an array of any type a `.npz` member may hold (see [`read_any`]).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum AnyData {
+    /// f32, f64, f16 or bf16 (`V2`), as [`read_npy`] reads them.
+    Float(Storage),
+    /// Signed or unsigned integers of 1 to 8 bytes, widened to i64 (a u64 above `i64::MAX` is
+    /// an error).
+    Int(Vec<i64>),
+    /// Byte strings (`S`) or unicode strings (`U`), each with its trailing NULs removed.
+    Text(Vec<String>),
+}
+
+/// An array read by [`read_any`]: C-order elements and the shape.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct AnyArray {
+    pub shape: Vec<usize>,
+    pub data: AnyData,
+}
+
+/// Reads a `.npy` stream of `len` bytes holding floats (as [`read_npy`]), integers or strings,
+/// with the same checks as `read_npy`: the header before `npyz` sees it, and the data length
+/// against the header before anything is allocated from it. `path` names it in diagnostics.
+pub(crate) fn read_any<R: Read>(
+    mut reader: R,
+    len: u64,
+    path: &Path,
+) -> Result<AnyArray, Diagnostic> {
+    enum Kind {
+        Float(Elem),
+        Int { signed: bool },
+        Bytes,
+        Unicode,
+    }
+    let (header, data_len) = read_header(&mut reader, len, path)?;
+    let dtype = header.dtype();
+    let unsupported = || {
+        Diagnostic::new(
+            Code::DtypeMismatch,
+            format!(
+                "`{}` holds elements of dtype {}, which tdsl cannot read here",
+                path.display(),
+                dtype.descr()
+            ),
+        )
+        .help("supported: float arrays (f4, f8, f2, V2 as bf16), integers (i1..i8, u1..u8) and strings (S, U)")
+    };
+    let NpyDType::Plain(ts) = &dtype else {
+        return Err(unsupported());
+    };
+    let size = ts.size_field();
+    let big_endian = ts.endianness() == Endianness::Big;
+    let kind = match (ts.type_char(), size) {
+        (TypeChar::Int, 1 | 2 | 4 | 8) => Kind::Int { signed: true },
+        (TypeChar::Uint, 1 | 2 | 4 | 8) => Kind::Int { signed: false },
+        (TypeChar::ByteStr, _) => Kind::Bytes,
+        (TypeChar::UnicodeStr, _) => Kind::Unicode,
+        _ => match Elem::from_npy(&dtype) {
+            Some(e) => Kind::Float(e),
+            None => return Err(unsupported()),
+        },
+    };
+    let item = match kind {
+        Kind::Float(e) => Some(e.item_size()),
+        Kind::Unicode => size.checked_mul(4),
+        _ => Some(size),
+    };
+    let shape_u64 = header.shape().to_vec();
+    let too_large = |what: &str| {
+        Diagnostic::new(
+            Code::TooLarge,
+            format!(
+                "`{}` is too large: its header claims shape {} of {} and {what}",
+                path.display(),
+                ShapeDisplay(&shape_u64),
+                dtype.descr()
+            ),
+        )
+    };
+    let count = shape_u64
+        .iter()
+        .try_fold(1u64, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(|| too_large("the element count overflows 64 bits"))?;
+    let nbytes = item
+        .and_then(|i| count.checked_mul(i))
+        .ok_or_else(|| too_large("the byte count overflows 64 bits"))?;
+    if nbytes != data_len {
+        let how = if nbytes > data_len {
+            "the data is truncated"
+        } else {
+            "there are extra bytes after the data"
+        };
+        return Err(invalid(
+            path,
+            format!(
+                "{how}: the header claims shape {} of {} ({count} elements, {nbytes} bytes), \
+                 but {data_len} bytes follow the header",
+                ShapeDisplay(&shape_u64),
+                dtype.descr()
+            ),
+        ));
+    }
+    let shape = shape_u64
+        .iter()
+        .map(|&d| usize::try_from(d))
+        .collect::<Result<Vec<usize>, _>>()
+        .map_err(|_| too_large("a dimension does not fit in memory on this machine"))?;
+    // nbytes == data_len <= len, and the caller holds the `len` bytes, so this fits.
+    let mut bytes = Vec::new();
+    reader
+        .take(data_len)
+        .read_to_end(&mut bytes)
+        .map_err(|e| data_error(path, &e))?;
+    if bytes.len() as u64 != data_len {
+        return Err(data_error(path, &io::ErrorKind::UnexpectedEof.into()));
+    }
+    let fortran = header.order() == Order::Fortran;
+    let item = item.unwrap_or(0) as usize; // == nbytes / count, which fits
+    if item == 0 {
+        return Err(invalid(
+            path,
+            format!("dtype {} has zero-size elements", dtype.descr()),
+        ));
+    }
+    let chunks = || bytes.chunks_exact(item);
+    let data = match kind {
+        Kind::Float(Elem::F32) => AnyData::Float(Storage::F32(to_c_order(
+            chunks()
+                .map(|c| f32::from_le_bytes(le(c, big_endian)))
+                .collect(),
+            &shape,
+            fortran,
+        ))),
+        Kind::Float(Elem::F64) => AnyData::Float(Storage::F64(to_c_order(
+            chunks()
+                .map(|c| f64::from_le_bytes(le(c, big_endian)))
+                .collect(),
+            &shape,
+            fortran,
+        ))),
+        Kind::Float(Elem::F16) => AnyData::Float(Storage::F16(to_c_order(
+            chunks()
+                .map(|c| f16::from_le_bytes(le(c, big_endian)))
+                .collect(),
+            &shape,
+            fortran,
+        ))),
+        Kind::Float(Elem::BF16 { big_endian }) => AnyData::Float(Storage::BF16(to_c_order(
+            chunks()
+                .map(|c| bf16::from_le_bytes(le(c, big_endian)))
+                .collect(),
+            &shape,
+            fortran,
+        ))),
+        Kind::Int { signed } => {
+            let mut vals = Vec::with_capacity(bytes.len() / item);
+            for c in chunks() {
+                let le: [u8; 8] = le(c, big_endian);
+                let mut wide = [0u8; 8];
+                wide[..item].copy_from_slice(&le[..item]);
+                if signed && le[item - 1] & 0x80 != 0 {
+                    wide[item..].fill(0xff);
+                }
+                let v = i64::from_le_bytes(wide);
+                if !signed && item == 8 && v < 0 {
+                    return Err(invalid(
+                        path,
+                        format!("the uint64 value {} does not fit in an int64", v as u64),
+                    ));
+                }
+                vals.push(v);
+            }
+            AnyData::Int(to_c_order(vals, &shape, fortran))
+        }
+        Kind::Bytes | Kind::Unicode => {
+            let mut vals = Vec::with_capacity(bytes.len() / item);
+            {
+                for c in chunks() {
+                    let text = if matches!(kind, Kind::Bytes) {
+                        String::from_utf8_lossy(c).into_owned()
+                    } else {
+                        c.chunks_exact(4)
+                            .map(|u| {
+                                let b = [u[0], u[1], u[2], u[3]];
+                                let code = if big_endian {
+                                    u32::from_be_bytes(b)
+                                } else {
+                                    u32::from_le_bytes(b)
+                                };
+                                char::from_u32(code).unwrap_or(char::REPLACEMENT_CHARACTER)
+                            })
+                            .collect()
+                    };
+                    vals.push(text.trim_end_matches('\0').to_string());
+                }
+            }
+            AnyData::Text(to_c_order(vals, &shape, fortran))
+        }
+    };
+    Ok(AnyArray { shape, data })
+}
+
+/// The first `N` bytes of an element of `c.len() <= N` bytes in little-endian order, zero-filled.
+fn le<const N: usize>(c: &[u8], big_endian: bool) -> [u8; N] {
+    let mut out = [0u8; N];
+    let n = c.len().min(N);
+    out[..n].copy_from_slice(&c[..n]);
+    if big_endian {
+        out[..n].reverse();
+    }
+    out
+}
+
+/// Reads and checks the preamble and header of a `.npy` stream of `file_len` bytes, leaving
+/// `reader` at the first data byte. Returns the header and the number of data bytes that
+/// follow it (not yet checked against the header's shape and dtype). `path` names the file in
+/// diagnostics.
+pub(crate) fn read_header<R: Read>(
+    reader: &mut R,
+    file_len: u64,
+    path: &Path,
+) -> Result<(NpyHeader, u64), Diagnostic> {
     // The preamble: magic, version, header length. npyz reads it too, but we need the header
     // length checked against the file before anything is allocated for the header.
     let mut pre = [0u8; 12];
@@ -189,91 +496,7 @@ pub fn read_npy(path: &Path) -> Result<Tensor, Diagnostic> {
     let header = NpyHeader::from_reader(&head[..])
         .map_err(|e| invalid(path, format!("malformed header: {e}")))?;
     drop(head);
-
-    let dtype = header.dtype();
-    let Some(elem) = Elem::from_npy(&dtype) else {
-        return Err(Diagnostic::new(
-            Code::DtypeMismatch,
-            format!(
-                "`{}` holds elements of dtype {}, which tdsl cannot read",
-                path.display(),
-                dtype.descr()
-            ),
-        )
-        .help(SUPPORTED));
-    };
-
-    // Exact size check, in u64 with overflow checks, before any data is allocated.
-    let shape_u64 = header.shape().to_vec();
-    let too_large = |what: &str| {
-        Diagnostic::new(
-            Code::TooLarge,
-            format!(
-                "`{}` is too large: its header claims shape {} and {what}",
-                path.display(),
-                ShapeDisplay(&shape_u64)
-            ),
-        )
-    };
-    let count = shape_u64
-        .iter()
-        .try_fold(1u64, |acc, &d| acc.checked_mul(d))
-        .ok_or_else(|| too_large("the element count overflows 64 bits"))?;
-    let nbytes = count
-        .checked_mul(elem.item_size())
-        .ok_or_else(|| too_large("the byte count overflows 64 bits"))?;
-    let data_len = after_preamble - header_len;
-    if nbytes != data_len {
-        let how = if nbytes > data_len {
-            "the data is truncated"
-        } else {
-            "there are extra bytes after the data"
-        };
-        return Err(invalid(
-            path,
-            format!(
-                "{how}: the header claims shape {} of {} ({count} elements, {nbytes} bytes), \
-                 but {data_len} bytes follow the header",
-                ShapeDisplay(&shape_u64),
-                dtype.descr()
-            ),
-        ));
-    }
-    let shape = shape_u64
-        .iter()
-        .map(|&d| usize::try_from(d))
-        .collect::<Result<Vec<usize>, _>>()
-        .map_err(|_| too_large("a dimension does not fit in memory on this machine"))?;
-    let count = usize::try_from(count)
-        .map_err(|_| too_large("it does not fit in memory on this machine"))?;
-
-    let fortran = header.order() == Order::Fortran;
-    let npy = NpyFile::with_header(header, reader.take(data_len));
-    let data = match elem {
-        Elem::F32 => Storage::F32(to_c_order(read_elems(npy, count, path)?, &shape, fortran)),
-        Elem::F64 => Storage::F64(to_c_order(read_elems(npy, count, path)?, &shape, fortran)),
-        Elem::F16 => Storage::F16(to_c_order(
-            read_elems::<f16, _>(npy, count, path)?,
-            &shape,
-            fortran,
-        )),
-        Elem::BF16 { big_endian } => {
-            let raw = read_elems::<FixedSizeBytes<2>, _>(npy, count, path)?;
-            let vals = raw
-                .into_iter()
-                .map(|b| {
-                    bf16::from_bits(if big_endian {
-                        u16::from_be_bytes(b.0)
-                    } else {
-                        u16::from_le_bytes(b.0)
-                    })
-                })
-                .collect();
-            Storage::BF16(to_c_order(vals, &shape, fortran))
-        }
-    };
-    debug_assert_eq!(data.len(), count);
-    Ok(Tensor { shape, data })
+    Ok((header, after_preamble - header_len))
 }
 
 /// Writes a tensor as a version 1.0, little-endian, C-order `.npy` file, atomically.
@@ -324,7 +547,7 @@ fn read_elems<T: npyz::Deserialize, R: Read>(
 
 /// Returns the elements in C order. `data` is in C order already unless `fortran`, in which case
 /// it is in Fortran order (first index fastest) and is transposed.
-fn to_c_order<T: Copy>(data: Vec<T>, shape: &[usize], fortran: bool) -> Vec<T> {
+fn to_c_order<T: Clone>(data: Vec<T>, shape: &[usize], fortran: bool) -> Vec<T> {
     if !fortran || shape.len() < 2 || data.is_empty() {
         return data;
     }
@@ -341,7 +564,7 @@ fn to_c_order<T: Copy>(data: Vec<T>, shape: &[usize], fortran: bool) -> Vec<T> {
     let mut offset = 0usize;
     let mut out = Vec::with_capacity(data.len());
     for _ in 0..data.len() {
-        out.push(data[offset]);
+        out.push(data[offset].clone());
         for k in (0..shape.len()).rev() {
             index[k] += 1;
             offset += strides[k];
@@ -392,7 +615,7 @@ impl Drop for TempFile {
 
 /// Writes `path` through `fill` into `.NAME.tmp-PID-N` in the same directory, then renames it
 /// over `path`. On any error (or panic) the temporary file is removed.
-fn write_atomically(
+pub(crate) fn write_atomically(
     path: &Path,
     fill: impl FnOnce(&mut BufWriter<File>) -> io::Result<()>,
 ) -> Result<(), Diagnostic> {

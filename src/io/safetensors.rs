@@ -138,6 +138,415 @@ pub fn write_safetensors(path: &Path, tensors: &[(&str, &Tensor)]) -> Result<(),
     ::safetensors::serialize_to_file(views, None, path).map_err(|e| write_error(path, e))
 }
 
+// ---- Sparse tensors ------------------------------------------------------------------------
+//
+// A sparse tensor `w` is stored as several tensors named `w.<array>` plus two metadata entries,
+// `w.format` and `w.shape` (spec/formats.md, "safetensors"):
+//
+// | format        | tensors                                                              |
+// |---------------|----------------------------------------------------------------------|
+// | `coo`         | `w.coords` I32 `nnz × rank`, `w.values` `nnz`                        |
+// | `csr`         | `w.row_offsets` I32 `rows+1`, `w.col_indices` I32 `nnz`, `w.values`  |
+// | `csc`         | `w.col_offsets` I32 `cols+1`, `w.row_indices` I32 `nnz`, `w.values`  |
+// | `bsr`         | `w.block_offsets`, `w.block_col_indices` I32, `w.values` `nnzb×R×C`  |
+// | `2:4:axis=A`  | `w.meta` I32 `other axes × words`, `w.values` `other axes × ext/2`   |
+//
+// `w.shape` is the logical shape, extents joined by commas (`4096,4096`). Index tensors may
+// also be I64 when reading (converted with an overflow check). Padding past the last offset is
+// not written.
+
+/// Reads the sparse tensor `name` (stored as `name.values` and friends, see above). `Ok(None)`
+/// if the file has no tensor `name.values`. The arrays must pass
+/// [`tdsl_sparse::validate::validate`]; every problem is a diagnostic.
+pub fn read_sparse_safetensors(
+    path: &Path,
+    name: &str,
+) -> Result<Option<tdsl_sparse::SparseTensor>, Diagnostic> {
+    use tdsl_sparse::{Layout, SparseTensor, Values};
+    let (mut reader, data_start, metadata) = open(path)?;
+    let values_name = format!("{name}.values");
+    if metadata.info(&values_name).is_none() {
+        return Ok(None);
+    }
+    let user = metadata.metadata().clone().unwrap_or_default();
+    let entry = |key: &str| {
+        user.get(&format!("{name}.{key}")).ok_or_else(|| {
+            invalid(
+                path,
+                format!(
+                    "it holds `{values_name}` but no `{name}.{key}` entry in its metadata, so \
+                     the sparse tensor `{name}` cannot be read"
+                ),
+            )
+        })
+    };
+    let format = entry("format")?.clone();
+    let shape_text = entry("shape")?.clone();
+    let bad = |what: String| sparse_error(path, name, what);
+    let shape: Vec<usize> = if shape_text.trim().is_empty() {
+        Vec::new()
+    } else {
+        shape_text
+            .split(',')
+            .map(|d| d.trim().parse::<usize>())
+            .collect::<Result<_, _>>()
+            .map_err(|_| {
+                bad(format!(
+                    "`{name}.shape` = {shape_text:?} is not a list of extents like \"4096,4096\""
+                ))
+            })?
+    };
+    let mut read = |array: &str| {
+        read_raw(
+            &mut reader,
+            data_start,
+            &metadata,
+            path,
+            &format!("{name}.{array}"),
+        )
+    };
+    let (values_shape, values) = match read("values")? {
+        (shape, Raw::Float(s)) => (
+            shape,
+            match s {
+                Storage::F32(v) => Values::F32(v),
+                Storage::F64(v) => Values::F64(v),
+                Storage::F16(v) => Values::F16(v),
+                Storage::BF16(v) => Values::BF16(v),
+            },
+        ),
+        (_, Raw::Int(_)) => {
+            return Err(Diagnostic::new(
+                Code::DtypeMismatch,
+                format!(
+                    "tensor `{values_name}` in `{}` holds integers; sparse values are F32, F64, F16 or BF16",
+                    path.display()
+                ),
+            ))
+        }
+    };
+    let mut index = |array: &str, rank: usize| -> Result<(Vec<usize>, Vec<i32>), Diagnostic> {
+        let full = format!("{name}.{array}");
+        let (shape, raw) = read(array)?;
+        let Raw::Int(v) = raw else {
+            return Err(bad(format!(
+                "`{full}` holds floats; index arrays are I32 (or I64)"
+            )));
+        };
+        if shape.len() != rank {
+            return Err(bad(format!(
+                "`{full}` has shape {shape:?}, not rank {rank}"
+            )));
+        }
+        let v = v
+            .iter()
+            .enumerate()
+            .map(|(i, &x)| {
+                i32::try_from(x)
+                    .map_err(|_| bad(format!("{full}[{i}] = {x} does not fit in an int32 index")))
+            })
+            .collect::<Result<Vec<i32>, _>>()?;
+        Ok((shape, v))
+    };
+    let one_d = |what: &str, shape: &[usize]| -> Result<(), Diagnostic> {
+        if shape.len() == 1 {
+            Ok(())
+        } else {
+            Err(sparse_error(
+                path,
+                name,
+                format!("`{name}.{what}` has shape {shape:?}, not 1-d"),
+            ))
+        }
+    };
+    let (layout, ptr, idx) = match format.as_str() {
+        "csr" | "csc" => {
+            let (o, i) = if format == "csr" {
+                ("row_offsets", "col_indices")
+            } else {
+                ("col_offsets", "row_indices")
+            };
+            one_d("values", &values_shape)?;
+            let (_, ptr) = index(o, 1)?;
+            let (_, idx) = index(i, 1)?;
+            let layout = if format == "csr" {
+                Layout::Csr
+            } else {
+                Layout::Csc
+            };
+            (layout, ptr, idx)
+        }
+        "coo" => {
+            one_d("values", &values_shape)?;
+            let (cshape, idx) = index("coords", 2)?;
+            if cshape != [values_shape[0], shape.len()] {
+                return Err(bad(format!(
+                    "`{name}.coords` has shape {cshape:?}, but {} values of a rank-{} tensor need [{}, {}]",
+                    values_shape[0],
+                    shape.len(),
+                    values_shape[0],
+                    shape.len()
+                )));
+            }
+            let nnz = i32::try_from(values_shape[0]).map_err(|_| {
+                bad(format!(
+                    "{} entries do not fit in i32 offsets",
+                    values_shape[0]
+                ))
+            })?;
+            (Layout::Coo, vec![0, nnz], idx)
+        }
+        "bsr" => {
+            let [_, br, bc] = values_shape[..] else {
+                return Err(bad(format!(
+                    "`{values_name}` has shape {values_shape:?}, not (blocks, block rows, block columns)"
+                )));
+            };
+            let (_, ptr) = index("block_offsets", 1)?;
+            let (_, idx) = index("block_col_indices", 1)?;
+            (Layout::Bsr { br, bc }, ptr, idx)
+        }
+        f => match f
+            .strip_prefix("2:4:axis=")
+            .and_then(|a| a.parse::<usize>().ok())
+        {
+            Some(axis) => {
+                let layout = Layout::TwoFour { axis };
+                layout.check_shape(&shape).map_err(&bad)?;
+                let mut other: Vec<usize> = shape.clone();
+                let ext = other.remove(axis);
+                let mut want_values = other.clone();
+                want_values.push(ext / 2);
+                if values_shape != want_values {
+                    return Err(bad(format!(
+                        "`{values_name}` has shape {values_shape:?}, but a 2:4 tensor of shape {shape:?} along axis {axis} stores {want_values:?}"
+                    )));
+                }
+                let (mshape, meta) = index("meta", other.len() + 1)?;
+                let mut want_meta = other;
+                want_meta.push(ext.div_ceil(32));
+                if mshape != want_meta {
+                    return Err(bad(format!(
+                        "`{name}.meta` has shape {mshape:?}, but {want_meta:?} metadata words are needed"
+                    )));
+                }
+                (layout, Vec::new(), meta)
+            }
+            None => {
+                return Err(bad(format!(
+                    "`{name}.format` = {f:?} is not one of coo, csr, csc, bsr, 2:4:axis=N"
+                )))
+            }
+        },
+    };
+    let s = SparseTensor {
+        shape,
+        layout,
+        ptr,
+        idx,
+        values,
+    };
+    tdsl_sparse::validate::validate(s.as_ref()).map_err(bad)?;
+    Ok(Some(s))
+}
+
+/// Writes sparse tensors under the naming convention above, atomically. 2:4 and every other
+/// layout are supported; capacity padding is dropped.
+pub fn write_sparse_safetensors(
+    path: &Path,
+    tensors: &[(&str, &tdsl_sparse::SparseTensor)],
+) -> Result<(), Diagnostic> {
+    use std::collections::HashMap;
+    use tdsl_sparse::{Layout, Values};
+    let mut encoded: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = Vec::new();
+    let mut meta: HashMap<String, String> = HashMap::new();
+    let i32s = |v: &[i32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    for (i, &(name, s)) in tensors.iter().enumerate() {
+        if tensors[..i].iter().any(|&(other, _)| other == name) {
+            return Err(write_error(
+                path,
+                format!("tensor name `{name}` is used twice"),
+            ));
+        }
+        tdsl_sparse::validate::validate(s.as_ref())
+            .map_err(|e| sparse_error(path, name, format!("the tensor is invalid: {e}")))?;
+        let stored = s.ptr.last().map_or(0, |&p| p as usize);
+        let mut push = |array: &str, dtype: Dtype, shape: Vec<usize>, bytes: Vec<u8>| {
+            encoded.push((format!("{name}.{array}"), dtype, shape, bytes));
+        };
+        let (format, values_shape, per) = match s.layout {
+            Layout::Coo => {
+                let rank = s.shape.len();
+                push(
+                    "coords",
+                    Dtype::I32,
+                    vec![stored, rank],
+                    i32s(&s.idx[..stored * rank]),
+                );
+                ("coo".to_string(), vec![stored], 1)
+            }
+            Layout::Csr | Layout::Csc => {
+                let (o, i) = if s.layout == Layout::Csr {
+                    ("row_offsets", "col_indices")
+                } else {
+                    ("col_offsets", "row_indices")
+                };
+                push(o, Dtype::I32, vec![s.ptr.len()], i32s(&s.ptr));
+                push(i, Dtype::I32, vec![stored], i32s(&s.idx[..stored]));
+                (s.layout.to_string(), vec![stored], 1)
+            }
+            Layout::Bsr { br, bc } => {
+                push("block_offsets", Dtype::I32, vec![s.ptr.len()], i32s(&s.ptr));
+                push(
+                    "block_col_indices",
+                    Dtype::I32,
+                    vec![stored],
+                    i32s(&s.idx[..stored]),
+                );
+                ("bsr".to_string(), vec![stored, br, bc], br * bc)
+            }
+            Layout::TwoFour { axis } => {
+                let mut other = s.shape.clone();
+                let ext = other.remove(axis);
+                let mut mshape = other.clone();
+                mshape.push(ext.div_ceil(32));
+                push("meta", Dtype::I32, mshape, i32s(&s.idx));
+                other.push(ext / 2);
+                let n = s.values.len();
+                (format!("2:4:axis={axis}"), other, n)
+            }
+        };
+        let n = match s.layout {
+            Layout::TwoFour { .. } => per,
+            _ => stored * per,
+        };
+        let (dtype, bytes) = match s.values.as_ref().prefix(n) {
+            tdsl_sparse::ValuesRef::F32(v) => {
+                (Dtype::F32, v.iter().flat_map(|x| x.to_le_bytes()).collect())
+            }
+            tdsl_sparse::ValuesRef::F64(v) => {
+                (Dtype::F64, v.iter().flat_map(|x| x.to_le_bytes()).collect())
+            }
+            tdsl_sparse::ValuesRef::F16(v) => {
+                (Dtype::F16, v.iter().flat_map(|x| x.to_le_bytes()).collect())
+            }
+            tdsl_sparse::ValuesRef::BF16(v) => (
+                Dtype::BF16,
+                v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>(),
+            ),
+        };
+        let _: Option<&Values> = None;
+        push("values", dtype, values_shape, bytes);
+        meta.insert(format!("{name}.format"), format);
+        meta.insert(
+            format!("{name}.shape"),
+            s.shape
+                .iter()
+                .map(usize::to_string)
+                .collect::<Vec<_>>()
+                .join(","),
+        );
+    }
+    for (i, (n, ..)) in encoded.iter().enumerate() {
+        if encoded[..i].iter().any(|(m, ..)| m == n) {
+            return Err(write_error(
+                path,
+                format!("tensor name `{n}` is used twice"),
+            ));
+        }
+    }
+    let views = encoded
+        .iter()
+        .map(|(name, dtype, shape, bytes)| {
+            TensorView::new(*dtype, shape.clone(), bytes)
+                .map(|view| (name.as_str(), view))
+                .map_err(|e| write_error(path, format!("tensor `{name}`: {e}")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    ::safetensors::serialize_to_file(views, Some(meta), path).map_err(|e| write_error(path, e))
+}
+
+/// A tensor's elements: floats of the four dtypes or integers (I8..I64, U8..U32) widened.
+enum Raw {
+    Float(Storage),
+    Int(Vec<i64>),
+}
+
+/// Reads tensor `name` of any float or integer dtype: its shape and elements.
+fn read_raw(
+    reader: &mut BufReader<File>,
+    data_start: u64,
+    metadata: &Metadata,
+    path: &Path,
+    name: &str,
+) -> Result<(Vec<usize>, Raw), Diagnostic> {
+    let Some(info) = metadata.info(name) else {
+        return Err(Diagnostic::new(
+            Code::TensorNotFound,
+            format!("`{}` has no tensor named `{name}`", path.display()),
+        )
+        .help(not_found_help(name, &sorted_names(metadata))));
+    };
+    let element_size: usize = match info.dtype {
+        Dtype::F64 | Dtype::I64 => 8,
+        Dtype::F32 | Dtype::I32 | Dtype::U32 => 4,
+        Dtype::F16 | Dtype::BF16 | Dtype::I16 | Dtype::U16 => 2,
+        Dtype::I8 | Dtype::U8 => 1,
+        other => {
+            return Err(Diagnostic::new(
+                Code::DtypeMismatch,
+                format!(
+                    "tensor `{name}` in `{}` has dtype {other}, which tdsl cannot read",
+                    path.display()
+                ),
+            ))
+        }
+    };
+    let (start, end) = info.data_offsets;
+    let count = info
+        .shape
+        .iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d));
+    let byte_len = match (
+        end.checked_sub(start),
+        count.and_then(|c| c.checked_mul(element_size)),
+    ) {
+        (Some(have), Some(want)) if have == want => have,
+        _ => {
+            return Err(invalid(
+                path,
+                format!("the byte range of tensor `{name}` does not match its shape"),
+            ))
+        }
+    };
+    let mut bytes = vec![0u8; byte_len];
+    reader
+        .seek(SeekFrom::Start(data_start + start as u64))
+        .and_then(|_| reader.read_exact(&mut bytes))
+        .map_err(|e| data_error(path, &e))?;
+    let raw = match info.dtype {
+        Dtype::F32 => Raw::Float(Storage::F32(decode(&bytes, f32::from_le_bytes))),
+        Dtype::F64 => Raw::Float(Storage::F64(decode(&bytes, f64::from_le_bytes))),
+        Dtype::F16 => Raw::Float(Storage::F16(decode(&bytes, f16::from_le_bytes))),
+        Dtype::BF16 => Raw::Float(Storage::BF16(decode(&bytes, bf16::from_le_bytes))),
+        Dtype::I64 => Raw::Int(decode(&bytes, i64::from_le_bytes)),
+        Dtype::I32 => Raw::Int(decode(&bytes, |b| i64::from(i32::from_le_bytes(b)))),
+        Dtype::U32 => Raw::Int(decode(&bytes, |b| i64::from(u32::from_le_bytes(b)))),
+        Dtype::I16 => Raw::Int(decode(&bytes, |b| i64::from(i16::from_le_bytes(b)))),
+        Dtype::U16 => Raw::Int(decode(&bytes, |b| i64::from(u16::from_le_bytes(b)))),
+        Dtype::I8 => Raw::Int(decode(&bytes, |b| i64::from(i8::from_le_bytes(b)))),
+        _ => Raw::Int(decode(&bytes, |b| i64::from(u8::from_le_bytes(b)))),
+    };
+    Ok((info.shape.clone(), raw))
+}
+
+fn sparse_error(path: &Path, name: &str, what: impl Display) -> Diagnostic {
+    Diagnostic::new(
+        Code::SparseData,
+        format!("bad sparse tensor `{name}` in `{}`: {what}", path.display()),
+    )
+}
+
 /// Opens a file and reads and validates its header. Returns the reader, the offset of the data
 /// section and the metadata.
 fn open(path: &Path) -> Result<(BufReader<File>, u64, Metadata), Diagnostic> {

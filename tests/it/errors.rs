@@ -198,6 +198,7 @@ fn ones(dtype: &str, shape: &[u64], with_data: bool) -> Result<Vec<u8>, String> 
 /// A version 1.0 `.npy` file: magic, version, header padded to 64 bytes, then `data`.
 fn npy(descr: &str, shape: &[u64], data: &[u8]) -> Vec<u8> {
     let tuple = match shape {
+        [] => "()".to_string(),
         [d] => format!("({d},)"),
         _ => format!(
             "({})",
@@ -232,6 +233,45 @@ fn safetensors(name: &str, dtype: &str, shape: &[u64], nbytes: usize, data: &[u8
     out
 }
 
+/// A scipy `.npz` csr matrix (as `scipy.sparse.save_npz` writes it, uncompressed) of the given
+/// shape with int32 `indptr` and `indices` given as comma-separated lists and f32 ones as data.
+fn npz_csr(shape: &[u64], indptr: &str, indices: &str) -> Result<Vec<u8>, String> {
+    use std::io::Write;
+    let list = |s: &str| -> Result<Vec<u8>, String> {
+        let v = s
+            .split(',')
+            .map(|x| x.parse::<i32>().map_err(|e| format!("bad list `{s}`: {e}")))
+            .collect::<Result<Vec<i32>, _>>()?;
+        Ok(npy(
+            "<i4",
+            &[v.len() as u64],
+            &v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>(),
+        ))
+    };
+    let nnz = indices.split(',').count() as u64;
+    let shape_bytes: Vec<u8> = shape
+        .iter()
+        .flat_map(|&d| (d as i64).to_le_bytes())
+        .collect();
+    let members = [
+        ("indices", list(indices)?),
+        ("indptr", list(indptr)?),
+        ("format", npy("|S3", &[], b"csr")),
+        ("shape", npy("<i8", &[shape.len() as u64], &shape_bytes)),
+        ("data", npy("<f4", &[nnz], &ones("<f4", &[nnz], true)?)),
+    ];
+    let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    for (name, bytes) in members {
+        zip.start_file(
+            format!("{name}.npy"),
+            zip::write::SimpleFileOptions::default(),
+        )
+        .and_then(|()| zip.write_all(&bytes).map_err(Into::into))
+        .map_err(|e| e.to_string())?;
+    }
+    Ok(zip.finish().map_err(|e| e.to_string())?.into_inner())
+}
+
 /// The bytes of a fixture of the kinds spec/errors.md describes.
 fn fixture_bytes(kind: &str) -> Result<Vec<u8>, String> {
     let words: Vec<&str> = kind.split_whitespace().collect();
@@ -247,6 +287,7 @@ fn fixture_bytes(kind: &str) -> Result<Vec<u8>, String> {
             let data = ones(dtype, &shape, words[0] == "safetensors")?;
             Ok(safetensors(name, dtype, &shape, nbytes, &data))
         }
+        ["npz-csr", shape, indptr, indices] => npz_csr(&dims(shape)?, indptr, indices),
         ["text", rest @ ..] => Ok(format!("{}\n", rest.join(" ")).into_bytes()),
         _ => Err(format!("unknown fixture kind `{kind}`")),
     }

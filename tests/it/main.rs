@@ -12,3 +12,4 @@ mod prop_einsum;
 mod prop_patterns;
 mod repl;
 mod robust;
+mod sparse_io;

@@ -5,7 +5,7 @@
 //! array as the format's spec does (`indptr`, `indices`, `coords`, `meta`, `values`) and the
 //! first bad position.
 
-use crate::storage::{Layout, SparseRef};
+use crate::storage::{Layout, SparseRef, SparseTensor, Values};
 
 /// Checks a sparse tensor's arrays against its shape and layout.
 ///
@@ -20,24 +20,98 @@ use crate::storage::{Layout, SparseRef};
 pub fn validate(s: SparseRef) -> Result<(), String> {
     s.layout.check_shape(s.shape)?;
     match s.layout {
-        Layout::Coo => coo(s),
-        Layout::Csr => compressed(s, s.shape[0], s.shape[1], 1, "row", "column"),
-        Layout::Csc => compressed(s, s.shape[1], s.shape[0], 1, "column", "row"),
-        Layout::Bsr { br, bc } => {
-            let per_block = br
-                .checked_mul(bc)
-                .ok_or_else(|| format!("bsr blocks of {br}x{bc} are too large"))?;
-            compressed(
-                s,
-                s.shape[0] / br,
-                s.shape[1] / bc,
-                per_block,
-                "block row",
-                "block column",
-            )
-        }
+        Layout::Coo => coo(s, true),
+        Layout::Csr | Layout::Csc | Layout::Bsr { .. } => compressed(s, true),
         Layout::TwoFour { .. } => two_four(s),
     }
+}
+
+/// Puts data from a source that allows unsorted indices and duplicates (scipy) into the
+/// canonical form [`validate`] demands: within each row (column, block row) of CSR, CSC and
+/// BSR the entries are sorted by index and duplicates summed (blockwise for BSR); COO entries
+/// are sorted row-major and duplicates summed. Sorting is stable; sums are taken in f64 and
+/// rounded once to the dtype (entries without duplicates are kept bit for bit). Capacity
+/// padding is dropped. Offsets and index ranges are checked first (errors as `validate`'s);
+/// 2:4 tensors are only validated. The result passes `validate`.
+pub fn canonicalize(s: SparseTensor) -> Result<SparseTensor, String> {
+    let r = s.as_ref();
+    r.layout.check_shape(r.shape)?;
+    // For each output slot: the input entries summed into it, and the output index arrays.
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    let mut ptr: Vec<i32>;
+    let mut idx: Vec<i32> = Vec::new();
+    let per_entry;
+    match r.layout {
+        Layout::TwoFour { .. } => {
+            validate(r)?;
+            return Ok(s);
+        }
+        Layout::Coo => {
+            coo(r, false)?;
+            per_entry = 1;
+            let rank = r.shape.len();
+            let nnz = r.ptr[1] as usize;
+            let coords = |e: usize| &r.idx[e * rank..(e + 1) * rank];
+            let mut order: Vec<usize> = (0..nnz).collect();
+            order.sort_by(|&a, &b| coords(a).cmp(coords(b)));
+            for e in order {
+                match groups.last_mut() {
+                    Some(g) if coords(g[0]) == coords(e) => g.push(e),
+                    _ => {
+                        groups.push(vec![e]);
+                        idx.extend_from_slice(coords(e));
+                    }
+                }
+            }
+            ptr = vec![0, groups.len() as i32];
+        }
+        Layout::Csr | Layout::Csc | Layout::Bsr { .. } => {
+            compressed(r, false)?;
+            let (outer, _, p, _, _) = geometry(&r)?;
+            per_entry = p;
+            ptr = vec![0i32; outer + 1];
+            for o in 0..outer {
+                let mut row: Vec<usize> = (r.ptr[o] as usize..r.ptr[o + 1] as usize).collect();
+                row.sort_by_key(|&e| r.idx[e]);
+                for e in row {
+                    match groups.last_mut() {
+                        Some(g) if ptr[o + 1] > 0 && r.idx[g[0]] == r.idx[e] => g.push(e),
+                        _ => {
+                            groups.push(vec![e]);
+                            idx.push(r.idx[e]);
+                            ptr[o + 1] += 1;
+                        }
+                    }
+                }
+                ptr[o + 1] += ptr[o];
+            }
+        }
+    }
+    let values = if groups.iter().all(|g| g.len() == 1) {
+        let picks: Vec<Option<usize>> = groups
+            .iter()
+            .flat_map(|g| (0..per_entry).map(move |k| Some(g[0] * per_entry + k)))
+            .collect();
+        r.values.gather(&picks)
+    } else {
+        let sums: Vec<f64> = groups
+            .iter()
+            .flat_map(|g| {
+                (0..per_entry)
+                    .map(move |k| g.iter().map(|&e| r.values.get(e * per_entry + k)).sum())
+            })
+            .collect();
+        Values::from_f64_like(r.values, &sums)
+    };
+    let out = SparseTensor {
+        shape: s.shape.clone(),
+        layout: s.layout,
+        ptr,
+        idx,
+        values,
+    };
+    validate(out.as_ref())?;
+    Ok(out)
 }
 
 /// Checks `indptr` of length `outer + 1`; returns the last offset.
@@ -71,15 +145,28 @@ fn offsets(ptr: &[i32], outer: usize, idx_cap: usize) -> Result<usize, String> {
     Ok(last)
 }
 
-/// CSR, CSC (`per_entry = 1`) and BSR (`per_entry = br·bc` values per stored block).
-fn compressed(
-    s: SparseRef,
-    outer: usize,
-    inner: usize,
-    per_entry: usize,
-    outer_name: &str,
-    inner_name: &str,
-) -> Result<(), String> {
+/// The geometry of a compressed layout: outer and inner extents, values per stored index,
+/// and the names of both axes for messages.
+fn geometry(s: &SparseRef) -> Result<(usize, usize, usize, &'static str, &'static str), String> {
+    Ok(match s.layout {
+        Layout::Csr => (s.shape[0], s.shape[1], 1, "row", "column"),
+        Layout::Csc => (s.shape[1], s.shape[0], 1, "column", "row"),
+        Layout::Bsr { br, bc } => (
+            s.shape[0] / br,
+            s.shape[1] / bc,
+            br.checked_mul(bc)
+                .ok_or_else(|| format!("bsr blocks of {br}x{bc} are too large"))?,
+            "block row",
+            "block column",
+        ),
+        other => return Err(format!("internal: {other} is not a compressed layout")),
+    })
+}
+
+/// CSR, CSC and BSR (`per_entry = br·bc` values per stored block). With `sorted` false, only
+/// the offsets and index ranges are checked.
+fn compressed(s: SparseRef, sorted: bool) -> Result<(), String> {
+    let (outer, inner, per_entry, outer_name, inner_name) = geometry(&s)?;
     let cap = s.idx.len();
     match cap.checked_mul(per_entry) {
         Some(n) if n == s.values.len() => {}
@@ -106,7 +193,7 @@ fn compressed(
                      ({outer_name} {o})"
                 ));
             }
-            if e > start && i <= s.idx[e - 1] {
+            if sorted && e > start && i <= s.idx[e - 1] {
                 return Err(format!(
                     "indices[{e}] = {i} does not come after indices[{}] = {} in {outer_name} \
                      {o} (indices must be sorted and unique within a {outer_name})",
@@ -119,7 +206,7 @@ fn compressed(
     Ok(())
 }
 
-fn coo(s: SparseRef) -> Result<(), String> {
+fn coo(s: SparseRef, sorted: bool) -> Result<(), String> {
     let rank = s.shape.len();
     if s.ptr.len() != 2 {
         return Err(format!(
@@ -156,7 +243,7 @@ fn coo(s: SparseRef) -> Result<(), String> {
                 ));
             }
         }
-        if e > 0 {
+        if sorted && e > 0 {
             let prev = &s.idx[(e - 1) * rank..e * rank];
             if c <= prev {
                 return Err(format!(
@@ -360,5 +447,53 @@ mod tests {
         assert_eq!(long(&words), Ok(()));
         words[1] = 0;
         assert!(long(&words).unwrap_err().contains("meta[1]: group 8"));
+    }
+
+    #[test]
+    fn canonicalize_sorts_and_sums_duplicates() {
+        use crate::storage::Values;
+        let s = SparseTensor {
+            shape: vec![2, 4],
+            layout: Layout::Csr,
+            ptr: vec![0, 3, 5],
+            idx: vec![3, 1, 3, 2, 0, 9],
+            values: Values::F32(vec![1.0, 2.0, 4.0, 8.0, 16.0, 0.0]),
+        };
+        let c = canonicalize(s).unwrap();
+        assert_eq!((c.ptr, c.idx), (vec![0, 2, 4], vec![1, 3, 0, 2]));
+        assert_eq!(c.values, Values::F32(vec![2.0, 5.0, 16.0, 8.0]));
+        // Blockwise sums for BSR; kept values exact without duplicates.
+        let b = SparseTensor {
+            shape: vec![2, 4],
+            layout: Layout::Bsr { br: 2, bc: 2 },
+            ptr: vec![0, 3],
+            idx: vec![1, 0, 1],
+            values: Values::F64((0..12).map(f64::from).collect()),
+        };
+        let c = canonicalize(b).unwrap();
+        assert_eq!((c.ptr, c.idx), (vec![0, 2], vec![0, 1]));
+        assert_eq!(
+            c.values,
+            Values::F64(vec![4.0, 5.0, 6.0, 7.0, 8.0, 10.0, 12.0, 14.0])
+        );
+        let o = SparseTensor {
+            shape: vec![2, 3],
+            layout: Layout::Coo,
+            ptr: vec![0, 3],
+            idx: vec![1, 2, 0, 1, 1, 2],
+            values: Values::F64(vec![1.0, 2.0, 3.0]),
+        };
+        let c = canonicalize(o).unwrap();
+        assert_eq!((c.ptr, c.idx), (vec![0, 2], vec![0, 1, 1, 2]));
+        assert_eq!(c.values, Values::F64(vec![2.0, 4.0]));
+        // Range errors still reported; unsorted-only data is fine.
+        let bad = SparseTensor {
+            shape: vec![2, 4],
+            layout: Layout::Csr,
+            ptr: vec![0, 1, 2],
+            idx: vec![1, 4],
+            values: Values::F32(vec![1.0, 1.0]),
+        };
+        assert!(canonicalize(bad).unwrap_err().contains("indices[1] = 4"));
     }
 }
