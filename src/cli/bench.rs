@@ -151,7 +151,7 @@ pub fn bench(
         .loops
         .kernels
         .iter()
-        .map(|k| tdsl_loop::stats::kernel_stats(&plan.loops, k))
+        .map(|k| tdsl_loop::stats::kernel_stats_bound(&plan.loops, k, &bufs))
         .collect();
     let bytes: u128 = kstats.iter().map(|s| s.bytes()).sum();
     let secs = med.as_secs_f64().max(1e-12);

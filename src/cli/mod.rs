@@ -64,7 +64,8 @@ enum Backend {
 /// Data sources shared by every subcommand.
 #[derive(clap::Args, Debug, Clone)]
 struct DataArgs {
-    /// Bind an input to a file: NAME=FILE.npy or NAME=FILE.safetensors:TENSOR. Repeatable.
+    /// Bind an input to a file: NAME=FILE.npy, NAME=FILE.npz (scipy sparse) or
+    /// NAME=FILE.safetensors:TENSOR. Repeatable.
     #[arg(long = "input", value_name = "NAME=FILE")]
     inputs: Vec<String>,
     /// Bind every input whose name matches a tensor in this .safetensors file.
@@ -79,7 +80,8 @@ enum Cmd {
         script: PathBuf,
         #[command(flatten)]
         data: DataArgs,
-        /// Write each output NAME to DIR/NAME.npy (DIR is created when missing).
+        /// Write each output NAME to DIR/NAME.npy (DIR/NAME.npz, scipy sparse, for outputs typed
+        /// csr, csc, coo or bsr); DIR is created when missing.
         #[arg(long, value_name = "DIR")]
         out: Option<PathBuf>,
         /// Which backend evaluates the program.
@@ -309,6 +311,9 @@ fn execute(cmd: &Cmd, text: &str, out: &mut dyn Write) -> Result<(), Failure> {
         Cmd::Check { data, .. } => {
             let (program, _) = load(text, data, Need::Sparse)?;
             let _ = write!(out, "{}", report::check_report(&program));
+            for line in report::auto_lines(&program) {
+                let _ = writeln!(out, "{line}");
+            }
             Ok(())
         }
         Cmd::Repl => Ok(()),
@@ -316,15 +321,27 @@ fn execute(cmd: &Cmd, text: &str, out: &mut dyn Write) -> Result<(), Failure> {
             data, json, plot, ..
         } => {
             let (program, inputs) = load(text, data, Need::Sparse)?;
-            let stored: Vec<_> = program
-                .inputs
-                .iter()
-                .enumerate()
-                .map(|(i, inp)| {
-                    crate::plan::cost::stored(&inp.ty, inputs.get(i).and_then(|t| t.as_ref()))
-                })
-                .collect();
-            let cost = crate::plan::cost::program_cost(&program, &stored);
+            let data: Vec<Option<&Tensor>> = inputs.iter().map(|t| t.as_ref()).collect();
+            let stored = stored_inputs(&program, &data);
+            // Measure the machine only when there is something to predict.
+            let predicts = !program.auto_formats.is_empty()
+                || (0..program.nodes.len()).any(|i| {
+                    crate::plan::sparse::sparse_product(&program, crate::check::NodeId(i as u32))
+                        .is_some()
+                });
+            let machine = if predicts {
+                prediction_machine()
+            } else {
+                crate::plan::cost::NOMINAL_MACHINE
+            };
+            let cost = crate::plan::cost::program_cost_with(
+                &program,
+                &crate::plan::cost::CostInputs {
+                    stored: &stored,
+                    data: &data,
+                    machine,
+                },
+            );
             if let Some(path) = plot {
                 let machine = bench::machine_ceilings();
                 let measured = vec![None; cost.statements.len()];
@@ -377,7 +394,7 @@ fn load(
     if let Some(w) = &data.weights {
         match io::safetensors::safetensors_names(w) {
             Ok(names) => {
-                for n in names {
+                for n in names.clone() {
                     if decl_span(&n).is_none() {
                         continue;
                     }
@@ -392,6 +409,25 @@ fn load(
                             );
                         }
                         Err(d) => diags.push(with_span(d, &n)),
+                    }
+                }
+                // Sparse tensors stored as `NAME.values` and friends.
+                for n in names.iter().filter_map(|n| n.strip_suffix(".values")) {
+                    if decl_span(n).is_none() || provided.contains_key(n) {
+                        continue;
+                    }
+                    let file = format!("{}:{n}", w.display());
+                    match read_tensor_file(&file) {
+                        Ok(t) => {
+                            provided.insert(
+                                n.to_string(),
+                                Provided {
+                                    tensor: t,
+                                    source: file,
+                                },
+                            );
+                        }
+                        Err(d) => diags.push(with_span(d, n)),
                     }
                 }
             }
@@ -444,14 +480,16 @@ fn load(
     let provided = if need_all {
         provided
     } else {
-        // `check` and `cost` need data only to validate and count sparse inputs.
+        // `check` and `cost` need data only to validate and count sparse inputs, and to count
+        // what `sparsify` keeps of an input.
         provided
             .into_iter()
             .filter(|(k, _)| {
                 program
                     .inputs
                     .iter()
-                    .any(|i| &i.name == k && i.ty.format.is_sparse())
+                    .enumerate()
+                    .any(|(n, i)| &i.name == k && counted_input(&program, n))
             })
             .collect()
     };
@@ -468,14 +506,70 @@ fn load(
         }
     }
     if !need_all {
-        for inp in program_for_bind.inputs.iter_mut() {
-            if !inp.ty.format.is_sparse() {
+        for (n, inp) in program_for_bind.inputs.iter_mut().enumerate() {
+            if !counted_input(&program, n) {
                 inp.init = None;
             }
         }
     }
     let inputs = bind_available(&program_for_bind, provided, need_all)?;
+    let mut program = program;
+    if !program.auto_formats.is_empty() {
+        let data: Vec<Option<&Tensor>> = inputs.iter().map(|t| t.as_ref()).collect();
+        let stored = stored_inputs(&program, &data);
+        crate::plan::auto::resolve_auto(
+            &mut program,
+            &crate::plan::cost::CostInputs {
+                stored: &stored,
+                data: &data,
+                machine: prediction_machine(),
+            },
+        );
+    }
     Ok((program, inputs))
+}
+
+/// Largest dense input generated or read by `check` and `cost` to count what `sparsify` keeps.
+const SPARSIFY_COUNT_LIMIT: u64 = 1 << 26;
+
+/// Whether `check` and `cost` need input `n`'s data: sparse inputs (to validate and count
+/// them), and inputs that `sparsify` prunes by threshold or keeps whole (to count what it keeps).
+fn counted_input(p: &Program, n: usize) -> bool {
+    use crate::check::{NodeKind, Select};
+    let inp = &p.inputs[n];
+    if inp.ty.format.is_sparse() {
+        return true;
+    }
+    let small = inp
+        .ty
+        .shape
+        .n_elems()
+        .is_some_and(|e| e <= SPARSIFY_COUNT_LIMIT);
+    let is_n = |x| matches!(p.node(crate::plan::sparse::resolve(p, x)).kind, NodeKind::Input(k) if k == n);
+    let pruned = p.nodes.iter().any(|node| match node.kind {
+        NodeKind::Sparsify { x, select } => !matches!(select, Select::Density(_)) && is_n(x),
+        _ => false,
+    }) || p.auto_formats.iter().any(|a| is_n(a.x));
+    small && pruned
+}
+
+/// Stored entries of every input, counted from `data` where there is some.
+fn stored_inputs(p: &Program, data: &[Option<&Tensor>]) -> Vec<crate::plan::cost::Stored> {
+    p.inputs
+        .iter()
+        .enumerate()
+        .map(|(i, inp)| crate::plan::cost::stored(&inp.ty, data.get(i).copied().flatten()))
+        .collect()
+}
+
+/// The machine `cost`, the REPL and `auto` predict times for: `TDSL_MACHINE=nominal` picks the
+/// documented nominal machine (deterministic output), anything else this machine's measured
+/// ceilings (cached after the first measurement).
+pub(crate) fn prediction_machine() -> crate::machine::Machine {
+    match std::env::var("TDSL_MACHINE").as_deref() {
+        Ok("nominal") => crate::plan::cost::NOMINAL_MACHINE,
+        _ => bench::machine_ceilings(),
+    }
 }
 
 /// Refuses programs whose data would not fit in this machine's memory, before allocating any
@@ -552,12 +646,25 @@ fn output_shapes(program: &Program) -> Vec<Vec<usize>> {
         .collect()
 }
 
-/// Reads `FILE.npy` or `FILE.safetensors:TENSOR`.
+/// Reads `FILE.npy`, a scipy sparse `FILE.npz`, or `FILE.safetensors:TENSOR` (a dense tensor,
+/// or a sparse one stored under the `TENSOR.values`, … naming convention of spec/formats.md).
+/// Sparse data is validated, then bound by its dense values; the runtime compresses it into the
+/// input's declared format.
 fn read_tensor_file(file: &str) -> Result<Tensor, Diagnostic> {
+    let expand = |s: tdsl_sparse::SparseTensor| {
+        crate::sparse::decompress(&s)
+            .map_err(|e| Diagnostic::new(Code::SparseData, format!("`{file}`: {e}")))
+    };
     if let Some((path, tensor)) = file.rsplit_once(':') {
         if path.ends_with(".safetensors") {
+            if let Some(s) = io::safetensors::read_sparse_safetensors(Path::new(path), tensor)? {
+                return expand(s);
+            }
             return io::safetensors::read_safetensors(Path::new(path), tensor);
         }
+    }
+    if file.ends_with(".npz") {
+        return expand(io::npz::read_npz(Path::new(file))?);
     }
     if file.ends_with(".safetensors") {
         return Err(Diagnostic::new(
@@ -587,8 +694,13 @@ fn write_outputs(program: &Program, outputs: &[Tensor], dir: &Path) -> Result<()
         }
     };
     for (o, t) in program.outputs.iter().zip(outputs) {
-        let tmp = dir.join(format!(".{}.npy.staged-{pid}", o.name));
-        let dst = dir.join(format!("{}.npy", o.name));
+        // Outputs typed csr, csc, coo or bsr are written as scipy sparse .npz files.
+        let ty = program.tensor_type(o.tensor);
+        let layout = crate::sparse::layout(ty.format, ty.shape.rank())
+            .filter(|l| !matches!(l, tdsl_sparse::Layout::TwoFour { .. }));
+        let ext = if layout.is_some() { "npz" } else { "npy" };
+        let tmp = dir.join(format!(".{}.{ext}.staged-{pid}", o.name));
+        let dst = dir.join(format!("{}.{ext}", o.name));
         if dst.is_dir() {
             cleanup(&staged);
             return Err(Diagnostic::new(
@@ -599,7 +711,18 @@ fn write_outputs(program: &Program, outputs: &[Tensor], dir: &Path) -> Result<()
             .help("remove the directory or choose another --out directory")
             .into());
         }
-        if let Err(d) = io::npy::write_npy(&tmp, t) {
+        let written = match layout {
+            Some(l) => crate::sparse::compress(t, l)
+                .map_err(|e| {
+                    Diagnostic::new(
+                        Code::SparseData,
+                        format!("output `{}` cannot be stored sparse: {e}", o.name),
+                    )
+                })
+                .and_then(|s| io::npz::write_npz(&tmp, &s)),
+            None => io::npy::write_npy(&tmp, t),
+        };
+        if let Err(d) = written {
             cleanup(&staged);
             return Err(d.into());
         }
