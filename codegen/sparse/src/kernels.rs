@@ -811,6 +811,18 @@ fn csr_generic<T: Compute, P: Ix, I: Ix, V: Elem>(
                 }
             }
             match side {
+                Side::Left if cs == 1 && d.cs == 1 && n > 0 => {
+                    // Unit column strides: rows as slices, so the loop vectorises.
+                    let c0 = at(off, lr, 0, rs, cs);
+                    let crow = &mut cp.data[c0..c0 + n];
+                    for e in ptr[r].ix()..ptr[r + 1].ix() {
+                        let v: T = vals[e].widen();
+                        let d0 = at(d.offset, idx[e].ix(), 0, d.rs, d.cs);
+                        for (cj, &x) in crow.iter_mut().zip(&d.data[d0..d0 + n]) {
+                            *cj += v * x;
+                        }
+                    }
+                }
                 Side::Left => {
                     for e in ptr[r].ix()..ptr[r + 1].ix() {
                         let v: T = vals[e].widen();
