@@ -263,6 +263,33 @@ pub struct Program {
     /// Where a sparse value meets an operation that cannot keep its format, so the result is
     /// dense: `check` and the REPL print these.
     pub format_notes: Vec<FormatNote>,
+    /// Every `sparsify(x, auto, …)`, whose format is chosen after checking (`plan::auto`).
+    pub auto_formats: Vec<AutoFormat>,
+}
+
+/// A `sparsify(x, auto, …)`: the checker leaves the node as `Dense(x)` and records the
+/// request; `plan::auto::resolve_auto` turns it into `Sparsify { x, select }` with the chosen
+/// format when a sparse format is predicted faster, and fills in `choice`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AutoFormat {
+    pub node: NodeId,
+    pub x: NodeId,
+    pub select: Select,
+    /// The sparse formats to choose from (dense is always a candidate).
+    pub candidates: Vec<Format>,
+    pub span: Span,
+    pub choice: Option<AutoChoice>,
+}
+
+/// What `auto` chose and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AutoChoice {
+    pub format: Format,
+    /// Predicted seconds of the value's einsum uses with the chosen format, and with dense.
+    pub secs: f64,
+    pub dense_secs: f64,
+    /// One line for reports: the candidates' predicted times, or why dense was kept.
+    pub reason: String,
 }
 
 /// A sparse format that stops flowing: the span of the operation and why.

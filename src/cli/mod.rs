@@ -545,7 +545,8 @@ fn counted_input(p: &Program, n: usize) -> bool {
         .shape
         .n_elems()
         .is_some_and(|e| e <= SPARSIFY_COUNT_LIMIT);
-    let is_n = |x| matches!(p.node(crate::plan::sparse::resolve(p, x)).kind, NodeKind::Input(k) if k == n);
+    let is_n =
+        |x| matches!(p.node(crate::plan::sparse::resolve(p, x)).kind, NodeKind::Input(k) if k == n);
     let pruned = p.nodes.iter().any(|node| match node.kind {
         NodeKind::Sparsify { x, select } => !matches!(select, Select::Density(_)) && is_n(x),
         _ => false,

@@ -27,7 +27,7 @@ use crate::check::{
 use crate::diag::{Code, Diagnostic, Diagnostics};
 use crate::dtype::DType;
 use crate::machine::Machine;
-use crate::plan::cost::{program_cost, stored, ProgramCost, Stored};
+use crate::plan::cost::{program_cost, program_cost_with, stored, CostInputs, ProgramCost, Stored};
 use crate::tensor::Tensor;
 use rustyline::completion::{Completer, FilenameCompleter, Pair};
 use rustyline::error::ReadlineError;
@@ -166,6 +166,8 @@ struct Session {
     last_time: Option<Timing>,
     settings: Settings,
     machine: Option<Machine>,
+    /// The machine `cost` predictions are for (`machine` or the nominal one).
+    predict_machine: Option<Machine>,
     color: Color,
     /// Inputs (lines or commands) that failed.
     failures: usize,
@@ -546,6 +548,7 @@ impl Session {
                 params: None,
             },
             machine: None,
+            predict_machine: None,
             color,
             failures: 0,
             out: Box::new(std::io::stdout()),
@@ -650,8 +653,61 @@ impl Session {
             .collect()
     }
 
-    fn cost(&self) -> ProgramCost {
-        program_cost(self.prog(), &self.stored(self.prog()))
+    fn cost(&mut self) -> ProgramCost {
+        let p = self.prog().clone();
+        self.cost_of(&p).1
+    }
+
+    /// The machine sparse products and `auto` are predicted for (`TDSL_MACHINE`, see
+    /// `cli::prediction_machine`), found only when a prediction is needed.
+    fn prediction_machine(&mut self, p: &Program) -> Machine {
+        let needed = !p.auto_formats.is_empty()
+            || (0..p.nodes.len()).any(|i| {
+                crate::plan::sparse::sparse_product(p, crate::check::NodeId(i as u32)).is_some()
+            });
+        if !needed {
+            return crate::plan::cost::NOMINAL_MACHINE;
+        }
+        if let Some(m) = self.predict_machine {
+            return m;
+        }
+        let m = super::prediction_machine();
+        self.predict_machine = Some(m);
+        m
+    }
+
+    /// `p` with its `auto` formats chosen (`plan::auto`).
+    fn resolved(&mut self, p: &Program) -> Program {
+        let mut p = p.clone();
+        if !p.auto_formats.is_empty() {
+            let stored = self.stored(&p);
+            let machine = self.prediction_machine(&p);
+            crate::plan::auto::resolve_auto(
+                &mut p,
+                &CostInputs {
+                    stored: &stored,
+                    data: &[],
+                    machine,
+                },
+            );
+        }
+        p
+    }
+
+    /// `p` resolved, and its cost.
+    fn cost_of(&mut self, p: &Program) -> (Program, ProgramCost) {
+        let p = self.resolved(p);
+        let stored = self.stored(&p);
+        let machine = self.prediction_machine(&p);
+        let cost = program_cost_with(
+            &p,
+            &CostInputs {
+                stored: &stored,
+                data: &[],
+                machine,
+            },
+        );
+        (p, cost)
     }
 
     // --------------------------------------------------------------------------------------
@@ -723,9 +779,21 @@ impl Session {
             }
             StmtKind::Input(d) => self.input_line(&d.name.name),
             StmtKind::Assign { name, .. } => {
-                let cost = self.cost();
+                let p = self.prog().clone();
+                let (p, cost) = self.cost_of(&p);
                 match cost.statements.last() {
-                    Some(c) if c.name == name.name => format!("{}: {}", name.name, cost_line(c)),
+                    Some(c) if c.name == name.name => {
+                        let mut line = format!("{}: {}", name.name, cost_line(c));
+                        for a in super::report::auto_lines(&p) {
+                            if a.starts_with(&format!("auto: {} →", name.name)) {
+                                let _ = write!(line, "\n  {a}");
+                            }
+                        }
+                        for op in &c.sparse_ops {
+                            let _ = write!(line, "\n  {}", super::report::sparse_op_line(op));
+                        }
+                        line
+                    }
                     _ => name.name.clone(),
                 }
             }
@@ -808,9 +876,12 @@ impl Session {
             span: e.span,
             name_span: e.span,
         });
-        let cost = program_cost(&p, &self.stored(&p));
+        let (_, cost) = self.cost_of(&p);
         if let Some(c) = cost.statements.last() {
-            let line = cost_line(c);
+            let mut line = cost_line(c);
+            for op in &c.sparse_ops {
+                let _ = write!(line, "\n  {}", super::report::sparse_op_line(op));
+            }
             self.print(&line);
         }
     }
@@ -896,13 +967,19 @@ impl Session {
         if self.no_statements() {
             return;
         }
-        let cost = self.cost();
-        let text = super::report::cost_report(self.prog(), &cost);
+        let p = self.prog().clone();
+        let (p, cost) = self.cost_of(&p);
+        let text = super::report::cost_report(&p, &cost);
         self.print(&text);
     }
 
     fn cmd_vars(&mut self) {
-        let mut text = super::report::check_report(self.prog());
+        let p = self.prog().clone();
+        let p = self.resolved(&p);
+        let mut text = super::report::check_report(&p);
+        for line in super::report::auto_lines(&p) {
+            let _ = writeln!(text, "{line}");
+        }
         let axes: Vec<String> = self
             .checker
             .axis_extents()
@@ -919,7 +996,9 @@ impl Session {
         if self.no_statements() {
             return None;
         }
-        let (p, added) = runnable(self.prog());
+        let p = self.prog().clone();
+        let p = self.resolved(&p);
+        let (p, added) = runnable(&p);
         let plan = crate::plan::lower::plan_program(&p);
         Some((p, plan, added))
     }

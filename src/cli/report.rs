@@ -2,7 +2,7 @@
 //! or timestamps, so they can be snapshot-tested.
 
 use crate::check::{format_name, type_summary, Format, Program, TensorRef};
-use crate::plan::cost::ProgramCost;
+use crate::plan::cost::{ProgramCost, SparseOpCost, Verdict, NOMINAL_MACHINE};
 use crate::tensor::Tensor;
 use std::fmt::Write;
 use std::time::Duration;
@@ -154,7 +154,7 @@ pub fn cost_report(p: &Program, c: &ProgramCost) -> String {
         }
         if s.density_assumed {
             notes.push(format!(
-                "{}: a sparse input has no data to count its nonzeros; it is costed as fully stored",
+                "{}: a sparse operand has no data to count its stored entries; it is costed as fully stored",
                 s.name
             ));
         }
@@ -204,7 +204,7 @@ pub fn cost_report(p: &Program, c: &ProgramCost) -> String {
     if !sparse.is_empty() {
         let _ = writeln!(
             out,
-            "sparse inputs: {} (FLOPs count stored entries)",
+            "sparse inputs: {} (sparse products count stored entries)",
             sparse.join(", ")
         );
     }
@@ -214,6 +214,10 @@ pub fn cost_report(p: &Program, c: &ProgramCost) -> String {
     ));
     for n in notes {
         let _ = writeln!(out, "note: {n}");
+    }
+    out.push_str(&sparse_ops_report(c));
+    for line in auto_lines(p) {
+        let _ = writeln!(out, "{line}");
     }
     for s in &c.statements {
         for path in &s.paths {
@@ -264,6 +268,7 @@ pub fn cost_json(p: &Program, c: &ProgramCost) -> String {
                 "intensity": s.intensity(),
                 "largest_intermediate_bytes": num(s.largest_intermediate_bytes),
                 "paths": paths,
+                "sparse_ops": s.sparse_ops.iter().map(sparse_op_json).collect::<Vec<_>>(),
             })
         })
         .collect();
@@ -279,13 +284,193 @@ pub fn cost_json(p: &Program, c: &ProgramCost) -> String {
             })
         })
         .collect();
+    let auto: Vec<_> = p
+        .auto_formats
+        .iter()
+        .filter_map(|a| {
+            let ch = a.choice.as_ref()?;
+            Some(json!({
+                "statement": statement_of(p, a.span),
+                "format": format_name(ch.format, &p.node(a.node).ty.shape),
+                "predicted_seconds": ch.secs,
+                "dense_seconds": ch.dense_secs,
+                "reason": ch.reason,
+            }))
+        })
+        .collect();
+    let m = &c.machine;
     json!({
         "total_flops": num(c.total_flops()),
         "total_dense_flops": num(c.total_dense_flops()),
         "inputs": inputs,
         "statements": statements,
+        "auto": auto,
+        "machine": {
+            "nominal": *m == NOMINAL_MACHINE,
+            "peak_gflops": m.peak_gflops,
+            "gemm_ceiling_gflops": crate::plan::cost::gemm_ceiling_gflops(m),
+            "bandwidth_gbps": m.bandwidth_gbps,
+        },
     })
     .to_string()
+}
+
+/// One sparse product in `cost --json`.
+fn sparse_op_json(op: &SparseOpCost) -> serde_json::Value {
+    serde_json::json!({
+        "format": op.format,
+        "stored_values": op.stored.values,
+        "stored_bytes": op.stored.bytes,
+        "density": op.density,
+        "density_assumed": !op.stored.measured,
+        "flops": num(op.flops),
+        "bytes": num(op.bytes),
+        "dense_flops": num(op.dense_flops),
+        "dense_bytes": num(op.dense_bytes),
+        "sparse_seconds": op.sparse_secs,
+        "dense_seconds": op.dense_secs,
+        "verdict": op.verdict().name(),
+        "speedup": op.speedup(),
+        "break_even_density": op.break_even,
+    })
+}
+
+/// The statement whose text contains `span`.
+fn statement_of(p: &Program, span: tdsl_syntax::Span) -> String {
+    p.assigns
+        .iter()
+        .find(|a| a.span.start <= span.start && span.end <= a.span.end)
+        .map(|a| a.name.clone())
+        .unwrap_or_else(|| "?".into())
+}
+
+/// The machine predictions are for, in one line.
+pub fn machine_line(m: &crate::machine::Machine) -> String {
+    let ceiling = crate::plan::cost::gemm_ceiling_gflops(m);
+    if *m == NOMINAL_MACHINE {
+        format!(
+            "predicted for the nominal machine: {ceiling:.0} GFLOP/s GEMM ceiling, {:.0} GB/s (TDSL_MACHINE=nominal)",
+            m.bandwidth_gbps
+        )
+    } else {
+        format!(
+            "predicted for this machine: {ceiling:.1} GFLOP/s GEMM ceiling, {:.1} GB/s (measured)",
+            m.bandwidth_gbps
+        )
+    }
+}
+
+/// `sparse, 1.52× faster`
+pub fn verdict_text(op: &SparseOpCost) -> String {
+    let who = match op.verdict() {
+        Verdict::Sparse => "sparse",
+        Verdict::Dense => "dense",
+    };
+    format!("{who}, {:.2}× faster", op.speedup())
+}
+
+/// `41.3%`, `never`, `any`
+pub fn break_even_text(op: &SparseOpCost) -> String {
+    match op.break_even {
+        None => "never".into(),
+        Some(r) if r >= 1.0 => "any".into(),
+        Some(r) => format!("{:.1}%", 100.0 * r),
+    }
+}
+
+/// `25.0%`, `50.0% (fixed)`, `100.0% (assumed)`
+fn density_text(op: &SparseOpCost) -> String {
+    let mut t = format!("{:.1}%", 100.0 * op.density);
+    if op.fixed_density {
+        t.push_str(" (fixed)");
+    } else if !op.stored.measured {
+        t.push_str(" (assumed)");
+    }
+    t
+}
+
+/// One sparse product in one line (the REPL prints it under the statement's line).
+pub fn sparse_op_line(op: &SparseOpCost) -> String {
+    format!(
+        "sparse {} at {}: {} FLOPs, {} → {}; dense {} FLOPs, {} → {}; {}; break-even density {}",
+        op.format,
+        density_text(op),
+        group(op.flops),
+        bytes(op.bytes),
+        crate::plan::auto::secs_text(op.sparse_secs),
+        group(op.dense_flops),
+        bytes(op.dense_bytes),
+        crate::plan::auto::secs_text(op.dense_secs),
+        verdict_text(op),
+        break_even_text(op)
+    )
+}
+
+/// The sparse-product table of `cost`: stored and dense-equivalent counts, predicted times, a
+/// verdict and the break-even density of each. Empty when there are no sparse products.
+pub fn sparse_ops_report(c: &ProgramCost) -> String {
+    use crate::plan::auto::secs_text;
+    let mut rows = vec![vec![
+        "sparse product".to_string(),
+        "format".into(),
+        "density".into(),
+        "FLOPs".into(),
+        "dense FLOPs".into(),
+        "bytes".into(),
+        "dense bytes".into(),
+        "sparse".into(),
+        "dense".into(),
+        "verdict".into(),
+        "break-even".into(),
+    ]];
+    for s in &c.statements {
+        for op in &s.sparse_ops {
+            rows.push(vec![
+                s.name.clone(),
+                op.format.clone(),
+                density_text(op),
+                group(op.flops),
+                group(op.dense_flops),
+                bytes(op.bytes),
+                bytes(op.dense_bytes),
+                secs_text(op.sparse_secs),
+                secs_text(op.dense_secs),
+                verdict_text(op),
+                break_even_text(op),
+            ]);
+        }
+    }
+    if rows.len() == 1 {
+        return String::new();
+    }
+    let mut out = String::from("\n");
+    out.push_str(&table(
+        &rows,
+        &[
+            false, false, true, true, true, true, true, true, true, false, true,
+        ],
+    ));
+    let _ = writeln!(out, "{}", machine_line(&c.machine));
+    out
+}
+
+/// What every `sparsify(x, auto, …)` chose: `auto: ws → bsr(32, 32) (predicted: …)`.
+pub fn auto_lines(p: &Program) -> Vec<String> {
+    p.auto_formats
+        .iter()
+        .map(|a| {
+            let shape = &p.node(a.node).ty.shape;
+            match &a.choice {
+                Some(ch) => format!(
+                    "auto: {} → {} ({})",
+                    statement_of(p, a.span),
+                    format_name(ch.format, shape),
+                    ch.reason
+                ),
+                None => format!("auto: {} → dense (not resolved)", statement_of(p, a.span)),
+            }
+        })
+        .collect()
 }
 
 /// A JSON number for a u128 count: exact as an integer when it fits in u64.

@@ -1,25 +1,34 @@
 //! FLOPs, bytes and arithmetic intensity of every statement; the numbers `cost`, `check` and the
-//! REPL print.
+//! REPL print. For every sparse-dense product it also predicts the time of the sparse kernel
+//! and of the dense GEMM it replaces, and says which is faster.
 //!
-//! Conventions (spec/language.md, "Cost"): an einsum step follows opt_einsum's count
+//! Conventions (spec/language.md, "Cost model"): an einsum step follows opt_einsum's count
 //! (`order::flop_count`), multi-operand einsums are costed along the contraction order that
 //! `order::contraction_path` chooses (the one later executed), a reduce costs one FLOP per input
 //! element, an elementwise op one per output element, and rearrange, repeat and cast cost none.
-//! Sparse inputs count by their stored entries: an einsum reading a sparse input is scaled by its
-//! stored fraction, and its bytes are its stored values plus indices. Counts are u128.
+//! Counts follow what runs (`plan::sparse`): an einsum that is a sparse product costs
+//! `2 · stored values · n` FLOPs and reads the stored values and indices; every other use of a
+//! sparse value reads its dense expansion and costs the dense count. Counts are u128.
+//!
+//! Predicted times are `max(flops / (ceiling · efficiency), bytes / bandwidth)` with the
+//! per-kernel efficiencies of [`efficiency`], all in one place so that they can be calibrated
+//! against measurements (bench/RESULTS.md).
 
 use super::order::{contraction_path, format_path, ContractionPath};
-use crate::check::{Format, NodeId, NodeKind, Program, TensorType};
+use super::sparse::{resolve, sparse_product, stored_sparse, SparseProduct, SparseSource};
+use crate::check::{format_name, Format, NodeId, NodeKind, Program, Select, TensorType};
+use crate::machine::Machine;
 use crate::tensor::Tensor;
 
-/// What is known about the stored entries of one input.
+/// What is known about the stored entries of one sparse value.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Stored {
     /// Values the format stores (nonzeros, or whole blocks for BSR, or half for 2:4).
     pub values: u64,
     /// Bytes of values plus indices and metadata.
     pub bytes: u64,
-    /// Whether `values` was counted from data (false: assumed fully dense).
+    /// Whether `values` was counted from data or is exact by construction (false: assumed
+    /// fully stored, for lack of data).
     pub measured: bool,
 }
 
@@ -27,50 +36,16 @@ pub struct Stored {
 /// Indices are 32-bit; 2:4 metadata is 2 bits per kept value.
 pub fn stored(ty: &TensorType, data: Option<&Tensor>) -> Stored {
     let n = ty.shape.n_elems().unwrap_or(u64::MAX);
-    let esz = ty.dtype.size_bytes();
-    let ext = ty.shape.extents();
     let values_f64 = data.map(|t| t.to_f64());
     let nnz = values_f64
         .as_ref()
         .map(|v| v.iter().filter(|x| **x != 0.0).count() as u64);
     let measured = data.is_some();
-    let sat = |a: u64, b: u64| a.saturating_mul(b);
     match ty.format {
-        Format::Dense => Stored {
-            values: n,
-            bytes: sat(n, esz),
-            measured: true,
-        },
-        Format::TwoFour { .. } => {
-            let kept = n / 2;
-            Stored {
-                values: kept,
-                bytes: sat(kept, esz).saturating_add(kept.div_ceil(4)),
-                measured: true,
-            }
-        }
-        Format::Coo => {
-            let nz = nnz.unwrap_or(n);
-            Stored {
-                values: nz,
-                bytes: sat(nz, esz + 4 * ext.len() as u64),
-                measured,
-            }
-        }
-        Format::Csr | Format::Csc => {
-            let nz = nnz.unwrap_or(n);
-            let major = if ty.format == Format::Csr {
-                ext[0]
-            } else {
-                ext[1]
-            };
-            Stored {
-                values: nz,
-                bytes: sat(nz, esz + 4).saturating_add(sat(major + 1, 4)),
-                measured,
-            }
-        }
+        Format::Dense | Format::TwoFour { .. } => stored_count(ty, n, true),
+        Format::Coo | Format::Csr | Format::Csc => stored_count(ty, nnz.unwrap_or(n), measured),
         Format::Bsr { rows, cols } => {
+            let ext = ty.shape.extents();
             let (r, c) = (ext[0], ext[1]);
             let (nbr, nbc) = (r / rows, c / cols);
             let blocks = match &values_f64 {
@@ -93,15 +68,326 @@ pub fn stored(ty: &TensorType, data: Option<&Tensor>) -> Stored {
                 }
                 None => nbr * nbc,
             };
-            let values = sat(blocks, rows * cols);
+            stored_count(ty, blocks.saturating_mul(rows * cols), measured)
+        }
+    }
+}
+
+/// Storage of `values` stored values in `ty`'s format (for BSR a multiple of the block size;
+/// for dense and 2:4 the count is fixed by the shape and `values` is ignored).
+pub fn stored_count(ty: &TensorType, values: u64, measured: bool) -> Stored {
+    let n = ty.shape.n_elems().unwrap_or(u64::MAX);
+    let esz = ty.dtype.size_bytes();
+    let ext = ty.shape.extents();
+    let sat = |a: u64, b: u64| a.saturating_mul(b);
+    match ty.format {
+        Format::Dense => Stored {
+            values: n,
+            bytes: sat(n, esz),
+            measured: true,
+        },
+        Format::TwoFour { .. } => {
+            let kept = n / 2;
+            Stored {
+                values: kept,
+                bytes: sat(kept, esz).saturating_add(kept.div_ceil(4)),
+                measured: true,
+            }
+        }
+        Format::Coo => Stored {
+            values,
+            bytes: sat(values, esz + 4 * ext.len() as u64),
+            measured,
+        },
+        Format::Csr | Format::Csc => {
+            let major = if ty.format == Format::Csr {
+                ext[0]
+            } else {
+                ext[1]
+            };
+            Stored {
+                values,
+                bytes: sat(values, esz + 4).saturating_add(sat(major + 1, 4)),
+                measured,
+            }
+        }
+        Format::Bsr { rows, cols } => {
+            let blocks = values / (rows * cols).max(1);
             Stored {
                 values,
                 bytes: sat(values, esz)
                     .saturating_add(sat(blocks, 4))
-                    .saturating_add(sat(nbr + 1, 4)),
+                    .saturating_add(sat(ext[0] / rows.max(1) + 1, 4)),
                 measured,
             }
         }
+    }
+}
+
+/// Stored entries of `sparsify(x, FORMAT, select)` with result type `ty`. `density=` fixes the
+/// count exactly (`tdsl_sparse::prune`: `round(d · count)` entries or blocks); `threshold=` and
+/// the default count from `x`'s data when there is some (the pruning is run on it), and are
+/// otherwise assumed to keep everything.
+pub fn sparsify_stored(ty: &TensorType, select: Select, x: Option<&Tensor>) -> Stored {
+    let n = ty.shape.n_elems().unwrap_or(u64::MAX);
+    match (ty.format, select) {
+        (Format::Dense | Format::TwoFour { .. }, _) => stored_count(ty, n, true),
+        (Format::Bsr { rows, cols }, Select::Density(d)) => {
+            let blocks = n / (rows * cols).max(1);
+            let kept = ((d * blocks as f64).round() as u64).min(blocks);
+            stored_count(ty, kept * rows * cols, true)
+        }
+        (_, Select::Density(d)) => stored_count(ty, ((d * n as f64).round() as u64).min(n), true),
+        (f, _) => {
+            let pruned = x.and_then(|t| {
+                let layout = crate::sparse::layout(f, t.shape.len())?;
+                let s = tdsl_sparse::prune::sparsify(
+                    crate::sparse::values_ref(t),
+                    &t.shape,
+                    layout,
+                    select,
+                )
+                .ok()?;
+                let dense = tdsl_sparse::prune::to_dense_f64(s.as_ref()).ok()?;
+                Some(Tensor::from_f64(ty.dtype, t.shape.clone(), &dense))
+            });
+            stored(ty, pruned.as_ref())
+        }
+    }
+}
+
+/// Stored entries of every stored-sparse node (`plan::sparse::stored_sparse`), indexed by node:
+/// sparse inputs from `stored_inputs`, `sparsify` results from [`sparsify_stored`] (with the
+/// data of `x` when `x` is an input whose data is in `data`), and views and names of them from
+/// the storage they reuse.
+pub fn stored_nodes(
+    program: &Program,
+    stored_inputs: &[Stored],
+    data: &[Option<&Tensor>],
+) -> Vec<Option<Stored>> {
+    let mut out: Vec<Option<Stored>> = vec![None; program.nodes.len()];
+    for (i, node) in program.nodes.iter().enumerate() {
+        let id = NodeId(i as u32);
+        let r = resolve(program, id);
+        if r != id {
+            out[i] = out[r.idx()];
+            continue;
+        }
+        out[i] = match stored_sparse(program, id) {
+            None => None,
+            Some(SparseSource::Input(k)) => Some(
+                stored_inputs
+                    .get(k)
+                    .copied()
+                    .unwrap_or_else(|| stored(&node.ty, None)),
+            ),
+            Some(SparseSource::View(src)) => out[src.idx()],
+            Some(SparseSource::Sparsify) => {
+                let NodeKind::Sparsify { x, select } = &node.kind else {
+                    continue;
+                };
+                let x_data = match program.node(resolve(program, *x)).kind {
+                    NodeKind::Input(k) => data.get(k).copied().flatten(),
+                    _ => None,
+                };
+                Some(sparsify_stored(&node.ty, *select, x_data))
+            }
+        };
+    }
+    out
+}
+
+/// Compute efficiencies of the kernels `cost` predicts times for: the fraction of the machine's
+/// GEMM ceiling ([`gemm_ceiling_gflops`]) each reaches on large operands. Memory traffic is
+/// assumed to stream at the measured copy bandwidth for every kernel. These are the constants to
+/// calibrate from `bench/RESULTS.md` and the `spmm_bench` example (spec/language.md, "Sparse
+/// cost model").
+pub mod efficiency {
+    /// Dense GEMM (the `gemm` crate): about 0.9 of the AVX2 FMA ceiling.
+    pub const DENSE_GEMM: f64 = 0.9;
+    /// BSR with both block extents at least [`BSR_LARGE_BLOCK`]: each block is a small GEMM.
+    pub const BSR_LARGE: f64 = 0.75;
+    /// BSR with both block extents at least [`BSR_MEDIUM_BLOCK`].
+    pub const BSR_MEDIUM: f64 = 0.45;
+    /// BSR with a smaller block: short inner loops, one index per few FMAs.
+    pub const BSR_SMALL: f64 = 0.2;
+    pub const BSR_LARGE_BLOCK: u64 = 16;
+    pub const BSR_MEDIUM_BLOCK: u64 = 8;
+    /// 2:4: half the FMAs of a dense GEMM, with a gather of the kept columns per value.
+    pub const TWO_FOUR: f64 = 0.5;
+    /// CSR and CSC: one index load and an indirect row of the dense operand per value.
+    pub const CSR: f64 = 0.12;
+    /// COO: CSR's work plus a second index and scattered writes.
+    pub const COO: f64 = 0.06;
+    /// f32 FLOPs per cycle per core of the AVX2 FMA ceiling (two 8-lane FMA units).
+    pub const AVX2_FLOPS_PER_CYCLE: f64 = 32.0;
+}
+
+/// The machine `cost` predicts for when none is given (deterministic reports and tests):
+/// 8 cores at 3.0 GHz with AVX2 + FMA (768 GFLOP/s) and 40 GB/s of copy bandwidth.
+pub const NOMINAL_MACHINE: Machine = Machine {
+    cores: 8,
+    clock_ghz: 3.0,
+    flops_per_cycle: 32.0,
+    peak_gflops: 768.0,
+    bandwidth_gbps: 40.0,
+};
+
+/// The GEMM ceiling in GFLOP/s: the machine's peak, capped at the AVX2 FMA rate the GEMM and
+/// sparse kernels are written for (an AVX-512 machine's peak counts 64 FLOPs per cycle).
+pub fn gemm_ceiling_gflops(m: &Machine) -> f64 {
+    m.peak_gflops * (efficiency::AVX2_FLOPS_PER_CYCLE / m.flops_per_cycle.max(1.0)).min(1.0)
+}
+
+/// The compute efficiency of a sparse product kernel for stored format `f`.
+pub fn format_efficiency(f: Format) -> f64 {
+    use efficiency::*;
+    match f {
+        Format::Dense => DENSE_GEMM,
+        Format::Bsr { rows, cols } if rows.min(cols) >= BSR_LARGE_BLOCK => BSR_LARGE,
+        Format::Bsr { rows, cols } if rows.min(cols) >= BSR_MEDIUM_BLOCK => BSR_MEDIUM,
+        Format::Bsr { .. } => BSR_SMALL,
+        Format::TwoFour { .. } => TWO_FOUR,
+        Format::Csr | Format::Csc => CSR,
+        Format::Coo => COO,
+    }
+}
+
+/// Predicted seconds of a kernel doing `flops` at `eff` of the GEMM ceiling and moving `bytes`.
+pub fn predict_secs(flops: f64, bytes: f64, eff: f64, m: &Machine) -> f64 {
+    let compute = flops / (gemm_ceiling_gflops(m) * 1e9 * eff);
+    let memory = bytes / (m.bandwidth_gbps * 1e9);
+    compute.max(memory)
+}
+
+/// Which of the two ways to run a sparse product is predicted faster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Sparse,
+    Dense,
+}
+
+impl Verdict {
+    pub fn name(self) -> &'static str {
+        match self {
+            Verdict::Sparse => "sparse",
+            Verdict::Dense => "dense",
+        }
+    }
+}
+
+/// One sparse-dense product (`plan::sparse::sparse_product`): what runs on the stored entries,
+/// its dense equivalent, and both predicted times.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SparseOpCost {
+    pub node: NodeId,
+    /// The stored format of the sparse operand, as written (`bsr(32, 32)`).
+    pub format: String,
+    pub stored: Stored,
+    /// Stored values over the sparse operand's elements.
+    pub density: f64,
+    pub flops: u128,
+    pub bytes: u128,
+    pub dense_flops: u128,
+    pub dense_bytes: u128,
+    pub sparse_secs: f64,
+    pub dense_secs: f64,
+    /// The density at which both predictions are equal, for this format and shape: sparse is
+    /// faster below it. `None` if sparse is slower even with nothing stored; above 1 if it is
+    /// faster even fully stored.
+    pub break_even: Option<f64>,
+    /// Whether the density was fixed by the format (2:4) rather than chosen.
+    pub fixed_density: bool,
+}
+
+impl SparseOpCost {
+    pub fn verdict(&self) -> Verdict {
+        if self.sparse_secs < self.dense_secs {
+            Verdict::Sparse
+        } else {
+            Verdict::Dense
+        }
+    }
+    /// How many times faster the winner is predicted to be.
+    pub fn speedup(&self) -> f64 {
+        let (a, b) = (self.sparse_secs, self.dense_secs);
+        if a <= 0.0 || b <= 0.0 {
+            1.0
+        } else {
+            a.max(b) / a.min(b)
+        }
+    }
+}
+
+/// Costs einsum node `id`, which runs as the sparse product `sp`, on machine `m`.
+pub fn sparse_op_cost(
+    program: &Program,
+    id: NodeId,
+    sp: &SparseProduct,
+    stored_of: &[Option<Stored>],
+    m: &Machine,
+) -> Option<SparseOpCost> {
+    let NodeKind::Einsum { operands, spec } = &program.node(id).kind else {
+        return None;
+    };
+    let s_node = resolve(program, operands[sp.sparse]);
+    let d_node = resolve(program, operands[1 - sp.sparse]);
+    let s_ty = &program.node(s_node).ty;
+    let s = stored_of.get(s_node.idx()).copied().flatten()?;
+    let n_s = s_ty.shape.n_elems()?.max(1);
+    let n: u128 = sp
+        .dense_free
+        .iter()
+        .map(|&l| spec.labels[l].1 as u128)
+        .product();
+    let (path, ..) = einsum_path(program, id)?;
+    let other = bytes_of(&program.node(d_node).ty) + bytes_of(&program.node(id).ty);
+    let flops = 2 * s.values as u128 * n;
+    let bytes = s.bytes as u128 + other;
+    let dense_flops = path.opt_flops;
+    let dense_bytes = bytes_of(s_ty) + other;
+    let eff = format_efficiency(s_ty.format);
+    let sparse_secs = predict_secs(flops as f64, bytes as f64, eff, m);
+    let dense_secs = predict_secs(
+        dense_flops as f64,
+        dense_bytes as f64,
+        efficiency::DENSE_GEMM,
+        m,
+    );
+    // t_sparse(ρ) = max(a1·ρ, a2·ρ + b2) is increasing in ρ; it equals t_dense where the
+    // larger of the two terms does.
+    let full = stored_count(s_ty, n_s, true);
+    let fixed = (full.bytes as f64 - full.values as f64 * per_value_bytes(s_ty)).max(0.0);
+    let a1 = 2.0 * n_s as f64 * n as f64 / (gemm_ceiling_gflops(m) * 1e9 * eff);
+    let bw = m.bandwidth_gbps * 1e9;
+    let a2 = n_s as f64 * per_value_bytes(s_ty) / bw;
+    let b2 = (fixed + other as f64) / bw;
+    let rho = (dense_secs / a1).min((dense_secs - b2) / a2);
+    Some(SparseOpCost {
+        node: id,
+        format: format_name(s_ty.format, &s_ty.shape),
+        stored: s,
+        density: s.values as f64 / n_s as f64,
+        flops,
+        bytes,
+        dense_flops,
+        dense_bytes,
+        sparse_secs,
+        dense_secs,
+        break_even: (rho > 0.0).then_some(rho),
+        fixed_density: matches!(s_ty.format, Format::TwoFour { .. }),
+    })
+}
+
+/// Bytes per stored value: the value and the indices that grow with it.
+fn per_value_bytes(ty: &TensorType) -> f64 {
+    let esz = ty.dtype.size_bytes() as f64;
+    match ty.format {
+        Format::Dense => esz,
+        Format::TwoFour { .. } => esz + 0.25,
+        Format::Coo => esz + 4.0 * ty.shape.rank() as f64,
+        Format::Csr | Format::Csc => esz + 4.0,
+        Format::Bsr { rows, cols } => esz + 4.0 / (rows * cols).max(1) as f64,
     }
 }
 
@@ -128,8 +414,10 @@ pub struct StatementCost {
     pub largest_intermediate_bytes: u128,
     /// Paths of einsums with 3 or more operands.
     pub paths: Vec<EinsumPath>,
-    /// True if a sparse input's stored fraction had to be assumed (no data to count from).
+    /// True if a sparse operand's stored entries had to be assumed (no data to count from).
     pub density_assumed: bool,
+    /// Every sparse-dense product in the statement, with its predictions.
+    pub sparse_ops: Vec<SparseOpCost>,
 }
 
 impl StatementCost {
@@ -150,6 +438,8 @@ impl StatementCost {
 #[derive(Debug, Clone)]
 pub struct ProgramCost {
     pub statements: Vec<StatementCost>,
+    /// The machine the sparse products' times are predicted for.
+    pub machine: Machine,
 }
 
 impl ProgramCost {
@@ -184,8 +474,34 @@ pub fn einsum_path(
     Some((contraction_path(&inputs, &output, &extents), inputs, output))
 }
 
-/// Costs every assignment. `stored[i]` describes input i (see [`stored`]).
+/// What [`program_cost_with`] needs besides the program.
+#[derive(Debug, Clone)]
+pub struct CostInputs<'a> {
+    /// `stored[i]` describes input i (see [`stored`]).
+    pub stored: &'a [Stored],
+    /// Data of input i where there is some: `sparsify` results are counted from it.
+    pub data: &'a [Option<&'a Tensor>],
+    /// The machine predicted times are for.
+    pub machine: Machine,
+}
+
+/// Costs every assignment, predicting for [`NOMINAL_MACHINE`] and counting `sparsify` results
+/// without data. `stored[i]` describes input i (see [`stored`]).
 pub fn program_cost(program: &Program, stored_inputs: &[Stored]) -> ProgramCost {
+    program_cost_with(
+        program,
+        &CostInputs {
+            stored: stored_inputs,
+            data: &[],
+            machine: NOMINAL_MACHINE,
+        },
+    )
+}
+
+/// Costs every assignment.
+pub fn program_cost_with(program: &Program, inputs: &CostInputs) -> ProgramCost {
+    let stored_of = stored_nodes(program, inputs.stored, inputs.data);
+    let machine = inputs.machine;
     let mut statements = Vec::new();
     for (a, assign) in program.assigns.iter().enumerate() {
         let nodes = program.statement_nodes(a);
@@ -196,16 +512,13 @@ pub fn program_cost(program: &Program, stored_inputs: &[Stored]) -> ProgramCost 
         let mut largest = 0u128;
         let mut paths = Vec::new();
         let mut density_assumed = false;
+        let mut sparse_ops = Vec::new();
         let mut read: Vec<(bool, usize)> = Vec::new();
-        // The stored fraction of a node that reads a sparse input directly.
-        let density = |id: NodeId| -> Option<(f64, bool)> {
-            match program.node(id).kind {
-                NodeKind::Input(i) if program.inputs[i].ty.format.is_sparse() => {
-                    let s = stored_inputs.get(i)?;
-                    let n = program.inputs[i].ty.shape.n_elems()?.max(1);
-                    Some((s.values as f64 / n as f64, !s.measured))
-                }
-                _ => None,
+        // What reading a name costs: its stored bytes if it is stored sparse.
+        let read_bytes = |id: NodeId| -> u128 {
+            match stored_of[id.idx()] {
+                Some(s) => s.bytes as u128,
+                None => bytes_of(&program.node(id).ty),
             }
         };
         for &id in &nodes {
@@ -215,16 +528,13 @@ pub fn program_cost(program: &Program, stored_inputs: &[Stored]) -> ProgramCost 
                 NodeKind::Input(i) => {
                     if !read.contains(&(true, *i)) {
                         read.push((true, *i));
-                        bytes_read += match stored_inputs.get(*i) {
-                            Some(s) => s.bytes as u128,
-                            None => bytes_of(&node.ty),
-                        };
+                        bytes_read += read_bytes(id);
                     }
                 }
                 NodeKind::Var(v) => {
                     if !read.contains(&(false, *v)) {
                         read.push((false, *v));
-                        bytes_read += bytes_of(&node.ty);
+                        bytes_read += read_bytes(id);
                     }
                 }
                 NodeKind::Scalar(_)
@@ -239,30 +549,22 @@ pub fn program_cost(program: &Program, stored_inputs: &[Stored]) -> ProgramCost 
                     if reduce.is_some() {
                         let dense = program.node(*x).ty.shape.n_elems().unwrap_or(u64::MAX) as u128;
                         dense_flops += dense;
-                        flops += match density(*x) {
-                            Some((d, assumed)) => {
-                                density_assumed |= assumed;
-                                (dense as f64 * d).round() as u128
-                            }
-                            None => dense,
-                        };
+                        flops += dense;
                     }
                 }
                 NodeKind::Einsum { operands, spec } => {
                     if let Some((path, inputs, output)) = einsum_path(program, id) {
                         dense_flops += path.opt_flops;
-                        let mut scale = 1.0;
-                        for &o in operands {
-                            if let Some((d, assumed)) = density(o) {
-                                scale *= d;
-                                density_assumed |= assumed;
+                        let op = sparse_product(program, id)
+                            .and_then(|sp| sparse_op_cost(program, id, &sp, &stored_of, &machine));
+                        match op {
+                            Some(op) => {
+                                flops += op.flops;
+                                density_assumed |= !op.stored.measured;
+                                sparse_ops.push(op);
                             }
+                            None => flops += path.opt_flops,
                         }
-                        flops += if scale == 1.0 {
-                            path.opt_flops
-                        } else {
-                            (path.opt_flops as f64 * scale).round() as u128
-                        };
                         let esz = node.ty.dtype.size_bytes() as u128;
                         largest = largest.max(path.largest_intermediate_elems * esz);
                         if operands.len() >= 3 {
@@ -284,7 +586,10 @@ pub fn program_cost(program: &Program, stored_inputs: &[Stored]) -> ProgramCost 
                 NodeKind::Input(_) | NodeKind::Var(_) | NodeKind::Scalar(_)
             );
             if id != root && materialised {
-                largest = largest.max(bytes_of(&node.ty));
+                largest = largest.max(match stored_of[id.idx()] {
+                    Some(s) if matches!(node.kind, NodeKind::Sparsify { .. }) => s.bytes as u128,
+                    _ => bytes_of(&node.ty),
+                });
             }
         }
         statements.push(StatementCost {
@@ -293,11 +598,122 @@ pub fn program_cost(program: &Program, stored_inputs: &[Stored]) -> ProgramCost 
             flops,
             dense_flops,
             bytes_read,
-            bytes_written: bytes_of(&program.node(root).ty),
+            bytes_written: match stored_of[root.idx()] {
+                Some(s) if matches!(program.node(root).kind, NodeKind::Sparsify { .. }) => {
+                    s.bytes as u128
+                }
+                _ => bytes_of(&program.node(root).ty),
+            },
             largest_intermediate_bytes: largest,
             paths,
             density_assumed,
+            sparse_ops,
         });
     }
-    ProgramCost { statements }
+    ProgramCost {
+        statements,
+        machine,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::{Axis, Shape};
+    use crate::dtype::DType;
+
+    fn ty(format: Format) -> TensorType {
+        TensorType {
+            dtype: DType::F32,
+            shape: Shape(vec![Axis::named("o", 64), Axis::named("i", 128)]),
+            format,
+        }
+    }
+
+    #[test]
+    fn density_fixes_the_stored_count() {
+        let bsr = ty(Format::Bsr { rows: 16, cols: 16 });
+        // 32 blocks; round(0.1 · 32) = 3 kept.
+        let s = sparsify_stored(&bsr, Select::Density(0.1), None);
+        assert_eq!((s.values, s.measured), (3 * 256, true));
+        assert_eq!(s.bytes, 3 * 256 * 4 + 3 * 4 + (64 / 16 + 1) * 4);
+        let csr = sparsify_stored(&ty(Format::Csr), Select::Density(0.25), None);
+        assert_eq!(csr.values, 2048);
+        assert_eq!(csr.bytes, 2048 * 8 + 65 * 4);
+        // Without data a threshold keeps everything, and says it assumed so.
+        let t = sparsify_stored(&ty(Format::Csr), Select::Threshold(0.5), None);
+        assert_eq!((t.values, t.measured), (64 * 128, false));
+    }
+
+    #[test]
+    fn threshold_counts_from_data() {
+        let data: Vec<f64> = (0..64 * 128).map(|k| (k % 4) as f64).collect();
+        let t = Tensor::from_f64(DType::F32, vec![64, 128], &data);
+        // |v| > 1.5 keeps the 2s and 3s: half.
+        let s = sparsify_stored(&ty(Format::Csr), Select::Threshold(1.5), Some(&t));
+        assert_eq!((s.values, s.measured), (64 * 128 / 2, true));
+    }
+
+    #[test]
+    fn break_even_is_where_the_predictions_meet() {
+        // The prediction of the sparse kernel at the break-even density equals the dense one.
+        let m = NOMINAL_MACHINE;
+        for format in [
+            Format::Csr,
+            Format::Bsr { rows: 32, cols: 32 },
+            Format::Bsr { rows: 4, cols: 4 },
+            Format::Coo,
+        ] {
+            let t = ty(format);
+            let n = 256u128;
+            let (ns, other) = (64 * 128u64, (128 * 256 + 64 * 256) * 4);
+            let dense = predict_secs(
+                (2 * 64 * 128 * n) as f64,
+                (ns * 4 + other) as f64,
+                efficiency::DENSE_GEMM,
+                &m,
+            );
+            let eff = format_efficiency(format);
+            let full = stored_count(&t, ns, true);
+            let fixed = full.bytes as f64 - ns as f64 * per_value_bytes(&t);
+            let at = |rho: f64| {
+                let values = rho * ns as f64;
+                predict_secs(
+                    2.0 * values * n as f64,
+                    values * per_value_bytes(&t) + fixed + other as f64,
+                    eff,
+                    &m,
+                )
+            };
+            let a1 = 2.0 * ns as f64 * n as f64 / (gemm_ceiling_gflops(&m) * 1e9 * eff);
+            let bw = m.bandwidth_gbps * 1e9;
+            let rho = (dense / a1).min(
+                (dense - (fixed + other as f64) / bw) / (ns as f64 * per_value_bytes(&t) / bw),
+            );
+            assert!((at(rho) - dense).abs() <= 1e-9 * dense, "{format:?}");
+            assert!(at(rho * 0.9) < dense && at(rho * 1.1) > dense, "{format:?}");
+        }
+    }
+
+    #[test]
+    fn efficiencies_rank_the_kernels() {
+        use efficiency::*;
+        assert!(DENSE_GEMM > BSR_LARGE && BSR_LARGE > BSR_MEDIUM && BSR_MEDIUM > BSR_SMALL);
+        assert!(BSR_LARGE > TWO_FOUR && TWO_FOUR > CSR && CSR > COO);
+        assert_eq!(
+            format_efficiency(Format::Bsr { rows: 16, cols: 32 }),
+            BSR_LARGE
+        );
+        assert_eq!(
+            format_efficiency(Format::Bsr { rows: 8, cols: 32 }),
+            BSR_MEDIUM
+        );
+        // An AVX-512 machine's peak counts 64 FLOPs per cycle; the kernels run at the AVX2 rate.
+        let m = Machine {
+            flops_per_cycle: 64.0,
+            peak_gflops: 1536.0,
+            ..NOMINAL_MACHINE
+        };
+        assert_eq!(gemm_ceiling_gflops(&m), 768.0);
+    }
 }

@@ -4,6 +4,7 @@
 //! path up to 8 operands, greedy beyond); `cost` counts FLOPs and bytes per statement along that
 //! order. The loop IR and fusion arrive with the JIT and extend this module.
 
+pub mod auto;
 pub mod cost;
 pub mod lower;
 pub mod order;

@@ -66,6 +66,123 @@ fn cost_json_contract() {
     assert_eq!(v["total_flops"], 2 * 2 * 3 * 4 + 8);
 }
 
+/// Every way to get a stored-sparse operand (sparse inputs, `sparsify` by density and by
+/// threshold, a transposed view) in sparse products, with predictions for the nominal machine.
+const SPARSE_COST_SCRIPT: &str = "\
+input x: f32[i=256, b=64] = randn(seed=0)
+input w: f32[o=256, i] = randn(seed=1)
+input s: f32[o, i] @ csr = randn(seed=2, density=0.02)
+ws = sparsify(w, bsr(32, 32), density=0.1)
+y1 = einsum(ws, x, \"o i, i b -> o b\")
+wc = sparsify(w, csr, threshold=1.0)
+y2 = einsum(wc, x, \"o i, i b -> o b\")
+wt = rearrange(wc, \"o i -> i o\")
+y3 = einsum(x, wt, \"i b, i o -> b o\")
+y4 = einsum(s, x, \"o i, i b -> o b\")
+w24 = sparsify(w, \"2:4\")
+y5 = einsum(w24, x, \"o i, i b -> o b\")
+d = dense(ws)
+output y1, y2, y3, y4, y5, d
+";
+
+#[test]
+fn cost_predicts_sparse_products_with_a_verdict_and_break_even() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = tdsl_script(dir.path(), "cost", SPARSE_COST_SCRIPT, &[]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    insta::assert_snapshot!("cost_sparse_products", out.stdout);
+    let json = tdsl_script(dir.path(), "cost", SPARSE_COST_SCRIPT, &["--json"]);
+    let v: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    assert_eq!(v["machine"]["nominal"], true);
+    let st = v["statements"].as_array().unwrap();
+    let op = |name: &str| -> serde_json::Value {
+        let s = st.iter().find(|s| s["name"] == name).unwrap();
+        let ops = s["sparse_ops"].as_array().unwrap();
+        assert_eq!(ops.len(), 1, "{name}: {s}");
+        ops[0].clone()
+    };
+    // density=0.1 of 64 blocks keeps round(6.4) = 6 blocks of 32·32 values, exactly.
+    let y1 = op("y1");
+    assert_eq!(y1["stored_values"], 6 * 32 * 32);
+    assert_eq!(y1["flops"], 2 * 6 * 32 * 32 * 64);
+    assert_eq!(y1["dense_flops"], 2 * 256 * 256 * 64);
+    assert_eq!(y1["density_assumed"], false);
+    assert_eq!(y1["format"], "bsr(32, 32)");
+    // threshold= is counted from w's data, and the transposed view reuses the same storage.
+    let (y2, y3) = (op("y2"), op("y3"));
+    assert_eq!(y2["density_assumed"], false);
+    assert_eq!(y3["format"], "csc");
+    assert_eq!(y2["stored_values"], y3["stored_values"]);
+    let kept = y2["stored_values"].as_u64().unwrap();
+    assert!(kept > 256 * 256 / 4 && kept < 256 * 256 / 2, "{kept}");
+    // A verdict agrees with the times, and the break-even density separates the two answers.
+    for name in ["y1", "y2", "y3", "y4", "y5"] {
+        let o = op(name);
+        let (ts, td) = (
+            o["sparse_seconds"].as_f64().unwrap(),
+            o["dense_seconds"].as_f64().unwrap(),
+        );
+        let verdict = if ts < td { "sparse" } else { "dense" };
+        assert_eq!(o["verdict"], verdict, "{name}: {o}");
+        if let Some(be) = o["break_even_density"].as_f64() {
+            let density = o["density"].as_f64().unwrap();
+            assert_eq!(density < be, verdict == "sparse", "{name}: {o}");
+        }
+    }
+    // Only sparse products count stored entries: `d = dense(ws)` costs nothing.
+    let d = st.iter().find(|s| s["name"] == "d").unwrap();
+    assert_eq!(d["flops"], 0);
+    assert_eq!(d["sparse_ops"], serde_json::json!([]));
+}
+
+#[test]
+fn auto_picks_the_format_predicted_faster() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = "input w: f32[o=512, i=512] = randn(seed=1)\n\
+                  input x: f32[i, b=64] = randn(seed=2)\n\
+                  ws = sparsify(w, auto, density=0.05)\n\
+                  y = einsum(ws, x, \"o i, i b -> o b\")\n\
+                  wd = sparsify(w, auto, density=0.9)\n\
+                  z = einsum(wd, x, \"o i, i b -> o b\")\n\
+                  wl = sparsify(w, auto(csr, \"2:4\"))\n\
+                  u = einsum(wl, x, \"o i, i b -> o b\")\n\
+                  n = sparsify(w, auto, density=0.1)\n\
+                  q = relu(n)\n\
+                  output y, z, u, q\n";
+    let check = tdsl_script(dir.path(), "check", script, &[]);
+    assert_eq!(check.code, 0, "{}", check.stderr);
+    insta::assert_snapshot!("check_auto", check.stdout);
+    let cost = tdsl_script(dir.path(), "cost", script, &[]);
+    assert_eq!(cost.code, 0, "{}", cost.stderr);
+    insta::assert_snapshot!("cost_auto", cost.stdout);
+    // The choice is the program that runs: the sparse choice is planned as one SpMM.
+    let plan = tdsl_script(dir.path(), "plan", script, &[]);
+    assert_eq!(plan.code, 0, "{}", plan.stderr);
+    assert_eq!(plan.stdout.matches("spmm ").count(), 1, "{}", plan.stdout);
+    let json = tdsl_script(dir.path(), "cost", script, &["--json"]);
+    let v: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    let formats: Vec<&str> = v["auto"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["format"].as_str().unwrap())
+        .collect();
+    assert_eq!(formats, ["bsr(16, 16)", "dense", "dense", "dense"]);
+}
+
+#[test]
+fn auto_rejects_what_is_not_a_format() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = "input w: f32[o=8, i=8] = randn(seed=1)\nws = sparsify(w, auto(1.5))\noutput ws\n";
+    let out = tdsl_script(dir.path(), "check", script, &[]);
+    assert_eq!(out.code, 1);
+    assert!(out.stderr.contains("format::unknown"), "{}", out.stderr);
+    let script = "input w: f32[o=8, i=8] = randn(seed=1)\nws = sparsify(w, auto(\"2:4\"), density=0.5)\noutput ws\n";
+    let out = tdsl_script(dir.path(), "check", script, &[]);
+    assert_eq!(out.code, 1);
+    assert!(out.stderr.contains("check::bad_argument"), "{}", out.stderr);
+}
+
 #[test]
 fn run_writes_npy_outputs_and_reads_npy_inputs() {
     let dir = tempfile::tempdir().unwrap();

@@ -15,6 +15,8 @@ fn repl_in(dir: &Path, input: &str) -> (i32, String) {
         .arg("repl")
         .current_dir(dir)
         .env("NO_COLOR", "1")
+        // Predicted times are for the nominal machine, so snapshots do not depend on this one.
+        .env("TDSL_MACHINE", "nominal")
         .stdin(Stdio::piped())
         .stdout(writer.try_clone().expect("clone the pipe"))
         .stderr(writer)
@@ -62,6 +64,21 @@ fn attention_pasted_line_by_line() {
 #[test]
 fn cost_shows_every_statement_and_totals() {
     insta::assert_snapshot!("repl_cost", after_attention(":cost\n"));
+}
+
+#[test]
+fn sparse_products_show_predictions_and_auto_choices() {
+    let input = "input x: f32[i=256, b=64] = randn(seed=0)\n\
+                 input w: f32[o=256, i] @ bsr(32, 32) = randn(seed=1, density=0.25)\n\
+                 y = einsum(w, x, \"o i, i b -> o b\")\n\
+                 input u: f32[o, i] = randn(seed=2)\n\
+                 a = sparsify(u, auto, density=0.02)\n\
+                 z = einsum(a, x, \"o i, i b -> o b\")\n\
+                 einsum(a, x, \"o i, i b -> o b\")\n\
+                 :cost\n";
+    let (code, out) = repl(input);
+    assert_eq!(code, 0, "{out}");
+    insta::assert_snapshot!("repl_sparse_predictions", out);
 }
 
 #[test]

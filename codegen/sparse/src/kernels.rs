@@ -419,25 +419,15 @@ fn check_sparse(s: &SparseRef) -> Result<(usize, usize), String> {
                     s.idx.len()
                 ));
             }
-            for e in 0..nnz {
-                let (r, c) = (s.idx[2 * e], s.idx[2 * e + 1]);
-                if r < 0 || r as usize >= rows || c < 0 || c as usize >= cols {
-                    return Err(format!(
-                        "coo entry {e} at ({r}, {c}) is outside the {rows}x{cols} matrix"
-                    ));
-                }
-            }
         }
         Layout::Csr | Layout::Csc => {
-            let (outer, inner) = if s.layout == Layout::Csr {
-                (rows, cols)
-            } else {
-                (cols, rows)
-            };
+            let outer = if s.layout == Layout::Csr { rows } else { cols };
             let nnz = check_offsets(s.ptr, outer)?;
-            check_indices(s.idx, nnz, inner)?;
-            if nvals < nnz {
-                return Err(format!("{nnz} stored entries but only {nvals} values"));
+            if s.idx.len() < nnz || nvals < nnz {
+                return Err(format!(
+                    "{nnz} stored entries but only {} indices and {nvals} values",
+                    s.idx.len()
+                ));
             }
         }
         Layout::Bsr { br, bc } => {
@@ -447,7 +437,12 @@ fn check_sparse(s: &SparseRef) -> Result<(usize, usize), String> {
                 ));
             }
             let nnzb = check_offsets(s.ptr, rows / br)?;
-            check_indices(s.idx, nnzb, cols / bc)?;
+            if s.idx.len() < nnzb {
+                return Err(format!(
+                    "{nnzb} stored blocks but only {} indices",
+                    s.idx.len()
+                ));
+            }
             let need = nnzb
                 .checked_mul(br * bc)
                 .ok_or("bsr value count overflows")?;
@@ -502,17 +497,36 @@ fn check_offsets(ptr: &[i32], outer: usize) -> Result<usize, String> {
     Ok(ptr[outer] as usize)
 }
 
-fn check_indices(idx: &[i32], nnz: usize, extent: usize) -> Result<(), String> {
-    if idx.len() < nnz {
-        return Err(format!(
-            "{nnz} stored entries but only {} indices",
-            idx.len()
-        ));
+/// Every stored index lies within its extent (the arrays passed `check_sparse`). The SIMD
+/// paths skip this: they check the indices of their own piece, in parallel.
+fn check_sparse_indices(s: &SparseRef) -> Result<(), String> {
+    let (rows, cols) = (s.shape[0], s.shape[1]);
+    let end = s.ptr.last().map_or(0, |&p| p as usize);
+    match s.layout {
+        Layout::Coo => {
+            for e in 0..end {
+                let (r, c) = (s.idx[2 * e], s.idx[2 * e + 1]);
+                if r < 0 || r as usize >= rows || c < 0 || c as usize >= cols {
+                    return Err(format!(
+                        "coo entry {e} at ({r}, {c}) is outside the {rows}x{cols} matrix"
+                    ));
+                }
+            }
+            Ok(())
+        }
+        Layout::Csr => check_indices(&s.idx[..end], cols),
+        Layout::Csc => check_indices(&s.idx[..end], rows),
+        Layout::Bsr { bc, .. } => check_indices(&s.idx[..end], cols / bc),
+        Layout::TwoFour { .. } => Ok(()),
     }
-    if let Some(e) = idx[..nnz]
-        .iter()
-        .position(|&i| i < 0 || i as usize >= extent)
-    {
+}
+
+fn check_indices(idx: &[i32], extent: usize) -> Result<(), String> {
+    if simd::max_index(idx) as usize >= extent {
+        let e = idx
+            .iter()
+            .position(|&i| i < 0 || i as usize >= extent)
+            .unwrap_or(0);
         return Err(format!(
             "indices[{e}] = {} is out of range for extent {extent}",
             idx[e]
@@ -669,6 +683,7 @@ fn dispatch<T: Compute>(
                     return bsr_left_f32(s, br, bc, sv, df, c, accumulate, isa);
                 }
                 (Layout::Bsr { br, bc }, Side::Right, false) => {
+                    check_sparse_indices(s)?;
                     return bsr_right_f32(s, br, bc, sv, df, c, accumulate, isa);
                 }
                 (Layout::TwoFour { axis: 1 }, Side::Left, false) => {
@@ -681,6 +696,7 @@ fn dispatch<T: Compute>(
             }
         }
     }
+    check_sparse_indices(s)?;
     if csr_like {
         let v = vals(&s.values);
         let (ptr, idx) = (s.ptr, s.idx);

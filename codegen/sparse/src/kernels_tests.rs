@@ -277,16 +277,8 @@ fn run_case<T: Compute>(
     seed: u64,
 ) -> Result<(), String> {
     let mut rng = Rng::new(seed);
-    let dense = decode(s);
     let (sr, sc) = (s.shape[0], s.shape[1]);
     let (p, q) = if transposed { (sc, sr) } else { (sr, sc) };
-    let seff = |i: usize, j: usize| {
-        if transposed {
-            dense[j * sc + i]
-        } else {
-            dense[i * sc + j]
-        }
-    };
     let (dr, dc, cr, cc) = match side {
         Side::Left => (q, n, p, n),
         Side::Right => (n, p, n, q),
@@ -328,6 +320,15 @@ fn run_case<T: Compute>(
         accumulate,
         isa,
     )?;
+    // Decoded only now: a case with bad indices has returned its error above.
+    let dense = decode(s);
+    let seff = |i: usize, j: usize| {
+        if transposed {
+            dense[j * sc + i]
+        } else {
+            dense[i * sc + j]
+        }
+    };
     let tol = if T::IS_F64 { 1e-12 } else { 2e-5 };
     let mut touched = vec![false; clen];
     for i in 0..cr {
@@ -659,5 +660,44 @@ fn any_thread_count() {
                 }
             }
         });
+    }
+}
+
+#[test]
+fn out_of_range_indices_are_errors_on_every_path() {
+    for (layout, rows, cols) in [
+        (Layout::Coo, 6, 8),
+        (Layout::Csr, 6, 8),
+        (Layout::Csc, 6, 8),
+        (Layout::Bsr { br: 2, bc: 2 }, 6, 8),
+    ] {
+        let mut rng = Rng::new(11);
+        let mut s = random_sparse(&mut rng, layout, rows, cols, 1.0, 0);
+        // The last stored index (a column, or a row for CSC) one past its extent.
+        let last = s.idx.len() - 1;
+        s.idx[last] = match layout {
+            Layout::Bsr { bc, .. } => (cols / bc) as i32,
+            Layout::Csc => rows as i32,
+            _ => cols as i32,
+        };
+        for isa in Isa::available() {
+            for side in [Side::Left, Side::Right] {
+                for transposed in [false, true] {
+                    let r = run_case::<f32>(
+                        &s,
+                        Dtype::F32,
+                        transposed,
+                        side,
+                        3,
+                        false,
+                        Strides::RowMajor,
+                        Strides::RowMajor,
+                        isa,
+                        1,
+                    );
+                    assert!(r.is_err(), "{layout:?} {isa:?} {side:?} {transposed}");
+                }
+            }
+        }
     }
 }

@@ -163,6 +163,12 @@ fn check_window(
     Ok((a, b))
 }
 
+/// The largest index as `u32` (a negative index counts as larger than any valid one); 0 for
+/// none. Written as a fold so that it vectorises.
+pub(crate) fn max_index(idx: &[i32]) -> u32 {
+    idx.iter().fold(0u32, |m, &i| m.max(i as u32))
+}
+
 /// `vals[..len]` widened to f32.
 pub(crate) fn widen(isa: Isa, vals: ValSlice, len: usize) -> Vec<f32> {
     let len = len.min(vals.len());
@@ -207,10 +213,7 @@ pub(crate) fn bsr_left(
         return Err("simd: bsr_left shapes".into());
     }
     let (a, b) = (ptr[0] as usize, ptr[nbr] as usize);
-    if idx[a..b]
-        .iter()
-        .any(|&j| j < 0 || (j as usize + 1) * bc > d.rows)
-    {
+    if !idx[a..b].is_empty() && (max_index(&idx[a..b]) as usize + 1) * bc > d.rows {
         return Err("simd: block column out of range".into());
     }
     if c.rows == 0 || c.cols == 0 {
@@ -382,7 +385,7 @@ pub(crate) fn csr_left(
         return Err("simd: csr_left shapes".into());
     }
     let (a, b) = (ptr[0] as usize, ptr[m] as usize);
-    if idx[a..b].iter().any(|&j| j < 0 || j as usize >= d.rows) {
+    if !idx[a..b].is_empty() && max_index(&idx[a..b]) as usize >= d.rows {
         return Err("simd: column out of range".into());
     }
     if c.rows == 0 || c.cols == 0 {
