@@ -1112,8 +1112,8 @@ mod x86 {
     /// Two rows at a time share the loads of `xt` but read two streams of values and meta:
     /// for a mat-vec (memory-bound) one stream is faster, from n = 2 on pairs are.
     const TWO_ROWS_FROM_N: usize = 1;
-    /// How far ahead (in values) the 2:4 kernel prefetches its values.
-    const PF_VALS: usize = 256;
+    /// How many rows ahead the 2:4 kernel prefetches its values and meta.
+    const PF_ROWS: usize = 4;
 
     #[inline(always)]
     unsafe fn tf_small<E: Ld>(
@@ -1127,38 +1127,48 @@ mod x86 {
         let n = c.cols;
         let rows = c.rows;
         let cp = (c.data.as_mut_ptr().add(c.off), c.ld);
-        let mut r = 0;
-        macro_rules! go {
-            ($r:literal, $n:literal) => {
-                tf_rows::<E, $r, $n>(vals, meta, k, &xt, cp, r, accumulate)
-            };
-        }
-        while r < rows {
-            if r + 2 <= rows && n > TWO_ROWS_FROM_N {
-                match n {
-                    1 => go!(2, 1),
-                    2 => go!(2, 2),
-                    3 => go!(2, 3),
-                    4 => go!(2, 4),
-                    5 => go!(2, 5),
-                    6 => go!(2, 6),
-                    7 => go!(2, 7),
-                    _ => go!(2, 8),
-                }
-                r += 2;
-            } else {
-                match n {
-                    1 => go!(1, 1),
-                    2 => go!(1, 2),
-                    3 => go!(1, 3),
-                    4 => go!(1, 4),
-                    5 => go!(1, 5),
-                    6 => go!(1, 6),
-                    7 => go!(1, 7),
-                    _ => go!(1, 8),
-                }
-                r += 1;
+        // Blocks of words (32 columns each) small enough that the n rows of xt they cover
+        // stay in L1 (32 KiB) while every row of c passes over them.
+        let words = k.div_ceil(32);
+        let kw = (256 / n.max(1)).max(1);
+        let mut w0 = 0;
+        while w0 < words {
+            let w1 = (w0 + kw).min(words);
+            let first = w0 == 0 && !accumulate;
+            let mut r = 0;
+            macro_rules! go {
+                ($r:literal, $n:literal) => {
+                    tf_rows::<E, $r, $n>(vals, meta, k, &xt, cp, r, (w0, w1), first)
+                };
             }
+            while r < rows {
+                if r + 2 <= rows && n > TWO_ROWS_FROM_N {
+                    match n {
+                        1 => go!(2, 1),
+                        2 => go!(2, 2),
+                        3 => go!(2, 3),
+                        4 => go!(2, 4),
+                        5 => go!(2, 5),
+                        6 => go!(2, 6),
+                        7 => go!(2, 7),
+                        _ => go!(2, 8),
+                    }
+                    r += 2;
+                } else {
+                    match n {
+                        1 => go!(1, 1),
+                        2 => go!(1, 2),
+                        3 => go!(1, 3),
+                        4 => go!(1, 4),
+                        5 => go!(1, 5),
+                        6 => go!(1, 6),
+                        7 => go!(1, 7),
+                        _ => go!(1, 8),
+                    }
+                    r += 1;
+                }
+            }
+            w0 = w1;
         }
     }
 
@@ -1174,7 +1184,8 @@ mod x86 {
         xt: &Mat,
         (cp, ldc): (*mut f32, usize),
         r: usize,
-        accumulate: bool,
+        (w0, w1): (usize, usize),
+        overwrite: bool,
     ) {
         let half = k / 2;
         let words = k.div_ceil(32);
@@ -1187,7 +1198,7 @@ mod x86 {
         // A mat-vec row has a single FMA chain: alternate two accumulators over words.
         let dual = N * R == 1;
         let mut acc_b = [[_mm512_setzero_ps(); N]; R];
-        for w in 0..words {
+        for w in w0..w1 {
             let ncols = (k - 32 * w).min(32);
             let nkept = ncols / 2;
             let mut vv = [_mm512_setzero_ps(); R];
@@ -1195,10 +1206,13 @@ mod x86 {
             for i in 0..R {
                 let row = r + i;
                 let vptr = vals.add(row * half + 16 * w);
-                // The values stream is the bottleneck: fetch a few lines ahead (a prefetch
-                // past the end of the array is harmless, it never faults).
-                _mm_prefetch::<_MM_HINT_T0>(vptr.wrapping_add(PF_VALS) as *const i8);
-                _mm_prefetch::<_MM_HINT_T0>(mp.wrapping_add(row * words + w + 64) as *const i8);
+                // The values stream is the bottleneck: fetch the same word of the rows
+                // PF_ROWS further on (the next pass over this word block reads them; a
+                // prefetch past the end of the array is harmless, it never faults).
+                _mm_prefetch::<_MM_HINT_T0>(vptr.wrapping_add(PF_ROWS * half) as *const i8);
+                _mm_prefetch::<_MM_HINT_T0>(
+                    mp.wrapping_add((row + PF_ROWS) * words + w) as *const i8
+                );
                 vv[i] = if nkept == 16 {
                     E::ld::<Z>(vptr).0
                 } else {
@@ -1240,7 +1254,7 @@ mod x86 {
                     sum = _mm512_add_ps(sum, acc_b[i][j]);
                 }
                 let s = _mm512_reduce_add_ps(sum);
-                *p = if accumulate { *p + s } else { s };
+                *p = if overwrite { s } else { *p + s };
             }
         }
     }
