@@ -1635,8 +1635,9 @@ fn format_expr(f: &Expr) -> Option<ast::FormatAnn> {
                     args: Vec::new(),
                     span: f.span,
                 })
-            } else if let Some(axis) = v.strip_prefix("2:4(").and_then(|r| r.strip_suffix(')')) {
-                Some(ast::FormatAnn {
+            } else {
+                let axis = v.strip_prefix("2:4(").and_then(|r| r.strip_suffix(')'));
+                axis.map(|axis| ast::FormatAnn {
                     name: ast::Ident {
                         name: "2:4".into(),
                         span: inner,
@@ -1647,8 +1648,6 @@ fn format_expr(f: &Expr) -> Option<ast::FormatAnn> {
                     })],
                     span: f.span,
                 })
-            } else {
-                None
             }
         }
         _ => None,

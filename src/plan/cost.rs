@@ -698,8 +698,10 @@ mod tests {
     #[test]
     fn efficiencies_rank_the_kernels() {
         use efficiency::*;
-        assert!(DENSE_GEMM > BSR_LARGE && BSR_LARGE > BSR_MEDIUM && BSR_MEDIUM > BSR_SMALL);
-        assert!(BSR_LARGE > TWO_FOUR && TWO_FOUR > CSR && CSR > COO);
+        const {
+            assert!(DENSE_GEMM > BSR_LARGE && BSR_LARGE > BSR_MEDIUM && BSR_MEDIUM > BSR_SMALL);
+            assert!(BSR_LARGE > TWO_FOUR && TWO_FOUR > CSR && CSR > COO);
+        }
         assert_eq!(
             format_efficiency(Format::Bsr { rows: 16, cols: 32 }),
             BSR_LARGE
