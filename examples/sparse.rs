@@ -25,7 +25,7 @@ fn block_sparse(seed: u64, keep_every: usize) -> Result<Tensor> {
     for r in 0..OUT {
         for c in 0..IN {
             let block = (r / BLOCK) * (IN / BLOCK) + c / BLOCK;
-            if (block * 7 + 3) % keep_every != 0 {
+            if !(block * 7 + 3).is_multiple_of(keep_every) {
                 v[r * IN + c] = 0.0;
             }
         }

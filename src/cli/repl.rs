@@ -1310,7 +1310,7 @@ impl Session {
             if !sel.contains(&k) {
                 continue;
             }
-            let s = tdsl_loop::stats::kernel_stats(&plan.loops, kern);
+            let s = tdsl_loop::stats::kernel_stats_bound(&plan.loops, kern, &bufs);
             sum_t += secs;
             sum_f += s.flops;
             sum_b += s.bytes();

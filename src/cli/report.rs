@@ -106,7 +106,56 @@ pub fn check_report(p: &Program) -> String {
     } else {
         let _ = writeln!(out, "outputs: {}", outs.join(", "));
     }
+    for line in format_lines(p) {
+        let _ = writeln!(out, "{line}");
+    }
     out
+}
+
+/// What happens to sparse formats, statement by statement: which einsums run on stored
+/// entries, and where a sparse value is expanded to dense (the checker's format notes, and
+/// einsums that are not sparse-dense matrix products).
+pub fn format_lines(p: &Program) -> Vec<String> {
+    use crate::check::{format_name, NodeId, NodeKind};
+    use crate::plan::sparse::{resolve, sparse_product, stored_sparse};
+    let stmt_of = |span: tdsl_syntax::Span| -> String {
+        p.assigns
+            .iter()
+            .find(|a| a.span.start <= span.start && span.end <= a.span.end)
+            .map(|a| a.name.clone())
+            .unwrap_or_else(|| "?".into())
+    };
+    let mut lines = Vec::new();
+    for (i, n) in p.nodes.iter().enumerate() {
+        let id = NodeId(i as u32);
+        let NodeKind::Einsum { operands, .. } = &n.kind else {
+            continue;
+        };
+        let sparse_ops: Vec<NodeId> = operands
+            .iter()
+            .map(|&o| resolve(p, o))
+            .filter(|&o| stored_sparse(p, o).is_some())
+            .collect();
+        if sparse_ops.is_empty() {
+            continue;
+        }
+        let ty = &p.node(sparse_ops[0]).ty;
+        let f = format_name(ty.format, &ty.shape);
+        match sparse_product(p, id) {
+            Some(_) => lines.push(format!(
+                "sparse: {}: einsum runs on the stored entries of its {f} operand",
+                stmt_of(n.span)
+            )),
+            None => lines.push(format!(
+                "note: {}: einsum of a {f} operand that is not a sparse-dense matrix product: the operand is expanded to dense first",
+                stmt_of(n.span)
+            )),
+        }
+    }
+    for note in &p.format_notes {
+        lines.push(format!("note: {}: {}", stmt_of(note.span), note.message));
+    }
+    lines
 }
 
 pub(crate) fn init_name(init: &crate::check::Init) -> String {

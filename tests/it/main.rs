@@ -10,6 +10,7 @@ mod plan;
 mod plot;
 mod prop_einsum;
 mod prop_patterns;
+mod prop_sparse;
 mod repl;
 mod robust;
 mod sparse_io;
