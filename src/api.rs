@@ -930,7 +930,10 @@ impl Program {
                 )
             })
             .collect();
-        let program = check::check_script(&self.inner.script, &bound)?;
+        let mut program = check::check_script(&self.inner.script, &bound)?;
+        // `auto` formats are chosen on the nominal machine, so a program means the same on
+        // every machine it runs on.
+        crate::plan::auto::resolve_auto_nominal(&mut program);
         let mut diags = Diagnostics::default();
         if program.outputs.is_empty() {
             diags.push(

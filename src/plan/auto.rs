@@ -20,7 +20,18 @@ use crate::check::{
 pub fn resolve_auto(program: &mut Program, inputs: &CostInputs) {
     for r in 0..program.auto_formats.len() {
         let req = program.auto_formats[r].clone();
-        let mut best = (Format::Dense, use_secs(program, req.node, inputs));
+        // Dense keeps every value, so it is a candidate only when the request prunes nothing
+        // (no `threshold=` / `density=`): the values never depend on the machine's choice
+        // beyond the pruning rule of the format chosen.
+        let keeps_all = req.select == crate::check::Select::All;
+        let mut best = (
+            Format::Dense,
+            if keeps_all || req.candidates.is_empty() {
+                use_secs(program, req.node, inputs)
+            } else {
+                f64::INFINITY
+            },
+        );
         let mut times = Vec::new();
         for &f in &req.candidates {
             let mut p = program.clone();
@@ -51,6 +62,11 @@ pub fn resolve_auto(program: &mut Program, inputs: &CostInputs) {
                 secs_text(dense_secs),
                 times.join(", ")
             )
+        };
+        let reason = if keeps_all || req.candidates.is_empty() {
+            reason
+        } else {
+            format!("{reason}; pruning was asked for, so dense is not a candidate")
         };
         apply(program, req.node, req.x, req.select, best.0);
         program.auto_formats[r].choice = Some(AutoChoice {
