@@ -568,8 +568,8 @@ impl Machine<'_> {
 
     fn store(&mut self, buf: BufId, at: i128, x: f64) -> Result<()> {
         let b = self.buffer(buf)?;
-        if b.role.is_input() {
-            return Err(self.invalid(format!("store to %{} (an input)", buf.0)));
+        if let Role::Input(n) | Role::InputPart { input: n, .. } = b.role {
+            return Err(self.invalid(format!("store to %{} (input {n})", buf.0)));
         }
         if b.ty == ElemType::I32 {
             return Err(self.invalid(format!("store to %{}, which holds i32 indices", buf.0)));
