@@ -145,16 +145,39 @@ pub fn bind_buffers(
                     Part::Idx => 1,
                     Part::Values => 2,
                 };
-                compressed
+                let d = compressed
                     .get_mut(input as usize)
                     .and_then(Option::as_mut)
                     .and_then(|parts| parts[k].take())
-                    .ok_or_else(|| internal(format!("sparse input {input} is not bound")))?
+                    .ok_or_else(|| internal(format!("sparse input {input} is not bound")))?;
+                let pad = plan.padded_inputs.get(input as usize) == Some(&true);
+                if pad && part != Part::Ptr {
+                    pad_to(d, b.elems as usize)
+                } else {
+                    d
+                }
             }
             Role::Output(_) | Role::Temp => Data::zeros(b.ty, b.elems as usize),
         });
     }
     Ok(out)
+}
+
+/// `d` followed by zeros up to `n` elements (a capacity; `d` is never longer).
+fn pad_to(d: Data, n: usize) -> Data {
+    fn pad<T: Default + Clone>(mut v: Vec<T>, n: usize) -> Vec<T> {
+        if v.len() < n {
+            v.resize(n, T::default());
+        }
+        v
+    }
+    match d {
+        Data::I32(v) => Data::I32(pad(v, n)),
+        Data::F32(v) => Data::F32(pad(v, n)),
+        Data::F64(v) => Data::F64(pad(v, n)),
+        Data::F16(v) => Data::F16(pad(v, n)),
+        Data::BF16(v) => Data::BF16(pad(v, n)),
+    }
 }
 
 pub(crate) fn storage_to_data(s: Storage) -> Data {

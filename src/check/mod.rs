@@ -850,13 +850,17 @@ impl Checker {
     }
 
     fn unary(&mut self, f: UnaryFn, x: NodeId, span: Span) -> Option<NodeId> {
-        if self.prog.node(x).ty.format.is_sparse() {
+        // A function with f(0) = 0 keeps a sparse operand's format: it runs on the stored
+        // entries (spec/language.md §8.2).
+        let xf = self.prog.node(x).ty.format;
+        let keep = xf.is_sparse() && keeps_zero(f);
+        if xf.is_sparse() && !keep {
             let t = self.prog.node(x).ty.clone();
             self.note_dense(span, &format!("`{}`", f.name()), t.format, &t.shape);
         }
         let xn = self.prog.node(x);
         let ty = TensorType {
-            format: Format::Dense,
+            format: if keep { xf } else { Format::Dense },
             ..xn.ty.clone()
         };
         let weak = xn.weak;
@@ -864,8 +868,9 @@ impl Checker {
     }
 
     fn binary(&mut self, f: BinaryFn, a: NodeId, b: NodeId, span: Span) -> Option<NodeId> {
+        let kept = self.kept_format(f, a, b);
         for o in [a, b] {
-            if self.prog.node(o).ty.format.is_sparse() {
+            if kept.is_none() && self.prog.node(o).ty.format.is_sparse() {
                 let t = self.prog.node(o).ty.clone();
                 self.note_dense(span, &format!("`{}`", f.name()), t.format, &t.shape);
                 break;
@@ -931,9 +936,36 @@ impl Checker {
         let ty = TensorType {
             dtype,
             shape: Shape(axes),
-            format: Format::Dense,
+            format: kept.unwrap_or(Format::Dense),
         };
         self.push_node(NodeKind::Binary(f, a, b), ty, weak, span)
+    }
+
+    /// The format `a f b` keeps: a sparse operand's, when the result is zero wherever that
+    /// operand is (`s * d`, `d * s`, `s / d`) and the sparse side does not broadcast (the result
+    /// has its shape, which `binary` checks). The product of two sparse values keeps the left
+    /// one's format. Otherwise `None`: the result is dense.
+    fn kept_format(&self, f: BinaryFn, a: NodeId, b: NodeId) -> Option<Format> {
+        let (ta, tb) = (&self.prog.node(a).ty, &self.prog.node(b).ty);
+        // The other operand broadcasts to the sparse one's shape (right-aligned).
+        let fits = |s: &TensorType, d: &TensorType| {
+            d.shape.rank() <= s.shape.rank()
+                && d.shape
+                    .0
+                    .iter()
+                    .rev()
+                    .zip(s.shape.0.iter().rev())
+                    .all(|(x, y)| x.extent == y.extent || x.extent == 1)
+        };
+        let sides: &[(&TensorType, &TensorType)] = match f {
+            BinaryFn::Mul => &[(ta, tb), (tb, ta)],
+            BinaryFn::Div => &[(ta, tb)],
+            _ => &[],
+        };
+        sides
+            .iter()
+            .find(|(s, d)| s.format.is_sparse() && fits(s, d))
+            .map(|(s, _)| s.format)
     }
 
     fn call(&mut self, func: &ast::Ident, args: &[Arg], span: Span) -> Option<NodeId> {
@@ -1033,14 +1065,12 @@ impl Checker {
                 };
                 let x = x?;
                 let shape = self.prog.node(x).ty.shape.clone();
-                let xf = self.prog.node(x).ty.format;
-                if xf.is_sparse() {
-                    self.note_dense(span, "`cast`", xf, &shape);
-                }
+                // A cast keeps the format: it runs on the stored entries.
+                let format = self.prog.node(x).ty.format;
                 let ty = TensorType {
                     dtype,
                     shape,
-                    format: Format::Dense,
+                    format,
                 };
                 self.push_node(NodeKind::Cast(x), ty, false, span)
             }
@@ -1122,10 +1152,14 @@ impl Checker {
                         })
                         .collect(),
                 );
+                // A sampled product (SDDMM) keeps its sparse operand's format.
+                let formats: Vec<Format> =
+                    ids.iter().map(|&i| self.prog.node(i).ty.format).collect();
+                let format = sampled_operand(&spec, &formats).map_or(Format::Dense, |i| formats[i]);
                 let ty = TensorType {
                     dtype,
                     shape: out_shape,
-                    format: Format::Dense,
+                    format,
                 };
                 self.push_node(
                     NodeKind::Einsum {
@@ -1569,6 +1603,29 @@ fn edit_distance(a: &str, b: &str) -> usize {
         prev = cur;
     }
     prev[b.len()]
+}
+
+/// The sparse operand of a *sampled* einsum (SDDMM), if it is one: of two or more operands,
+/// exactly one is sparse, of rank 2 with two distinct labels, and the output is exactly those
+/// two labels in its order. Then `out[i, j] = s[i, j] · Σ Π others`, zero wherever `s` is, so
+/// the result keeps `s`'s format and runs on its stored entries (spec/language.md §8.2).
+pub fn sampled_operand(spec: &EinsumSpec, formats: &[Format]) -> Option<usize> {
+    if formats.len() < 2 || spec.labels.iter().any(|l| l.1 == 0) {
+        return None;
+    }
+    let mut sparse = formats.iter().enumerate().filter(|(_, f)| f.is_sparse());
+    let (at, _) = sparse.next()?;
+    if sparse.next().is_some() {
+        return None;
+    }
+    let [a, b] = spec.operands[at].as_slice() else {
+        return None;
+    };
+    let (&[l0], &[l1]) = (a.labels.as_slice(), b.labels.as_slice()) else {
+        return None;
+    };
+    let ok = !a.broadcast && !b.broadcast && l0 != l1 && spec.output == [vec![l0], vec![l1]];
+    ok.then_some(at)
 }
 
 /// Whether `f(0) = 0` (up to the sign of zero), so that `f` of a sparse value keeps its format.

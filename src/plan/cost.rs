@@ -181,7 +181,7 @@ pub fn stored_nodes(
                     .copied()
                     .unwrap_or_else(|| stored(&node.ty, None)),
             ),
-            Some(SparseSource::View(src)) => out[src.idx()],
+            Some(SparseSource::View(src) | SparseSource::Map(src)) => out[src.idx()],
             Some(SparseSource::Sparsify) => {
                 let NodeKind::Sparsify { x, select } = &node.kind else {
                     continue;

@@ -8,7 +8,7 @@
 //! output: `c = S·d` or `c = d·S` (`tdsl_loop::LibCall::SpMM`). Any other use of a sparse value
 //! reads its dense expansion.
 
-use crate::check::{Format, NodeId, NodeKind, PatternOp, Program};
+use crate::check::{BinaryFn, Format, NodeId, NodeKind, PatternOp, Program};
 use tdsl_loop::Side;
 
 /// Follows `Var` references to the node that computes a value.
@@ -28,6 +28,11 @@ pub enum SparseSource {
     Sparsify,
     /// A rearrange of this stored-sparse node that reuses its arrays (`Format` says how).
     View(NodeId),
+    /// An elementwise function of this stored-sparse node that keeps its format (`-s`,
+    /// `relu(s)`, `cast(s, f16)`, `s * d`, `s / d`) or a sampled einsum (SDDMM,
+    /// `check::sampled_operand`): the same `ptr`/`idx` arrays and new values, computed by a
+    /// loop over the stored entries (`sparse_map_operand`).
+    Map(NodeId),
 }
 
 /// Whether (and how) node `id` is stored sparse.
@@ -47,6 +52,39 @@ pub fn stored_sparse(p: &Program, id: NodeId) -> Option<SparseSource> {
         } => {
             let x = resolve(p, *x);
             stored_sparse(p, x).map(|_| SparseSource::View(x))
+        }
+        NodeKind::Unary(..)
+        | NodeKind::Cast(_)
+        | NodeKind::Binary(..)
+        | NodeKind::Einsum { .. } => {
+            let (at, _) = sparse_map_operand(p, id)?;
+            let x = resolve(p, p.operands(id)[at]);
+            stored_sparse(p, x).map(|_| SparseSource::Map(x))
+        }
+        _ => None,
+    }
+}
+
+/// For an elementwise node that the checker typed sparse (a format-keeping function of a
+/// sparse operand, spec/language.md §8.2): the position of the operand whose stored entries
+/// it runs over among `p.operands(id)`, and the position of the dense operand (binary only).
+pub fn sparse_map_operand(p: &Program, id: NodeId) -> Option<(usize, Option<usize>)> {
+    let node = p.node(id);
+    if !node.ty.format.is_sparse() {
+        return None;
+    }
+    let same = |o: NodeId| {
+        let t = &p.node(resolve(p, o)).ty;
+        t.format == node.ty.format && t.shape.extents() == node.ty.shape.extents()
+    };
+    match &node.kind {
+        NodeKind::Unary(_, x) | NodeKind::Cast(x) if same(*x) => Some((0, None)),
+        NodeKind::Binary(BinaryFn::Mul | BinaryFn::Div, a, _) if same(*a) => Some((0, Some(1))),
+        NodeKind::Binary(BinaryFn::Mul, _, b) if same(*b) => Some((1, Some(0))),
+        NodeKind::Einsum { operands, spec } => {
+            let formats: Vec<Format> = operands.iter().map(|&o| p.node(o).ty.format).collect();
+            let at = crate::check::sampled_operand(spec, &formats)?;
+            same(operands[at]).then_some((at, None))
         }
         _ => None,
     }

@@ -115,3 +115,35 @@ fn permutations_are_single_copy_kernels() {
         assert_eq!(plan.loops.buffers.len(), 2, "{name}: no temporaries");
     }
 }
+
+/// Work on stored entries: format-keeping elementwise ops and a sampled product (SDDMM) are
+/// loop nests over the compressed levels that write new values beside the operand's `ptr` and
+/// `idx` (no `densify` before them); the snapshots pin the loop nests.
+#[test]
+fn sparse_stored_entry_plans() {
+    for name in ["sparse_elementwise", "sparse_sddmm"] {
+        let path = repo().join(format!("tests/corpus/{name}.tdsl"));
+        let (plan, printed) = plan_text(&path);
+        assert!(printed.contains("for v1 in compressed ptr="), "{printed}");
+        // Only outputs are expanded, after the kernels that compute them.
+        let first_densify = plan
+            .loops
+            .kernels
+            .iter()
+            .position(|k| matches!(k.body.as_slice(), [Stmt::Call(LibCall::Densify { .. })]));
+        let first_levels = plan
+            .loops
+            .kernels
+            .iter()
+            .position(|k| print_kernel_has_levels(&plan.loops, k));
+        assert!(
+            first_levels < first_densify.or(Some(usize::MAX)),
+            "{printed}"
+        );
+        insta::assert_snapshot!(format!("plan_corpus_{name}"), printed);
+    }
+}
+
+fn print_kernel_has_levels(p: &tdsl_loop::LoopProgram, k: &tdsl_loop::Kernel) -> bool {
+    tdsl_loop::print::print_kernel(p, k).contains("compressed")
+}

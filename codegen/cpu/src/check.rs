@@ -379,6 +379,50 @@ fn fail_sparse(message: String) -> Result<(), Violation> {
 }
 
 impl Bounds<'_> {
+    /// The coordinates a singleton level can read: the values of `crd` at the positions
+    /// `pos_index` takes (within `lo..=hi`, checked in bounds). With one variable term, exactly
+    /// the positions it steps through (COO's row-major `idx` interleaves the coordinates of
+    /// every axis: axis `k` of entry `p` is `idx[rank·p + k]`, so a range over the whole buffer
+    /// would mix the axes); otherwise every position in `lo..=hi`.
+    fn singleton_range(&self, crd: &Data, pos_index: &Index, lo: i128, hi: i128) -> Iv {
+        let Data::I32(v) = crd else {
+            return Iv::Empty;
+        };
+        let at = |i: i128| v.get(usize::try_from(i).ok()?).copied();
+        let mut range: Option<(i32, i32)> = None;
+        let mut see = |x: i32| {
+            range = Some(range.map_or((x, x), |(a, b)| (a.min(x), b.max(x))));
+        };
+        let stepped = match pos_index.terms.as_slice() {
+            [(var, stride)] if *stride != 0 => match self.vars.get(var) {
+                Some(Iv::Known(a, b)) => {
+                    for p in *a..=*b {
+                        match at(pos_index.offset as i128 + *stride as i128 * p) {
+                            Some(x) => see(x),
+                            // Unreachable (the level's reads were checked): be conservative.
+                            None => return Iv::Known(i32::MIN as i128, i32::MAX as i128),
+                        }
+                    }
+                    true
+                }
+                _ => false,
+            },
+            _ => false,
+        };
+        if !stepped {
+            for i in lo..=hi {
+                match at(i) {
+                    Some(x) => see(x),
+                    None => return Iv::Known(i32::MIN as i128, i32::MAX as i128),
+                }
+            }
+        }
+        match range {
+            Some((a, b)) => Iv::Known(a as i128, b as i128),
+            None => Iv::Empty,
+        }
+    }
+
     fn facts(&mut self, b: BufId) -> Option<Facts> {
         let data = self.data?;
         Some(
@@ -495,12 +539,11 @@ impl Bounds<'_> {
                     Iter::Singleton { crd, pos_index } => {
                         self.access(*crd, pos_index, 0, "coordinate load")?;
                         let reach = self.index_range(pos_index);
-                        let iv = match (reach, self.facts(*crd)) {
+                        let iv = match (reach, self.data) {
                             (Iv::Empty, _) => Iv::Empty,
-                            (Iv::Known(..), Some(f)) => match f.range {
-                                Some((a, b)) => Iv::Known(a, b),
-                                None => Iv::Empty,
-                            },
+                            (Iv::Known(lo, hi), Some(data)) => {
+                                self.singleton_range(&data[crd.0 as usize], pos_index, lo, hi)
+                            }
                             _ => Iv::Unknown,
                         };
                         bound.push((l.var, iv));

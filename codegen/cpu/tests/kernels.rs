@@ -1816,3 +1816,90 @@ fn only_race_free_loops_are_split() {
         agree_with_eval(&p, &bufs, 2, 0.0);
     }
 }
+
+/// COO's `idx` interleaves the coordinates of every axis (`idx[2p]` row, `idx[2p + 1]` column).
+/// The run-time bounds check must bound each singleton level by the coordinates it actually
+/// reads, not by the whole buffer: here columns reach 8 while rows stay below 3, and a load of
+/// the dense `m[8·row + col]` (24 elements) is in bounds only with the per-axis ranges.
+#[test]
+fn coo_singleton_bounds_use_the_coordinates_each_level_reads() {
+    let (rows, cols) = (3u64, 8u64);
+    let entries = [(0, 7, 0.5), (1, 2, -1.0), (2, 0, 2.0), (2, 6, 0.25)];
+    let nnz = entries.len() as u64;
+    let single = |var: u32, k: i64, body: Vec<Stmt>| {
+        Stmt::Loop(Loop {
+            var: VarId(var),
+            iter: Iter::Singleton {
+                crd: BufId(1),
+                pos_index: ix(k, &[(0, 2)]),
+            },
+            parallel: false,
+            vector: 1,
+            gpu: None,
+            body,
+        })
+    };
+    // for p in compressed ptr[0] { row = idx[2p]; col = idx[2p+1]; out[p] = vals[p] * m[8 row + col] }
+    let p = program(
+        vec![
+            input("ptr", I32, 2, 0),
+            input("idx", I32, 2 * nnz, 1),
+            input("vals", F32, nnz, 2),
+            input("m", F32, rows * cols, 3),
+            output("out", F32, nnz),
+        ],
+        vec![kernel(
+            "coo_map",
+            vec![Stmt::Loop(Loop {
+                var: VarId(0),
+                iter: Iter::Compressed {
+                    ptr: BufId(0),
+                    ptr_index: ix(0, &[]),
+                    crd: BufId(1),
+                    coord: VarId(3),
+                },
+                parallel: false,
+                vector: 1,
+                gpu: None,
+                body: vec![single(
+                    1,
+                    0,
+                    vec![single(
+                        2,
+                        1,
+                        vec![store(
+                            4,
+                            ix(0, &[(0, 1)]),
+                            bin(
+                                BinOp::Mul,
+                                load(2, ix(0, &[(0, 1)])),
+                                load(3, ix(0, &[(1, cols as i64), (2, 1)])),
+                            ),
+                        )],
+                    )],
+                )],
+            })],
+        )],
+    );
+    let m = values((rows * cols) as usize, 9);
+    let bufs = vec![
+        Data::I32(vec![0, nnz as i32]),
+        Data::I32(entries.iter().flat_map(|e| [e.0, e.1]).collect()),
+        data(F32, &entries.iter().map(|e| e.2).collect::<Vec<_>>()),
+        data(F32, &m),
+        Data::zeros(F32, nnz as usize),
+    ];
+    let mr = bufs[3].to_f64();
+    let got = agree_with_eval(&p, &bufs, 1, 1e-6);
+    let want: Vec<f64> = entries
+        .iter()
+        .map(|&(i, j, v)| v * mr[(i as u64 * cols + j as u64) as usize])
+        .collect();
+    assert_close(&got[4], &want, 1e-6);
+    // A row coordinate past the dense operand is still caught.
+    let mut bad = bufs.clone();
+    bad[1] = Data::I32(vec![0, 7, 1, 2, 3, 0, 2, 6]);
+    let mut be = tdsl_cpu::CpuBackend::new().expect("host target");
+    let exe = be.compile(&p).expect("compiles");
+    assert!(exe.run(&mut bad, 1).is_err());
+}

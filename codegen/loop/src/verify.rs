@@ -19,7 +19,9 @@
 //! - **Races** in `parallel` loops (only for CPU `parallel`; GPU-mapped loops may legitimately
 //!   reduce across lanes): the body updates no accumulator declared outside the loop, every store
 //!   in the body depends on the loop's variable or its `coord` (a non-zero stride), and the body
-//!   holds no library call (a call's views do not depend on loop variables). Loops that run once
+//!   holds no library call (a call's views do not depend on loop variables); a store may depend
+//!   instead on the position of a nested compressed level whose `ptr_index` is a multiple of the
+//!   loop's variable alone (a CSR row's entries belong to that row). Loops that run once
 //!   (extent 1, singleton) are exempt. Distinct iterations writing the same element through
 //!   different variables (`v0 + v1` under two parallel loops) are not detected.
 //! - **Bounds**: for every load, store and sparse-level read whose index uses only variables with
@@ -162,6 +164,10 @@ struct VarScope {
 struct Parallel {
     var: VarId,
     coord: Option<VarId>,
+    /// Positions of compressed levels nested in the loop whose `ptr_index` is a non-zero
+    /// multiple of the loop's variable alone: distinct iterations read disjoint position
+    /// ranges `ptr[I] .. ptr[I+1]` (`ptr` is monotone), so a store through one does not race.
+    owned: Vec<VarId>,
     /// Accumulators at positions below this were declared outside the loop.
     n_accs_outside: usize,
 }
@@ -255,7 +261,8 @@ impl<'a> Checker<'a> {
                 self.access(*buf, index, &what, b.is_some());
                 for par in &self.parallel {
                     let depends = index.stride_of(par.var) != 0
-                        || par.coord.is_some_and(|c| index.stride_of(c) != 0);
+                        || par.coord.is_some_and(|c| index.stride_of(c) != 0)
+                        || par.owned.iter().any(|&p| index.stride_of(p) != 0);
                     if !depends {
                         let message = format!(
                             "{what} does not depend on parallel loop v{}: iterations race",
@@ -300,6 +307,13 @@ impl<'a> Checker<'a> {
                 }
                 let what = format!("compressed level of loop v{v} reads crd %{}", crd.0);
                 self.index_buffer(*crd, &what);
+                if let [(pv, stride)] = ptr_index.terms.as_slice() {
+                    for par in self.parallel.iter_mut() {
+                        if *stride != 0 && (*pv == par.var || par.owned.contains(pv)) {
+                            par.owned.push(l.var);
+                        }
+                    }
+                }
                 coord = Some((*c, None));
             }
             Iter::Singleton { crd, pos_index } => {
@@ -369,6 +383,7 @@ impl<'a> Checker<'a> {
             self.parallel.push(Parallel {
                 var: l.var,
                 coord: coord.map(|(c, _)| c),
+                owned: Vec::new(),
                 n_accs_outside: self.accs.len(),
             });
         }
@@ -392,8 +407,14 @@ impl<'a> Checker<'a> {
     fn call(&mut self, call: &LibCall) {
         if let Some(par) = self.parallel.last() {
             let v = par.var.0;
+            let name = match call {
+                LibCall::Gemm { .. } => "gemm",
+                LibCall::SpMM { .. } => "spmm",
+                LibCall::Sparsify { .. } => "sparsify",
+                LibCall::Densify { .. } => "densify",
+            };
             self.error(format!(
-                "library call inside parallel loop v{v}: every iteration writes the same output"
+                "{name} inside parallel loop v{v}: every iteration writes the same output"
             ));
         }
         let (m, n, k, batch, a, b, c) = match call {
@@ -1122,6 +1143,29 @@ mod tests {
         );
         level.parallel = true;
         check(&kernel(vec![range(0, 4, vec![Stmt::Loop(level)])]), &[]);
+        // A parallel row loop may store through the positions of its rows (disjoint ranges of
+        // a monotone `ptr`), but not through those of a level indexed by something else.
+        let rows = |ptr_index: Index| {
+            par(range(
+                0,
+                4,
+                vec![Stmt::Loop(loop_(
+                    1,
+                    Iter::Compressed {
+                        ptr: BufId(2),
+                        ptr_index,
+                        crd: BufId(2),
+                        coord: VarId(2),
+                    },
+                    vec![store(1, v(1), k(1.0))],
+                ))],
+            ))
+        };
+        check(&kernel(vec![rows(v(0))]), &[]);
+        check(
+            &kernel(vec![rows(ix(0, &[]))]),
+            &["kernel k: store %1[v1] does not depend on parallel loop v0: iterations race"],
+        );
     }
 
     #[test]
