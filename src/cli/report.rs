@@ -136,7 +136,8 @@ pub fn format_lines(p: &Program) -> Vec<String> {
             .map(|&o| resolve(p, o))
             .filter(|&o| stored_sparse(p, o).is_some())
             .collect();
-        if sparse_ops.is_empty() {
+        if sparse_ops.is_empty() || stored_sparse(p, id).is_some() {
+            // (A sampled einsum is stored sparse itself: reported with the maps below.)
             continue;
         }
         let ty = &p.node(sparse_ops[0]).ty;
@@ -150,6 +151,28 @@ pub fn format_lines(p: &Program) -> Vec<String> {
                 "note: {}: einsum of a {f} operand that is not a sparse-dense matrix product: the operand is expanded to dense first",
                 stmt_of(n.span)
             )),
+        }
+    }
+    // Values computed on stored entries (elementwise maps, sampled einsums).
+    for (i, n) in p.nodes.iter().enumerate() {
+        let id = NodeId(i as u32);
+        if let Some(crate::plan::sparse::SparseSource::Map(_)) = stored_sparse(p, id) {
+            if resolve(p, id) != id {
+                continue;
+            }
+            let what = match n.kind {
+                NodeKind::Einsum { .. } => "sampled einsum",
+                NodeKind::Cast(_) => "cast",
+                _ => "elementwise op",
+            };
+            let line = format!(
+                "sparse: {}: {what} runs on the stored entries (result {})",
+                stmt_of(n.span),
+                format_name(n.ty.format, &n.ty.shape)
+            );
+            if !lines.contains(&line) {
+                lines.push(line);
+            }
         }
     }
     for note in &p.format_notes {
