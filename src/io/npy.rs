@@ -113,47 +113,23 @@ pub fn read_npy(path: &Path) -> Result<Tensor, Diagnostic> {
     };
 
     // Exact size check, in u64 with overflow checks, before any data is allocated.
-    let shape_u64 = header.shape().to_vec();
-    let too_large = |what: &str| {
-        Diagnostic::new(
-            Code::TooLarge,
-            format!(
-                "`{}` is too large: its header claims shape {} and {what}",
-                path.display(),
-                ShapeDisplay(&shape_u64)
-            ),
-        )
-    };
-    let count = shape_u64
-        .iter()
-        .try_fold(1u64, |acc, &d| acc.checked_mul(d))
-        .ok_or_else(|| too_large("the element count overflows 64 bits"))?;
-    let nbytes = count
-        .checked_mul(elem.item_size())
-        .ok_or_else(|| too_large("the byte count overflows 64 bits"))?;
-    if nbytes != data_len {
-        let how = if nbytes > data_len {
-            "the data is truncated"
-        } else {
-            "there are extra bytes after the data"
-        };
-        return Err(invalid(
+    let (shape, count) = checked_extent(
+        path,
+        header.shape(),
+        Some(elem.item_size()),
+        data_len,
+        &dtype.descr(),
+        false,
+    )?;
+    let count = usize::try_from(count).map_err(|_| {
+        too_large_error(
             path,
-            format!(
-                "{how}: the header claims shape {} of {} ({count} elements, {nbytes} bytes), \
-                 but {data_len} bytes follow the header",
-                ShapeDisplay(&shape_u64),
-                dtype.descr()
-            ),
-        ));
-    }
-    let shape = shape_u64
-        .iter()
-        .map(|&d| usize::try_from(d))
-        .collect::<Result<Vec<usize>, _>>()
-        .map_err(|_| too_large("a dimension does not fit in memory on this machine"))?;
-    let count = usize::try_from(count)
-        .map_err(|_| too_large("it does not fit in memory on this machine"))?;
+            header.shape(),
+            &dtype.descr(),
+            false,
+            "it does not fit in memory on this machine",
+        )
+    })?;
 
     let fortran = header.order() == Order::Fortran;
     let npy = NpyFile::with_header(header, reader.take(data_len));
@@ -250,46 +226,7 @@ pub(crate) fn read_any<R: Read>(
         Kind::Unicode => size.checked_mul(4),
         _ => Some(size),
     };
-    let shape_u64 = header.shape().to_vec();
-    let too_large = |what: &str| {
-        Diagnostic::new(
-            Code::TooLarge,
-            format!(
-                "`{}` is too large: its header claims shape {} of {} and {what}",
-                path.display(),
-                ShapeDisplay(&shape_u64),
-                dtype.descr()
-            ),
-        )
-    };
-    let count = shape_u64
-        .iter()
-        .try_fold(1u64, |acc, &d| acc.checked_mul(d))
-        .ok_or_else(|| too_large("the element count overflows 64 bits"))?;
-    let nbytes = item
-        .and_then(|i| count.checked_mul(i))
-        .ok_or_else(|| too_large("the byte count overflows 64 bits"))?;
-    if nbytes != data_len {
-        let how = if nbytes > data_len {
-            "the data is truncated"
-        } else {
-            "there are extra bytes after the data"
-        };
-        return Err(invalid(
-            path,
-            format!(
-                "{how}: the header claims shape {} of {} ({count} elements, {nbytes} bytes), \
-                 but {data_len} bytes follow the header",
-                ShapeDisplay(&shape_u64),
-                dtype.descr()
-            ),
-        ));
-    }
-    let shape = shape_u64
-        .iter()
-        .map(|&d| usize::try_from(d))
-        .collect::<Result<Vec<usize>, _>>()
-        .map_err(|_| too_large("a dimension does not fit in memory on this machine"))?;
+    let (shape, _) = checked_extent(path, header.shape(), item, data_len, &dtype.descr(), true)?;
     // nbytes == data_len <= len, and the caller holds the `len` bytes, so this fits.
     let mut bytes = Vec::new();
     reader
@@ -863,6 +800,71 @@ impl<'a> LitParser<'a> {
 }
 
 // ---- Diagnostics --------------------------------------------------------------------------
+
+/// The "too large" diagnostic of a header claiming `shape` (with its dtype when `with_dtype`).
+fn too_large_error(
+    path: &Path,
+    shape: &[u64],
+    descr: &str,
+    with_dtype: bool,
+    what: &str,
+) -> Diagnostic {
+    let of = if with_dtype {
+        format!(" of {descr}")
+    } else {
+        String::new()
+    };
+    Diagnostic::new(
+        Code::TooLarge,
+        format!(
+            "`{}` is too large: its header claims shape {}{of} and {what}",
+            path.display(),
+            ShapeDisplay(shape)
+        ),
+    )
+}
+
+/// Checks, in u64 with overflow checks and before anything is allocated, that a header's shape
+/// and item size (`None`: it overflows) account for exactly the `data_len` bytes that follow.
+/// Returns the shape in `usize` and the element count.
+fn checked_extent(
+    path: &Path,
+    shape_u64: &[u64],
+    item: Option<u64>,
+    data_len: u64,
+    descr: &str,
+    with_dtype: bool,
+) -> Result<(Vec<usize>, u64), Diagnostic> {
+    let too_large = |what: &str| too_large_error(path, shape_u64, descr, with_dtype, what);
+    let count = shape_u64
+        .iter()
+        .try_fold(1u64, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(|| too_large("the element count overflows 64 bits"))?;
+    let nbytes = item
+        .and_then(|i| count.checked_mul(i))
+        .ok_or_else(|| too_large("the byte count overflows 64 bits"))?;
+    if nbytes != data_len {
+        let how = if nbytes > data_len {
+            "the data is truncated"
+        } else {
+            "there are extra bytes after the data"
+        };
+        return Err(invalid(
+            path,
+            format!(
+                "{how}: the header claims shape {} of {descr} ({count} elements, {nbytes} bytes), \
+                 but {data_len} bytes follow the header",
+                ShapeDisplay(shape_u64),
+            ),
+        ));
+    }
+    let shape = shape_u64
+        .iter()
+        .map(|&d| usize::try_from(d))
+        .collect::<Result<Vec<usize>, _>>()
+        .map_err(|_| too_large("a dimension does not fit in memory on this machine"))?;
+    Ok((shape, count))
+}
 
 fn invalid(path: &Path, what: impl Display) -> Diagnostic {
     Diagnostic::new(
