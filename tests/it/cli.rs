@@ -168,7 +168,10 @@ fn auto_picks_the_format_predicted_faster() {
         .iter()
         .map(|a| a["format"].as_str().unwrap())
         .collect();
-    assert_eq!(formats, ["bsr(16, 16)", "bsr(32, 32)", "dense", "bsr(16, 16)"]);
+    assert_eq!(
+        formats,
+        ["bsr(16, 16)", "bsr(32, 32)", "dense", "bsr(16, 16)"]
+    );
 }
 
 #[test]
@@ -380,7 +383,9 @@ fn sparse_examples_run_on_stored_entries() {
             let name = f.file_name().unwrap();
             let (a, b) = (
                 read_npy(&f).unwrap().to_f64(),
-                read_npy(&dir.path().join("interp").join(name)).unwrap().to_f64(),
+                read_npy(&dir.path().join("interp").join(name))
+                    .unwrap()
+                    .to_f64(),
             );
             let scale = b.iter().fold(1e-30f64, |m, x| m.max(x.abs()));
             for (x, y) in a.iter().zip(&b) {
@@ -405,7 +410,12 @@ fn npz_inputs_and_sparse_outputs_round_trip() {
     tdsl::io::npz::write_npz(&dir.path().join("w.npz"), &t).unwrap();
     let script = "input w: f32[r=3, c=4] @ csr\ninput x: f32[c=4] = ones\n\
                   y = einsum(w, x, \"r c, c -> r\")\nw2 = rearrange(w, \"r c -> c r\")\noutput y, w\n";
-    let out = tdsl_script(dir.path(), "run", script, &["--input", "w=w.npz", "--out", "o"]);
+    let out = tdsl_script(
+        dir.path(),
+        "run",
+        script,
+        &["--input", "w=w.npz", "--out", "o"],
+    );
     assert_eq!(out.code, 0, "{}", out.stderr);
     let y = read_npy(&dir.path().join("o/y.npy")).unwrap().to_f64();
     assert_eq!(y, vec![-0.5, 0.0, 4.0]);
@@ -413,7 +423,12 @@ fn npz_inputs_and_sparse_outputs_round_trip() {
     assert_eq!(back, t);
     // A malformed file is a diagnostic, and no output is written.
     std::fs::write(dir.path().join("bad.npz"), b"not a zip").unwrap();
-    let out = tdsl_script(dir.path(), "run", script, &["--input", "w=bad.npz", "--out", "p"]);
+    let out = tdsl_script(
+        dir.path(),
+        "run",
+        script,
+        &["--input", "w=bad.npz", "--out", "p"],
+    );
     assert_eq!(out.code, 1, "{}", out.stderr);
     assert!(!dir.path().join("p").exists());
 }

@@ -347,10 +347,14 @@ fn check_numbers(line: &str) {
 #[test]
 fn sparse_examples_in_the_repl() {
     for ex in ["block_sparse_mlp", "linear_2to4"] {
-        let text = std::fs::read_to_string(repo().join("examples").join(format!("{ex}.tdsl"))).unwrap();
+        let text =
+            std::fs::read_to_string(repo().join("examples").join(format!("{ex}.tdsl"))).unwrap();
         let (code, out) = repl(&format!("{text}:plan y\n:time\n"));
         assert_eq!(code, 0, "{out}");
-        assert!(out.contains("@ bsr(32, 32)") || out.contains("@ 2:4"), "{out}");
+        assert!(
+            out.contains("@ bsr(32, 32)") || out.contains("@ 2:4"),
+            "{out}"
+        );
         assert!(out.contains("spmm "), "{out}");
         assert!(out.contains("sparsify "), "{out}");
         assert!(out.lines().any(|l| l.starts_with("machine: ")), "{out}");
