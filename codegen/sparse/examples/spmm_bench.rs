@@ -2,7 +2,8 @@
 //!
 //! `cargo run --release -p tdsl-sparse --example spmm_bench [filter]`
 //!
-//! Prints the median of 9 runs (after one warm-up) per case. Check that the machine is quiet
+//! Prints the median of 9 runs (after one warm-up) per case. With `AVX2=1` in the environment the 2:4 and
+//! CSR cases are also timed with [`Isa::Avx2`]. Check that the machine is quiet
 //! first (`uptime`): two cores are all it has.
 
 use std::time::Instant;
@@ -239,11 +240,15 @@ fn main() {
         for half in [false, true] {
             let s = two_four(&mut rng, half);
             let dt = if half { "f16" } else { "f32" };
-            for n in [1, 8, 256] {
+            for n in [1, 2, 4, 8, 256] {
                 let name = format!("2:4 {dt} n={n}");
                 if want(&name) {
                     let ms = time_spmm(&s, Side::Left, n, isa);
                     report(&name, ms, (M * K * n) as f64);
+                    if std::env::var("AVX2").is_ok() {
+                        let ms = time_spmm(&s, Side::Left, n, Isa::Avx2);
+                        report(&format!("{name} avx2"), ms, (M * K * n) as f64);
+                    }
                 }
             }
         }
@@ -255,6 +260,10 @@ fn main() {
                 if want(&name) {
                     let ms = time_spmm(&s, Side::Left, n, isa);
                     report(&name, ms, 2.0 * nnz * n as f64);
+                    if std::env::var("AVX2").is_ok() {
+                        let ms = time_spmm(&s, Side::Left, n, Isa::Avx2);
+                        report(&format!("{name} avx2"), ms, 2.0 * nnz * n as f64);
+                    }
                 }
             }
         }

@@ -701,3 +701,74 @@ fn out_of_range_indices_are_errors_on_every_path() {
         }
     }
 }
+
+#[test]
+fn csr_matvec_every_row_length() {
+    // The mat-vec: rows of every length around the vector widths (8, 16) and their
+    // multiples, x contiguous and strided.
+    let cols = 150;
+    let lens: Vec<usize> = (0..=70).chain([95, 127, 128, 129, 150]).collect();
+    let mut rng = Rng::new(77);
+    let (mut ptr, mut idx, mut vals) = (vec![0i32], Vec::new(), Vec::new());
+    for &len in &lens {
+        let mut picked: Vec<usize> = (0..cols).collect();
+        for i in 0..len {
+            let j = i + rng.below(cols - i);
+            picked.swap(i, j);
+        }
+        let mut row = picked[..len].to_vec();
+        row.sort_unstable();
+        for c in row {
+            idx.push(c as i32);
+            vals.push(rng.value());
+        }
+        ptr.push(idx.len() as i32);
+    }
+    let s = Sparse {
+        shape: vec![lens.len(), cols],
+        layout: Layout::Csr,
+        ptr,
+        idx,
+        vals,
+    };
+    let mut failures = Vec::new();
+    for isa in Isa::available() {
+        for dt in [Dtype::F32, Dtype::F16, Dtype::BF16] {
+            for accumulate in [false, true] {
+                for (dst, cst) in [
+                    (Strides::RowMajor, Strides::RowMajor),
+                    (Strides::Padded, Strides::Padded),
+                    (Strides::RowMajor, Strides::Padded),
+                ] {
+                    if let Err(e) =
+                        run_case::<f32>(&s, dt, false, Side::Left, 1, accumulate, dst, cst, isa, 5)
+                    {
+                        failures.push(e);
+                    }
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{failures:?}");
+}
+
+#[test]
+fn max_index_matches_scalar() {
+    // The AVX2 build of the index check against a plain fold: every length around the
+    // vector widths, negative indices counting as huge.
+    let mut rng = Rng::new(3);
+    for len in (0usize..70).chain([127, 128, 129, 1000]) {
+        for neg in [None, Some(0), Some(len / 2), Some(len.saturating_sub(1))] {
+            let mut idx: Vec<i32> = (0..len).map(|_| rng.below(1 << 20) as i32).collect();
+            if let (Some(at), true) = (neg, len > 0) {
+                idx[at] = -1 - rng.below(5) as i32;
+            }
+            let want = idx.iter().map(|&i| i as u32).max().unwrap_or(0);
+            assert_eq!(
+                simd::max_index(&idx),
+                want,
+                "len {len}, negative at {neg:?}"
+            );
+        }
+    }
+}

@@ -166,6 +166,11 @@ fn check_window(
 /// The largest index as `u32` (a negative index counts as larger than any valid one); 0 for
 /// none. Written as a fold so that it vectorises.
 pub(crate) fn max_index(idx: &[i32]) -> u32 {
+    #[cfg(target_arch = "x86_64")]
+    if supported(Isa::Avx2) {
+        // SAFETY: AVX2 is available (checked just above); the function only reads `idx`.
+        return unsafe { x86::max_index_avx2(idx) };
+    }
     idx.iter().fold(0u32, |m, &i| m.max(i as u32))
 }
 
@@ -623,6 +628,14 @@ mod x86 {
                 _ => y_impl($($arg),*),
             }
         }};
+    }
+
+    /// [`super::max_index`] compiled for AVX2: `vpmaxud` where the SSE2 baseline emulates
+    /// an unsigned max with several instructions per lane (that check cost as much as the
+    /// CSR mat-vec it guards).
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn max_index_avx2(idx: &[i32]) -> u32 {
+        idx.iter().fold(0u32, |m, &i| m.max(i as u32))
     }
 
     // ---------------------------------------------------------------- widening
