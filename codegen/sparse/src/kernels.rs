@@ -249,6 +249,19 @@ fn n_tasks() -> usize {
     }
 }
 
+/// Products with fewer multiply-adds than this run on the calling thread: splitting them
+/// costs more than it saves (rayon's fork-join is ~10–20 µs here, this work ~30 µs).
+const SMALL_WORK: usize = 1 << 17;
+
+/// Tasks for a product of `work` multiply-adds.
+fn tasks_for(work: usize) -> usize {
+    if work < SMALL_WORK {
+        1
+    } else {
+        n_tasks()
+    }
+}
+
 /// Sparse matrix times dense matrix (see the module docs).
 ///
 /// `c` must not overlap itself (distinct `(r, c)` at distinct elements) and must not alias
@@ -812,9 +825,10 @@ fn csr_generic<T: Compute, P: Ix, I: Ix, V: Elem>(
 ) -> Result<(), String> {
     let m = c.rows;
     let n = c.cols;
+    let work = ptr.last().map_or(0, |p| p.ix()).saturating_mul(n.max(1)) + m;
     let bounds = match side {
-        Side::Left => balanced_bounds(m, n_tasks(), |r| ptr[r].ix() + r),
-        Side::Right => even_bounds(m, n_tasks()),
+        Side::Left => balanced_bounds(m, tasks_for(work), |r| ptr[r].ix() + r),
+        Side::Right => even_bounds(m, tasks_for(work)),
     };
     let pieces = split_rows(c, &bounds);
     pieces.into_par_iter().for_each(|(r0, cp)| {
@@ -871,7 +885,7 @@ fn par_pieces<'a>(
     f: impl Fn(simd::MatMut<'_>, usize) -> Result<(), String> + Sync,
 ) -> Result<(), String> {
     let pieces = split_rows(c, bounds);
-    pieces.into_par_iter().try_for_each(|(r0, cp)| {
+    let run = |(r0, cp): (usize, DenseMut<'_, f32>)| {
         let m = simd::MatMut {
             off: cp.offset,
             rows: cp.rows,
@@ -880,7 +894,12 @@ fn par_pieces<'a>(
             data: cp.data,
         };
         f(m, r0)
-    })
+    };
+    if pieces.len() <= 1 {
+        // One piece: no fork-join.
+        return pieces.into_iter().try_for_each(run);
+    }
+    pieces.into_par_iter().try_for_each(run)
 }
 
 fn f32_out<T: Compute>(c: DenseMut<T>) -> Result<DenseMut<f32>, String> {
@@ -917,7 +936,10 @@ fn bsr_left_f32<T: Compute>(
     let c = f32_out(c)?;
     let nbr = s.ptr.len() - 1;
     let ptr = s.ptr;
-    let bbounds = balanced_bounds(nbr, n_tasks(), |i| ptr[i] as usize + i);
+    let work = (ptr[nbr].max(0) as usize)
+        .saturating_mul(br * bc)
+        .saturating_mul(d.cols.max(1));
+    let bbounds = balanced_bounds(nbr, tasks_for(work), |i| ptr[i] as usize + i);
     let bounds: Vec<usize> = bbounds.iter().map(|&b| b * br).collect();
     par_pieces(c, &bounds, |cm, r0| {
         let i0 = r0 / br;
@@ -1046,7 +1068,8 @@ fn csr_left_f32<T: Compute>(
     let c = f32_out(c)?;
     let ptr = s.ptr;
     let m = ptr.len() - 1;
-    let bounds = balanced_bounds(m, n_tasks(), |r| ptr[r] as usize + r);
+    let work = (ptr[m].max(0) as usize).saturating_mul(d.cols.max(1)) + m;
+    let bounds = balanced_bounds(m, tasks_for(work), |r| ptr[r] as usize + r);
     par_pieces(c, &bounds, |cm, r0| {
         let r1 = r0 + cm.rows;
         simd::csr_left(isa, &ptr[r0..=r1], s.idx, sv, d, cm, accumulate)
