@@ -110,7 +110,7 @@ def tdsl_bench(tdsl: str, path: str, runs: int) -> dict:
 
 
 def tdsl_predicted(tdsl: str, path: str) -> dict:
-    """Predicted sparse and dense times and the verdict of the einsum, if `cost` reports them."""
+    """The cost model's prediction for the workload's product (`tdsl cost --json`)."""
     out = subprocess.run([tdsl, "cost", path, "--json"], capture_output=True, text=True,
                          timeout=600, cwd=REPO)
     if out.returncode != 0:
@@ -119,19 +119,11 @@ def tdsl_predicted(tdsl: str, path: str) -> dict:
         doc = json.loads(out.stdout)
     except json.JSONDecodeError:
         return {}
-    found = {}
-
-    def walk(x):
-        if isinstance(x, dict):
-            for k, v in x.items():
-                if isinstance(v, (int, float, str)) and re.search(r"predict|verdict|break", k):
-                    found.setdefault(k, v)
-                walk(v)
-        elif isinstance(x, list):
-            for v in x:
-                walk(v)
-    walk(doc)
-    return found
+    for st in doc.get("statements", []):
+        for op in st.get("sparse_ops", []):
+            return {k: op.get(k) for k in ("sparse_seconds", "dense_seconds", "verdict",
+                                           "break_even_density", "density")}
+    return {}
 
 
 def main() -> int:
@@ -140,7 +132,16 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=15)
     ap.add_argument("--only", default="")
     ap.add_argument("--write", action="store_true")
+    ap.add_argument("--from-json", action="store_true",
+                    help="re-render bench/SPARSE.json (the last run) without measuring")
     args = ap.parse_args()
+    if args.from_json:
+        rows = json.load(open(os.path.join(REPO, "bench", "SPARSE.json")))
+        table = render(rows)
+        print(table)
+        if args.write:
+            write(table)
+        return 0
     rng = np.random.default_rng(0)
     names = sorted(os.path.basename(p)[:-5] for p in glob.glob(os.path.join(SPARSE_DIR, "*.tdsl")))
     names = [n for n in names if args.only in n]
@@ -175,6 +176,8 @@ def main() -> int:
         r = rows[-1]
         print(f"{name:24s} tdsl {r['tdsl_ms']:9.3f} ms  dense {r['dense_ms'] or float('nan'):9.3f} ms  "
               f"scipy {scipy_ms or float('nan'):9.3f} ms  {pred}", flush=True)
+    with open(os.path.join(REPO, "bench", "SPARSE.json"), "w") as f:
+        json.dump(rows, f, indent=1)
     table = render(rows)
     print(table)
     if args.write:
@@ -226,12 +229,31 @@ def render(rows) -> str:
         lines[-1] += (f"{sc:.3f} | {sc / t:.2f} | " if sc else "– | – | ") + f"{tgt} | {met} |"
     preds = [r for r in rows if r["predicted"]]
     if preds:
-        lines += ["", "Cost model (`tdsl cost --json`) next to the measured time:", "",
-                  "| workload | measured ms | predicted |", "|---|---|---|"]
+        lines += [
+            "",
+            "Cost model (`tdsl cost --json`, this machine's measured ceilings) next to the "
+            "measured times. The verdict is right when it names the faster of tdsl's sparse "
+            "kernel and the measured dense product.",
+            "",
+            "| workload | measured sparse ms | predicted sparse ms | measured/predicted | "
+            "measured dense ms | predicted dense ms | verdict | right? | break-even density |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
         for r in preds:
-            p = ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
-                          for k, v in r["predicted"].items())
-            lines.append(f"| {r['name']} | {r['tdsl_ms']:.3f} | {p} |")
+            p = r["predicted"]
+            ps = (p.get("sparse_seconds") or 0) * 1e3
+            pd = (p.get("dense_seconds") or 0) * 1e3
+            dn = r["dense_ms"]
+            right = "–"
+            if dn and p.get("verdict") in ("sparse", "dense"):
+                faster = "sparse" if r["tdsl_ms"] < dn else "dense"
+                right = "yes" if faster == p["verdict"] else "**no**"
+            be = p.get("break_even_density")
+            lines.append(
+                f"| {r['name']} | {r['tdsl_ms']:.3f} | {ps:.3f} | "
+                f"{r['tdsl_ms'] / ps if ps else float('nan'):.2f} | "
+                f"{dn if dn else float('nan'):.3f} | {pd:.3f} | {p.get('verdict')} | {right} | "
+                f"{be if isinstance(be, str) else format(be or 0, '.3g')} |")
     return "\n".join(lines) + "\n"
 
 
