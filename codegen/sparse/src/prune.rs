@@ -263,22 +263,16 @@ fn blocks(
     let (rows, cols) = (shape[0], shape[1]);
     let (nbr, nbc) = (rows / br, cols / bc);
     let nblocks = nbr * nbc;
-    let mut norms = Vec::with_capacity(nblocks);
-    let mut nonzero = Vec::with_capacity(nblocks);
-    for b in 0..nblocks {
-        let (bi, bj) = (b / nbc, b % nbc);
-        let mut sum = 0.0f64;
-        let mut any = false;
-        for r in 0..br {
-            for c in 0..bc {
-                let v = dense.get((bi * br + r) * cols + bj * bc + c);
-                sum += v * v;
-                any |= v != 0.0;
-            }
-        }
-        norms.push(sum.sqrt().abs());
-        nonzero.push(any);
-    }
+    // One row-major pass over the data, typed: every block's "has a nonzero" and (when the
+    // selection needs it) its sum of squares.
+    let need_norm = !matches!(select, Select::All);
+    let (sums, nonzero) = match dense {
+        ValuesRef::F32(v) => block_scan(v, |x| x as f64, shape, br, bc, need_norm),
+        ValuesRef::F64(v) => block_scan(v, |x| x, shape, br, bc, need_norm),
+        ValuesRef::F16(v) => block_scan(v, f64::from, shape, br, bc, need_norm),
+        ValuesRef::BF16(v) => block_scan(v, f64::from, shape, br, bc, need_norm),
+    };
+    let norms: Vec<f64> = sums.iter().map(|s| s.sqrt().abs()).collect();
     let kept: Vec<usize> = match select {
         Select::All => (0..nblocks).filter(|&b| nonzero[b]).collect(),
         Select::Threshold(t) => (0..nblocks)
@@ -316,6 +310,41 @@ fn blocks(
         idx,
         values: dense.gather(&picks),
     })
+}
+
+/// Per block (block rows major): the sum of squares (when `need_norm`; else 0) and whether it
+/// holds a nonzero (NaN counts), reading `v` (row-major `rows × cols`) once in memory order.
+fn block_scan<V: Copy>(
+    v: &[V],
+    to_f64: impl Fn(V) -> f64,
+    shape: &[usize],
+    br: usize,
+    bc: usize,
+    need_norm: bool,
+) -> (Vec<f64>, Vec<bool>) {
+    let (rows, cols) = (shape[0], shape[1]);
+    let nbc = cols / bc;
+    let nblocks = (rows / br) * nbc;
+    let mut sums = vec![0.0f64; nblocks];
+    let mut nonzero = vec![false; nblocks];
+    for (r, row) in v.chunks_exact(cols.max(1)).take(rows).enumerate() {
+        let base = (r / br) * nbc;
+        for (bj, seg) in row.chunks_exact(bc).enumerate() {
+            let b = base + bj;
+            if need_norm {
+                let mut s = 0.0;
+                for &x in seg {
+                    let x = to_f64(x);
+                    s += x * x;
+                    nonzero[b] |= x != 0.0;
+                }
+                sums[b] += s;
+            } else if !nonzero[b] {
+                nonzero[b] = seg.iter().any(|&x| to_f64(x) != 0.0);
+            }
+        }
+    }
+    (sums, nonzero)
 }
 
 /// 2:4 along an axis.
