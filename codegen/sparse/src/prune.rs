@@ -156,6 +156,23 @@ pub fn two_four_violation(
 }
 
 /// COO, CSR and CSC.
+/// Flat indices of the values for which `keep` holds, reading the typed slice in order.
+fn flat_where(dense: ValuesRef, keep: impl Fn(f64) -> bool) -> Vec<usize> {
+    fn scan<V: Copy>(v: &[V], to: impl Fn(V) -> f64, keep: impl Fn(f64) -> bool) -> Vec<usize> {
+        v.iter()
+            .enumerate()
+            .filter(|(_, &x)| keep(to(x)))
+            .map(|(i, _)| i)
+            .collect()
+    }
+    match dense {
+        ValuesRef::F32(v) => scan(v, |x| x as f64, keep),
+        ValuesRef::F64(v) => scan(v, |x| x, keep),
+        ValuesRef::F16(v) => scan(v, f64::from, keep),
+        ValuesRef::BF16(v) => scan(v, f64::from, keep),
+    }
+}
+
 fn elementwise(
     dense: ValuesRef,
     shape: &[usize],
@@ -164,13 +181,8 @@ fn elementwise(
 ) -> Result<SparseTensor, String> {
     let count = dense.len();
     let kept: Vec<usize> = match select {
-        Select::All => (0..count).filter(|&i| dense.get(i) != 0.0).collect(),
-        Select::Threshold(t) => (0..count)
-            .filter(|&i| {
-                let v = dense.get(i);
-                v != 0.0 && magnitude(v) > t
-            })
-            .collect(),
+        Select::All => flat_where(dense, |v| v != 0.0),
+        Select::Threshold(t) => flat_where(dense, |v| v != 0.0 && magnitude(v) > t),
         Select::Density(d) => {
             let mags: Vec<f64> = (0..count).map(|i| magnitude(dense.get(i))).collect();
             top_k(&mags, density_count(d, count))
