@@ -66,28 +66,7 @@ pub fn read_safetensors(path: &Path, name: &str) -> Result<Tensor, Diagnostic> {
     // The crate validated that the range is `elements × item size` bytes without overflow and
     // that it lies inside the data section, whose end we checked against the file length. Check
     // the size again anyway, so nothing below depends on that for safety.
-    let (start, end) = info.data_offsets;
-    let count = info
-        .shape
-        .iter()
-        .try_fold(1usize, |acc, &d| acc.checked_mul(d));
-    let byte_len = match (
-        end.checked_sub(start),
-        count.and_then(|c| c.checked_mul(element_size)),
-    ) {
-        (Some(have), Some(want)) if have == want => have,
-        _ => {
-            return Err(invalid(
-                path,
-                format!("the byte range of tensor `{name}` does not match its shape"),
-            ))
-        }
-    };
-    let mut bytes = vec![0u8; byte_len];
-    reader
-        .seek(SeekFrom::Start(data_start + start as u64))
-        .and_then(|_| reader.read_exact(&mut bytes))
-        .map_err(|e| data_error(path, &e))?;
+    let bytes = tensor_bytes(&mut reader, data_start, info, element_size, path, name)?;
     let data = match info.dtype {
         Dtype::F32 => Storage::F32(decode(&bytes, f32::from_le_bytes)),
         Dtype::F64 => Storage::F64(decode(&bytes, f64::from_le_bytes)),
@@ -472,6 +451,41 @@ enum Raw {
     Int(Vec<i64>),
 }
 
+/// The bytes of tensor `name`, after checking that its byte range is exactly its shape times
+/// `element_size` (the crate checks this too; nothing below relies on it for safety).
+fn tensor_bytes(
+    reader: &mut BufReader<File>,
+    data_start: u64,
+    info: &safetensors::tensor::TensorInfo,
+    element_size: usize,
+    path: &Path,
+    name: &str,
+) -> Result<Vec<u8>, Diagnostic> {
+    let (start, end) = info.data_offsets;
+    let count = info
+        .shape
+        .iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d));
+    let byte_len = match (
+        end.checked_sub(start),
+        count.and_then(|c| c.checked_mul(element_size)),
+    ) {
+        (Some(have), Some(want)) if have == want => have,
+        _ => {
+            return Err(invalid(
+                path,
+                format!("the byte range of tensor `{name}` does not match its shape"),
+            ))
+        }
+    };
+    let mut bytes = vec![0u8; byte_len];
+    reader
+        .seek(SeekFrom::Start(data_start + start as u64))
+        .and_then(|_| reader.read_exact(&mut bytes))
+        .map_err(|e| data_error(path, &e))?;
+    Ok(bytes)
+}
+
 /// Reads tensor `name` of any float or integer dtype: its shape and elements.
 fn read_raw(
     reader: &mut BufReader<File>,
@@ -502,28 +516,7 @@ fn read_raw(
             ))
         }
     };
-    let (start, end) = info.data_offsets;
-    let count = info
-        .shape
-        .iter()
-        .try_fold(1usize, |acc, &d| acc.checked_mul(d));
-    let byte_len = match (
-        end.checked_sub(start),
-        count.and_then(|c| c.checked_mul(element_size)),
-    ) {
-        (Some(have), Some(want)) if have == want => have,
-        _ => {
-            return Err(invalid(
-                path,
-                format!("the byte range of tensor `{name}` does not match its shape"),
-            ))
-        }
-    };
-    let mut bytes = vec![0u8; byte_len];
-    reader
-        .seek(SeekFrom::Start(data_start + start as u64))
-        .and_then(|_| reader.read_exact(&mut bytes))
-        .map_err(|e| data_error(path, &e))?;
+    let bytes = tensor_bytes(reader, data_start, info, element_size, path, name)?;
     let raw = match info.dtype {
         Dtype::F32 => Raw::Float(Storage::F32(decode(&bytes, f32::from_le_bytes))),
         Dtype::F64 => Raw::Float(Storage::F64(decode(&bytes, f64::from_le_bytes))),
