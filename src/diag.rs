@@ -30,6 +30,7 @@ codes! {
     // Syntax (grammar/).
     SyntaxError => "tdsl::syntax::unexpected",
     BadNumber => "tdsl::syntax::bad_number",
+    TooDeep => "tdsl::syntax::too_deep",
     // Names and statements.
     UndefinedName => "tdsl::check::undefined_name",
     DuplicateName => "tdsl::check::duplicate_name",

@@ -91,6 +91,7 @@ pub fn syntax_diagnostic(e: SyntaxError) -> Diagnostic {
     let code = match e.kind {
         SyntaxErrorKind::Unexpected => Code::SyntaxError,
         SyntaxErrorKind::BadNumber => Code::BadNumber,
+        SyntaxErrorKind::TooDeep => Code::TooDeep,
     };
     match e.kind {
         SyntaxErrorKind::BadNumber => Diagnostic::new(code, e.message)
@@ -101,6 +102,13 @@ pub fn syntax_diagnostic(e: SyntaxError) -> Diagnostic {
         SyntaxErrorKind::Unexpected => {
             Diagnostic::new(code, e.message).label(e.span, "unexpected here")
         }
+        SyntaxErrorKind::TooDeep => Diagnostic::new(code, e.message)
+            .label(e.span, "limit passed here")
+            .help(format!(
+                "parentheses and unary minus nest at most {} deep and a statement holds at most {} operators: name intermediate results with assignments",
+                tdsl_syntax::depth::MAX_NESTING,
+                tdsl_syntax::depth::MAX_OPERATORS
+            )),
     }
 }
 

@@ -109,6 +109,14 @@ pub enum BinOp {
     Sub,
     Mul,
     Div,
+    /// Comparisons: 1 where true, 0 where false (and false where either side is NaN, except
+    /// `!=`), as numpy's comparison operators.
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    Eq,
+    Ne,
 }
 
 impl BinOp {
@@ -118,6 +126,12 @@ impl BinOp {
             BinOp::Sub => "-",
             BinOp::Mul => "*",
             BinOp::Div => "/",
+            BinOp::Lt => "<",
+            BinOp::Le => "<=",
+            BinOp::Gt => ">",
+            BinOp::Ge => ">=",
+            BinOp::Eq => "==",
+            BinOp::Ne => "!=",
         }
     }
 }

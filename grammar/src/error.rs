@@ -9,6 +9,9 @@ pub enum SyntaxErrorKind {
     Unexpected,
     /// A number or integer literal that does not fit (e.g. `let n = 99999999999999999999999`).
     BadNumber,
+    /// Expressions nest deeper, or a statement has more operators, than the documented limits
+    /// (`depth::MAX_NESTING`, `depth::MAX_OPERATORS`).
+    TooDeep,
 }
 
 /// A syntax error. pest stops at the first one, so there is at most one per parse.

@@ -11,6 +11,7 @@
 #![forbid(unsafe_code)]
 
 pub mod ast;
+pub mod depth;
 pub mod error;
 mod lower;
 pub mod pattern;
@@ -69,6 +70,7 @@ fn rule_words(rule: Rule) -> Option<&'static str> {
         Rule::string => "a string",
         Rule::expr | Rule::paren | Rule::call | Rule::neg => "an expression",
         Rule::add | Rule::sub | Rule::mul | Rule::div => "an operator",
+        Rule::lt | Rule::le | Rule::gt | Rule::ge | Rule::eq | Rule::ne => "an operator",
         Rule::let_stmt | Rule::input_stmt | Rule::output_stmt | Rule::assign_stmt => "a statement",
         Rule::kw_let => "`let`",
         Rule::kw_input => "`input`",
@@ -90,6 +92,7 @@ fn parse_with_detail(
     // literal tokens expected there (`,` or `]`), not just the last rule tried.
     static DETAIL: std::sync::Once = std::sync::Once::new();
     DETAIL.call_once(|| pest::set_error_detail(true));
+    depth::check(text)?;
     TdslParser::parse(rule, text).map_err(|e| convert(e, text))
 }
 

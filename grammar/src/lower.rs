@@ -210,6 +210,12 @@ fn pratt() -> &'static PrattParser<Rule> {
     static PRATT: OnceLock<PrattParser<Rule>> = OnceLock::new();
     PRATT.get_or_init(|| {
         PrattParser::new()
+            .op(Op::infix(Rule::lt, Assoc::Left)
+                | Op::infix(Rule::le, Assoc::Left)
+                | Op::infix(Rule::gt, Assoc::Left)
+                | Op::infix(Rule::ge, Assoc::Left)
+                | Op::infix(Rule::eq, Assoc::Left)
+                | Op::infix(Rule::ne, Assoc::Left))
             .op(Op::infix(Rule::add, Assoc::Left) | Op::infix(Rule::sub, Assoc::Left))
             .op(Op::infix(Rule::mul, Assoc::Left) | Op::infix(Rule::div, Assoc::Left))
             .op(Op::prefix(Rule::neg))
@@ -234,6 +240,12 @@ fn lower_expr(pair: Pair<'_, Rule>) -> Result<Expr> {
                 Rule::sub => BinOp::Sub,
                 Rule::mul => BinOp::Mul,
                 Rule::div => BinOp::Div,
+                Rule::lt => BinOp::Lt,
+                Rule::le => BinOp::Le,
+                Rule::gt => BinOp::Gt,
+                Rule::ge => BinOp::Ge,
+                Rule::eq => BinOp::Eq,
+                Rule::ne => BinOp::Ne,
                 _ => return Err(shape_error(span_of(&op), "operator")),
             };
             let span = lhs.span.join(rhs.span);

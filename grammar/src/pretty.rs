@@ -91,28 +91,31 @@ pub fn expr(e: &Expr) -> String {
 
 fn prec(op: BinOp) -> u8 {
     match op {
-        BinOp::Add | BinOp::Sub => 1,
-        BinOp::Mul | BinOp::Div => 2,
+        BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge | BinOp::Eq | BinOp::Ne => 1,
+        BinOp::Add | BinOp::Sub => 2,
+        BinOp::Mul | BinOp::Div => 3,
     }
 }
 
-/// `min_prec` is the binding strength the context requires: 0 anywhere, 3 under unary minus.
+/// `min_prec` is the binding strength the context requires: 0 anywhere, 4 under unary minus.
 fn write_expr(out: &mut String, e: &Expr, min_prec: u8) {
     match &e.kind {
         ExprKind::Number { text, .. } => out.push_str(text),
         ExprKind::Str { value } => {
-            out.push('"');
+            // Strings have no escapes: quote with whichever quote the text does not hold.
+            let q = if value.contains('"') { '\'' } else { '"' };
+            out.push(q);
             out.push_str(value);
-            out.push('"');
+            out.push(q);
         }
         ExprKind::Name(n) => out.push_str(&n.name),
         ExprKind::Neg(inner) => {
-            let paren = min_prec > 3;
+            let paren = min_prec > 4;
             if paren {
                 out.push('(');
             }
             out.push('-');
-            write_expr(out, inner, 3);
+            write_expr(out, inner, 4);
             if paren {
                 out.push(')');
             }

@@ -804,6 +804,12 @@ impl Checker {
                     ast::BinOp::Sub => BinaryFn::Sub,
                     ast::BinOp::Mul => BinaryFn::Mul,
                     ast::BinOp::Div => BinaryFn::Div,
+                    ast::BinOp::Lt => BinaryFn::Lt,
+                    ast::BinOp::Le => BinaryFn::Le,
+                    ast::BinOp::Gt => BinaryFn::Gt,
+                    ast::BinOp::Ge => BinaryFn::Ge,
+                    ast::BinOp::Eq => BinaryFn::Eq,
+                    ast::BinOp::Ne => BinaryFn::Ne,
                 };
                 self.binary(f, a?, b?, e.span)
             }
@@ -824,6 +830,9 @@ impl Checker {
             Some(NameRef::Poisoned) => None,
             None => match self.axes.get(&n.name) {
                 Some(&(ext, _)) => self.scalar(ext as f64, n.span),
+                // The IEEE constants, unless a script defines the names itself.
+                None if n.name == "inf" => self.scalar(f64::INFINITY, n.span),
+                None if n.name == "nan" => self.scalar(f64::NAN, n.span),
                 None => {
                     let d = self.undefined(&n.name, n.span);
                     let d = if DType::parse(&n.name).is_some() {
@@ -883,7 +892,18 @@ impl Checker {
             _ => DType::promote(na.ty.dtype, nb.ty.dtype),
         };
         let weak = na.weak && nb.weak;
-        let (sa, sb) = (&na.ty.shape, &nb.ty.shape);
+        let (sa, sb, pa, pb) = (na.ty.shape.clone(), nb.ty.shape.clone(), na.span, nb.span);
+        let shape = self.broadcast_shapes(&sa, pa, &sb, pb)?;
+        let ty = TensorType {
+            dtype,
+            shape,
+            format: kept.unwrap_or(Format::Dense),
+        };
+        self.push_node(NodeKind::Binary(f, a, b), ty, weak, span)
+    }
+
+    /// Two shapes broadcast together (numpy's rule, right-aligned); the spans are the operands'.
+    fn broadcast_shapes(&mut self, sa: &Shape, pa: Span, sb: &Shape, pb: Span) -> Option<Shape> {
         let rank = sa.rank().max(sb.rank());
         let mut axes = Vec::with_capacity(rank);
         for i in 0..rank {
@@ -922,8 +942,8 @@ impl Checker {
                                     show(&y)
                                 ),
                             )
-                            .label(na.span, format!("shape {sa}"))
-                            .label(nb.span, format!("shape {sb}"))
+                            .label(pa, format!("shape {sa}"))
+                            .label(pb, format!("shape {sb}"))
                             .help("numpy's rule: aligned from the right, extents must be equal or 1; rearrange or reduce one side first"),
                         );
                         return None;
@@ -933,12 +953,41 @@ impl Checker {
             };
             axes.push(axis);
         }
+        Some(Shape(axes))
+    }
+
+    /// `where(cond, a, b)`: the three broadcast together; the dtype is `a`'s and `b`'s, by the
+    /// same rules as arithmetic (a weak scalar side yields to the other).
+    fn where_(&mut self, c: NodeId, a: NodeId, b: NodeId, span: Span) -> Option<NodeId> {
+        let (nc, na, nb) = (self.prog.node(c), self.prog.node(a), self.prog.node(b));
+        let (sc, sa, sb) = (
+            nc.ty.shape.clone(),
+            na.ty.shape.clone(),
+            nb.ty.shape.clone(),
+        );
+        let (pc, pa, pb) = (nc.span, na.span, nb.span);
+        let ab = self.broadcast_shapes(&sa, pa, &sb, pb)?;
+        let shape = self.broadcast_shapes(&sc, pc, &ab, pa.join(pb))?;
+        let (na, nb) = (self.prog.node(a), self.prog.node(b));
+        let dtype = match (na.weak, nb.weak) {
+            (true, false) => nb.ty.dtype,
+            (false, true) => na.ty.dtype,
+            _ => DType::promote(na.ty.dtype, nb.ty.dtype),
+        };
+        let weak = na.weak && nb.weak && self.prog.node(c).weak;
+        for o in [c, a, b] {
+            if self.prog.node(o).ty.format.is_sparse() {
+                let t = self.prog.node(o).ty.clone();
+                self.note_dense(span, "`where`", t.format, &t.shape);
+                break;
+            }
+        }
         let ty = TensorType {
             dtype,
-            shape: Shape(axes),
-            format: kept.unwrap_or(Format::Dense),
+            shape,
+            format: Format::Dense,
         };
-        self.push_node(NodeKind::Binary(f, a, b), ty, weak, span)
+        self.push_node(NodeKind::Where(c, a, b), ty, weak, span)
     }
 
     /// The format `a f b` keeps: a sparse operand's, when the result is zero wherever that
@@ -1017,6 +1066,34 @@ impl Checker {
             );
             None
         };
+        if name == "gelu" && !kwargs.is_empty() {
+            // torch's spelling: gelu(x, approximate="none" | "tanh").
+            let (k, v) = kwargs[0];
+            let choice = match (&v.kind, kwargs.len()) {
+                (ExprKind::Str { value }, 1) if k.name == "approximate" => match value.as_str() {
+                    "none" => Some(UnaryFn::GeluErf),
+                    "tanh" => Some(UnaryFn::Gelu),
+                    _ => None,
+                },
+                _ => None,
+            };
+            let Some(f) = choice else {
+                self.diags.push(
+                    Diagnostic::new(
+                        Code::BadArgument,
+                        "`gelu` takes one keyword argument, approximate=\"none\" or approximate=\"tanh\"",
+                    )
+                    .label(k.span.join(v.span), "not approximate=\"none\" or \"tanh\"")
+                    .help("gelu(x) is the tanh approximation; gelu(x, approximate=\"none\") and gelu_erf(x) are the exact erf form"),
+                );
+                return None;
+            };
+            if positional.len() != 1 {
+                return arity(self, "1 argument");
+            }
+            let x = self.expr(positional[0])?;
+            return self.unary(f, x, span);
+        }
         if let Some(f) = UnaryFn::ALL
             .iter()
             .find(|f| f.name() == name && **f != UnaryFn::Neg)
@@ -1077,6 +1154,17 @@ impl Checker {
             "rearrange" | "reduce" | "repeat" => {
                 self.pattern_call(name, &positional, &kwargs, span)
             }
+            "clamp" | "clip" => self.clamp(name, &positional, &kwargs, span),
+            "where" => {
+                no_kwargs(self)?;
+                if positional.len() != 3 {
+                    return arity(self, "3 arguments: `where(cond, a, b)`");
+                }
+                let ids: Vec<Option<NodeId>> = positional.iter().map(|e| self.expr(e)).collect();
+                let (c, a, b) = (ids[0]?, ids[1]?, ids[2]?);
+                self.where_(c, a, b, span)
+            }
+            "index" => self.axis_index(&positional, span, &arity, &no_kwargs),
             "sparsify" => self.sparsify(&positional, &kwargs, span),
             "dense" => {
                 no_kwargs(self)?;
@@ -1192,6 +1280,10 @@ impl Checker {
                     "max",
                     "min",
                     "pow",
+                    "clamp",
+                    "clip",
+                    "where",
+                    "index",
                     "cast",
                     "rearrange",
                     "reduce",
@@ -1211,6 +1303,143 @@ impl Checker {
                 None
             }
         }
+    }
+
+    /// `clamp(x, lo, hi)` / `clip(x, lo, hi)`, or with `min=`/`max=` keywords (either may be
+    /// left out): `min(max(x, lo), hi)`, as numpy's `clip` (NaN propagates).
+    fn clamp(
+        &mut self,
+        name: &str,
+        positional: &[&Expr],
+        kwargs: &[(&ast::Ident, &Expr)],
+        span: Span,
+    ) -> Option<NodeId> {
+        let usage = format!("write `{name}(x, lo, hi)` or `{name}(x, min=lo, max=hi)`");
+        let mut bounds: [Option<&Expr>; 2] =
+            [positional.get(1).copied(), positional.get(2).copied()];
+        let mut bad = positional.len() > 3 || positional.is_empty();
+        for (k, v) in kwargs {
+            let slot = match k.name.as_str() {
+                "min" => 0,
+                "max" => 1,
+                _ => {
+                    self.diags.push(
+                        Diagnostic::new(
+                            Code::BadArgument,
+                            format!("`{name}` takes keyword arguments `min` and `max`"),
+                        )
+                        .label(k.span, "unknown keyword")
+                        .help(usage.clone()),
+                    );
+                    return None;
+                }
+            };
+            if bounds[slot].is_some() {
+                bad = true;
+            }
+            bounds[slot] = Some(v);
+        }
+        if bad || bounds.iter().all(|b| b.is_none()) {
+            self.diags.push(
+                Diagnostic::new(
+                    Code::Arity,
+                    format!("`{name}` takes a tensor and at least one bound, each given once"),
+                )
+                .label(span, "here")
+                .help(usage),
+            );
+            return None;
+        }
+        let x = self.expr(positional[0]);
+        let lo = bounds[0].map(|e| self.expr(e));
+        let hi = bounds[1].map(|e| self.expr(e));
+        let mut v = x?;
+        if let Some(lo) = lo {
+            v = self.binary(BinaryFn::Max, v, lo?, span)?;
+        }
+        if let Some(hi) = hi {
+            v = self.binary(BinaryFn::Min, v, hi?, span)?;
+        }
+        Some(v)
+    }
+
+    /// `index(x, AXIS)`: the position along one axis of `x`, named (`"j"`, or a bare name that
+    /// is an axis of `x`) or by position (`-1` is the last). See [`NodeKind::AxisIndex`].
+    fn axis_index(
+        &mut self,
+        positional: &[&Expr],
+        span: Span,
+        arity: &dyn Fn(&mut Checker, &str) -> Option<NodeId>,
+        no_kwargs: &dyn Fn(&mut Checker) -> Option<()>,
+    ) -> Option<NodeId> {
+        no_kwargs(self)?;
+        if positional.len() != 2 {
+            return arity(self, "2 arguments: `index(x, \"axis\")`");
+        }
+        let x = self.expr(positional[0])?;
+        let shape = self.prog.node(x).ty.shape.clone();
+        let dtype = match self.prog.node(x).ty.dtype {
+            DType::F64 => DType::F64,
+            _ => DType::F32,
+        };
+        let arg = positional[1];
+        let names: Vec<String> = shape.0.iter().filter_map(|a| a.name.clone()).collect();
+        let slot = match &arg.kind {
+            ExprKind::Str { value } => shape
+                .0
+                .iter()
+                .position(|a| a.name.as_deref() == Some(value)),
+            ExprKind::Name(n) => shape
+                .0
+                .iter()
+                .position(|a| a.name.as_deref() == Some(&n.name)),
+            ExprKind::Number { value, .. } if value.fract() == 0.0 => {
+                let r = shape.rank() as f64;
+                let k = if *value < 0.0 { r + value } else { *value };
+                (k >= 0.0 && k < r).then_some(k as usize)
+            }
+            ExprKind::Neg(inner) => match &inner.kind {
+                ExprKind::Number { value, .. } if value.fract() == 0.0 => {
+                    let r = shape.rank() as f64;
+                    let k = r - value;
+                    (k >= 0.0 && k < r).then_some(k as usize)
+                }
+                _ => None,
+            },
+            _ => None,
+        };
+        let Some(axis) = slot else {
+            let d = Diagnostic::new(
+                Code::BadArgument,
+                format!("the second argument of `index` must be an axis of {shape}"),
+            )
+            .label(arg.span, "not an axis of the first argument");
+            let d = match (&arg.kind, names.is_empty()) {
+                (ExprKind::Str { value }, false) => match closest(value, names.iter().map(|s| s.as_str())) {
+                    Some(c) => d.help(format!("did you mean \"{c}\"?")),
+                    None => d.help(format!("its named axes are {}", names.join(", "))),
+                },
+                _ => d.help(format!(
+                    "name an axis in quotes (\"{}\") or give its position (0 to {}, or -1 for the last)",
+                    names.first().map_or("i", |s| s.as_str()),
+                    shape.rank().saturating_sub(1)
+                )),
+            };
+            self.diags.push(d);
+            return None;
+        };
+        let axes = shape
+            .0
+            .iter()
+            .enumerate()
+            .map(|(k, a)| if k == axis { a.clone() } else { Axis::anon(1) })
+            .collect();
+        let ty = TensorType {
+            dtype,
+            shape: Shape(axes),
+            format: Format::Dense,
+        };
+        self.push_node(NodeKind::AxisIndex { axis }, ty, false, span)
     }
 
     /// `sparsify(x, FORMAT[, threshold=T | density=D])`: FORMAT is `coo`, `csr`, `csc`,
@@ -1640,6 +1869,15 @@ pub fn keeps_zero(f: UnaryFn) -> bool {
             | UnaryFn::Tanh
             | UnaryFn::Sin
             | UnaryFn::Gelu
+            | UnaryFn::Erf
+            | UnaryFn::GeluErf
+            | UnaryFn::Silu
+            | UnaryFn::Log1p
+            | UnaryFn::Expm1
+            | UnaryFn::Floor
+            | UnaryFn::Ceil
+            | UnaryFn::Round
+            | UnaryFn::Sign
     )
 }
 

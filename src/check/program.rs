@@ -36,10 +36,21 @@ pub enum UnaryFn {
     Sin,
     Cos,
     Square,
+    Erf,
+    /// The exact gelu, `0.5·x·(1 + erf(x/√2))`: `gelu_erf(x)` or `gelu(x, approximate="none")`.
+    GeluErf,
+    Silu,
+    Softplus,
+    Log1p,
+    Expm1,
+    Floor,
+    Ceil,
+    Round,
+    Sign,
 }
 
 impl UnaryFn {
-    pub const ALL: [UnaryFn; 13] = [
+    pub const ALL: [UnaryFn; 23] = [
         UnaryFn::Neg,
         UnaryFn::Exp,
         UnaryFn::Log,
@@ -53,6 +64,16 @@ impl UnaryFn {
         UnaryFn::Sin,
         UnaryFn::Cos,
         UnaryFn::Square,
+        UnaryFn::Erf,
+        UnaryFn::GeluErf,
+        UnaryFn::Silu,
+        UnaryFn::Softplus,
+        UnaryFn::Log1p,
+        UnaryFn::Expm1,
+        UnaryFn::Floor,
+        UnaryFn::Ceil,
+        UnaryFn::Round,
+        UnaryFn::Sign,
     ];
 
     pub fn name(self) -> &'static str {
@@ -70,6 +91,16 @@ impl UnaryFn {
             UnaryFn::Sin => "sin",
             UnaryFn::Cos => "cos",
             UnaryFn::Square => "square",
+            UnaryFn::Erf => "erf",
+            UnaryFn::GeluErf => "gelu_erf",
+            UnaryFn::Silu => "silu",
+            UnaryFn::Softplus => "softplus",
+            UnaryFn::Log1p => "log1p",
+            UnaryFn::Expm1 => "expm1",
+            UnaryFn::Floor => "floor",
+            UnaryFn::Ceil => "ceil",
+            UnaryFn::Round => "round",
+            UnaryFn::Sign => "sign",
         }
     }
 }
@@ -84,6 +115,13 @@ pub enum BinaryFn {
     Max,
     Min,
     Pow,
+    /// Comparisons: 1 where true, 0 where false, in the operands' promoted dtype.
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    Eq,
+    Ne,
 }
 
 impl BinaryFn {
@@ -96,6 +134,12 @@ impl BinaryFn {
             BinaryFn::Max => "max",
             BinaryFn::Min => "min",
             BinaryFn::Pow => "pow",
+            BinaryFn::Lt => "<",
+            BinaryFn::Le => "<=",
+            BinaryFn::Gt => ">",
+            BinaryFn::Ge => ">=",
+            BinaryFn::Eq => "==",
+            BinaryFn::Ne => "!=",
         }
     }
 }
@@ -149,6 +193,14 @@ pub enum NodeKind {
     Scalar(f64),
     Unary(UnaryFn, NodeId),
     Binary(BinaryFn, NodeId, NodeId),
+    /// `where(cond, a, b)`: `a` where `cond` is nonzero (NaN counts as nonzero), else `b`.
+    Where(NodeId, NodeId, NodeId),
+    /// `index(x, AXIS)`: the position along slot `axis` of `x`. The node's shape is `x`'s with
+    /// every other slot of extent 1, so it broadcasts against `x` (numpy's
+    /// `arange(n)[:, None]`); it does not read `x`.
+    AxisIndex {
+        axis: usize,
+    },
     /// Conversion to the node's dtype.
     Cast(NodeId),
     /// `rearrange`, `reduce` (with its op) or `repeat`, resolved to one recipe.
@@ -327,7 +379,11 @@ impl Program {
     /// Operands of a node.
     pub fn operands(&self, id: NodeId) -> Vec<NodeId> {
         match &self.node(id).kind {
-            NodeKind::Input(_) | NodeKind::Var(_) | NodeKind::Scalar(_) => Vec::new(),
+            NodeKind::Input(_)
+            | NodeKind::Var(_)
+            | NodeKind::Scalar(_)
+            | NodeKind::AxisIndex { .. } => Vec::new(),
+            NodeKind::Where(c, a, b) => vec![*c, *a, *b],
             NodeKind::Unary(_, x)
             | NodeKind::Cast(x)
             | NodeKind::Dense(x)

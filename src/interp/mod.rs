@@ -132,6 +132,33 @@ fn eval_all(program: &Program, inputs: &[Tensor]) -> Vec<Value> {
                     binary(*f, x, y)
                 })
             }
+            NodeKind::Where(c, a, b) => {
+                // As Binary: a weak scalar branch takes the result's dtype first.
+                let r = |o: &crate::check::NodeId, v: f64| {
+                    if program.node(*o).weak {
+                        dtype.round(v)
+                    } else {
+                        v
+                    }
+                };
+                let vals = [&values[c.idx()], &values[a.idx()], &values[b.idx()]];
+                broadcast_n(&vals, |x| {
+                    // numpy's `where`: NaN is truthy.
+                    if x[0] != 0.0 {
+                        r(a, x[1])
+                    } else {
+                        r(b, x[2])
+                    }
+                })
+            }
+            NodeKind::AxisIndex { .. } => {
+                let shape: Vec<usize> = node.ty.shape.0.iter().map(|a| a.extent as usize).collect();
+                let n: usize = shape.iter().product();
+                Value {
+                    shape,
+                    data: (0..n).map(|i| i as f64).collect(),
+                }
+            }
             NodeKind::Cast(x) | NodeKind::Dense(x) => values[x.idx()].clone(),
             NodeKind::Sparsify { x, select } => {
                 let x = &values[x.idx()];
@@ -193,6 +220,31 @@ pub fn unary(f: UnaryFn, x: f64) -> f64 {
         UnaryFn::Sin => x.sin(),
         UnaryFn::Cos => x.cos(),
         UnaryFn::Square => x * x,
+        UnaryFn::Erf => libm::erf(x),
+        UnaryFn::GeluErf => 0.5 * x * (1.0 + libm::erf(x / std::f64::consts::SQRT_2)),
+        UnaryFn::Silu => x * (1.0 / (1.0 + (-x).exp())),
+        UnaryFn::Softplus => {
+            // log(1 + e^x), in the form that neither overflows nor loses small results.
+            if x.is_nan() {
+                x
+            } else if x > 0.0 {
+                x + (-x).exp().ln_1p()
+            } else {
+                x.exp().ln_1p()
+            }
+        }
+        UnaryFn::Log1p => x.ln_1p(),
+        UnaryFn::Expm1 => x.exp_m1(),
+        UnaryFn::Floor => x.floor(),
+        UnaryFn::Ceil => x.ceil(),
+        UnaryFn::Round => x.round_ties_even(),
+        UnaryFn::Sign => {
+            if x.is_nan() || x == 0.0 {
+                x
+            } else {
+                x.signum()
+            }
+        }
     }
 }
 
@@ -218,7 +270,48 @@ pub fn binary(f: BinaryFn, x: f64, y: f64) -> f64 {
             }
         }
         BinaryFn::Pow => x.powf(y),
+        BinaryFn::Lt => f64::from(u8::from(x < y)),
+        BinaryFn::Le => f64::from(u8::from(x <= y)),
+        BinaryFn::Gt => f64::from(u8::from(x > y)),
+        BinaryFn::Ge => f64::from(u8::from(x >= y)),
+        BinaryFn::Eq => f64::from(u8::from(x == y)),
+        BinaryFn::Ne => f64::from(u8::from(x != y)),
     }
+}
+
+/// numpy broadcasting of any number of values.
+fn broadcast_n(vals: &[&Value], f: impl Fn(&[f64]) -> f64) -> Value {
+    let rank = vals.iter().map(|v| v.shape.len()).max().unwrap_or(0);
+    let padded: Vec<Vec<usize>> = vals
+        .iter()
+        .map(|v| {
+            let mut p = vec![1; rank - v.shape.len()];
+            p.extend_from_slice(&v.shape);
+            p
+        })
+        .collect();
+    let shape: Vec<usize> = (0..rank)
+        .map(|k| padded.iter().map(|p| p[k]).max().unwrap_or(1))
+        .collect();
+    let st: Vec<Vec<usize>> = padded.iter().map(|p| strides(p)).collect();
+    let n: usize = shape.iter().product();
+    let mut coords = vec![0; rank];
+    let mut args = vec![0.0; vals.len()];
+    let mut data = Vec::with_capacity(n);
+    for flat in 0..n {
+        unflatten(flat, &shape, &mut coords);
+        for (j, v) in vals.iter().enumerate() {
+            let mut i = 0;
+            for k in 0..rank {
+                if padded[j][k] != 1 {
+                    i += coords[k] * st[j][k];
+                }
+            }
+            args[j] = v.data[i];
+        }
+        data.push(f(&args));
+    }
+    Value { shape, data }
 }
 
 /// numpy broadcasting of two values.

@@ -540,8 +540,9 @@ pub fn program_cost_with(program: &Program, inputs: &CostInputs) -> ProgramCost 
                 NodeKind::Scalar(_)
                 | NodeKind::Cast(_)
                 | NodeKind::Dense(_)
+                | NodeKind::AxisIndex { .. }
                 | NodeKind::Sparsify { .. } => {}
-                NodeKind::Unary(..) | NodeKind::Binary(..) => {
+                NodeKind::Unary(..) | NodeKind::Binary(..) | NodeKind::Where(..) => {
                     flops += out_elems;
                     dense_flops += out_elems;
                 }

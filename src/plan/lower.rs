@@ -482,7 +482,10 @@ impl<'a> Planner<'a> {
             } => "reduce",
             NodeKind::Pattern { .. } if self.p.node(id).ty.format.is_sparse() => "sparse view",
             NodeKind::Pattern { .. } => "pattern",
-            NodeKind::Unary(..) | NodeKind::Binary(..) | NodeKind::Cast(_) => "elementwise",
+            NodeKind::Unary(..)
+            | NodeKind::Binary(..)
+            | NodeKind::Cast(_)
+            | NodeKind::Where(..) => "elementwise",
             NodeKind::Sparsify { .. } => "sparsify",
             _ => "value",
         };
@@ -929,6 +932,29 @@ impl<'a> Planner<'a> {
             NodeKind::Cast(x) => {
                 let xe = self.build_operand(*x, id, coords)?;
                 Ok(Expr::Cast(elem_type(node.ty.dtype), Box::new(xe)))
+            }
+            NodeKind::Where(c, a, b) => {
+                let dtype = node.ty.dtype;
+                // The condition keeps its own compute type; only its truth is used.
+                let ec = self.build_operand(*c, *c, coords)?;
+                let mut ea = self.build_operand(*a, id, coords)?;
+                let mut eb = self.build_operand(*b, id, coords)?;
+                for (e, o) in [(&mut ea, *a), (&mut eb, *b)] {
+                    if self.p.node(self.resolve(o)).weak
+                        && !node.weak
+                        && matches!(dtype, DType::F16 | DType::BF16)
+                    {
+                        *e = Expr::Cast(
+                            elem_type(dtype),
+                            Box::new(std::mem::replace(e, Expr::Const(0.0))),
+                        );
+                    }
+                }
+                Ok(Expr::Select(Box::new(ec), Box::new(ea), Box::new(eb)))
+            }
+            NodeKind::AxisIndex { axis } => {
+                let c = coords.get(*axis).cloned().unwrap_or_default();
+                Ok(Expr::Iota(coord_index(&[c], &[1], 0)))
             }
             NodeKind::Pattern {
                 reduce, x, recipe, ..
@@ -2706,12 +2732,7 @@ fn replace_acc(s: &Stmt, acc: AccId, with: &Expr) -> Stmt {
     fn e(x: &Expr, acc: AccId, with: &Expr) -> Expr {
         match x {
             Expr::Acc(a) if *a == acc => with.clone(),
-            Expr::Unary(op, y) => Expr::Unary(*op, Box::new(e(y, acc, with))),
-            Expr::Cast(t, y) => Expr::Cast(*t, Box::new(e(y, acc, with))),
-            Expr::Binary(op, a, b) => {
-                Expr::Binary(*op, Box::new(e(a, acc, with)), Box::new(e(b, acc, with)))
-            }
-            other => other.clone(),
+            other => other.map_children(|y| e(y, acc, with)),
         }
     }
     match s {
@@ -2734,31 +2755,14 @@ fn replace_acc(s: &Stmt, acc: AccId, with: &Expr) -> Stmt {
     }
 }
 
+/// Every index an expression reads (its loads' and its `Iota`s').
 fn collect_loads(e: &Expr, out: &mut Vec<Index>) {
-    match e {
-        Expr::Load { index, .. } => out.push(index.clone()),
-        Expr::Unary(_, x) | Expr::Cast(_, x) => collect_loads(x, out),
-        Expr::Binary(_, a, b) => {
-            collect_loads(a, out);
-            collect_loads(b, out);
-        }
-        Expr::Const(_) | Expr::Acc(_) => {}
-    }
+    out.extend(e.indices().into_iter().cloned());
 }
 
+/// `e` with every index (loads' and `Iota`s') replaced by `f(index)`.
 fn map_loads(e: &Expr, f: &impl Fn(&Index) -> Index) -> Expr {
-    match e {
-        Expr::Load { buf, index } => Expr::Load {
-            buf: *buf,
-            index: f(index),
-        },
-        Expr::Unary(op, x) => Expr::Unary(*op, Box::new(map_loads(x, f))),
-        Expr::Cast(t, x) => Expr::Cast(*t, Box::new(map_loads(x, f))),
-        Expr::Binary(op, a, b) => {
-            Expr::Binary(*op, Box::new(map_loads(a, f)), Box::new(map_loads(b, f)))
-        }
-        Expr::Const(_) | Expr::Acc(_) => e.clone(),
-    }
+    e.map_indices(f)
 }
 
 /// Builds the loops of a nest around `inner`, interleaving each depth's hoisted statements.
@@ -2804,17 +2808,11 @@ fn stmt_lets(stmts: &[Stmt]) -> BTreeSet<AccId> {
 /// Accumulators read by statements' expressions.
 fn stmt_accs(stmts: &[Stmt]) -> BTreeSet<AccId> {
     fn expr(e: &Expr, out: &mut BTreeSet<AccId>) {
-        match e {
-            Expr::Acc(a) => {
+        e.visit(&mut |x| {
+            if let Expr::Acc(a) = x {
                 out.insert(*a);
             }
-            Expr::Unary(_, x) | Expr::Cast(_, x) => expr(x, out),
-            Expr::Binary(_, a, b) => {
-                expr(a, out);
-                expr(b, out);
-            }
-            Expr::Const(_) | Expr::Load { .. } => {}
-        }
+        });
     }
     fn stmt(s: &Stmt, out: &mut BTreeSet<AccId>) {
         match s {
@@ -2833,14 +2831,8 @@ fn stmt_accs(stmts: &[Stmt]) -> BTreeSet<AccId> {
 fn stmt_vars(stmts: &[Stmt]) -> BTreeSet<VarId> {
     let mut out = BTreeSet::new();
     fn expr(e: &Expr, out: &mut BTreeSet<VarId>) {
-        match e {
-            Expr::Load { index, .. } => out.extend(index.terms.iter().map(|t| t.0)),
-            Expr::Unary(_, x) | Expr::Cast(_, x) => expr(x, out),
-            Expr::Binary(_, a, b) => {
-                expr(a, out);
-                expr(b, out);
-            }
-            Expr::Const(_) | Expr::Acc(_) => {}
+        for index in e.indices() {
+            out.extend(index.terms.iter().map(|t| t.0));
         }
     }
     fn stmt(s: &Stmt, out: &mut BTreeSet<VarId>) {
@@ -2874,6 +2866,16 @@ fn un_op(f: UnaryFn) -> UnOp {
         UnaryFn::Sin => UnOp::Sin,
         UnaryFn::Cos => UnOp::Cos,
         UnaryFn::Square => UnOp::Square,
+        UnaryFn::Erf => UnOp::Erf,
+        UnaryFn::GeluErf => UnOp::GeluErf,
+        UnaryFn::Silu => UnOp::Silu,
+        UnaryFn::Softplus => UnOp::Softplus,
+        UnaryFn::Log1p => UnOp::Log1p,
+        UnaryFn::Expm1 => UnOp::Expm1,
+        UnaryFn::Floor => UnOp::Floor,
+        UnaryFn::Ceil => UnOp::Ceil,
+        UnaryFn::Round => UnOp::Round,
+        UnaryFn::Sign => UnOp::Sign,
     }
 }
 
@@ -2886,6 +2888,12 @@ fn bin_op(f: BinaryFn) -> BinOp {
         BinaryFn::Max => BinOp::Max,
         BinaryFn::Min => BinOp::Min,
         BinaryFn::Pow => BinOp::Pow,
+        BinaryFn::Lt => BinOp::Lt,
+        BinaryFn::Le => BinOp::Le,
+        BinaryFn::Gt => BinOp::Gt,
+        BinaryFn::Ge => BinOp::Ge,
+        BinaryFn::Eq => BinOp::Eq,
+        BinaryFn::Ne => BinOp::Ne,
     }
 }
 

@@ -281,12 +281,10 @@ impl Validator<'_> {
                     )))
                 }
             }
-            Expr::Unary(_, x) => self.expr(x),
-            Expr::Binary(_, x, y) => {
-                self.expr(x)?;
-                self.expr(y)
+            Expr::Iota(index) => self.index(index),
+            Expr::Unary(..) | Expr::Binary(..) | Expr::Cast(..) | Expr::Select(..) => {
+                e.children().into_iter().try_for_each(|x| self.expr(x))
             }
-            Expr::Cast(_, x) => self.expr(x),
         }
     }
 }
@@ -620,12 +618,10 @@ impl Bounds<'_> {
 
     fn expr(&self, e: &Expr) -> Result<(), Violation> {
         match e {
-            Expr::Const(_) | Expr::Acc(_) => Ok(()),
+            Expr::Const(_) | Expr::Acc(_) | Expr::Iota(_) => Ok(()),
             Expr::Load { buf, index } => self.access(*buf, index, 0, "load"),
-            Expr::Unary(_, x) | Expr::Cast(_, x) => self.expr(x),
-            Expr::Binary(_, x, y) => {
-                self.expr(x)?;
-                self.expr(y)
+            Expr::Unary(..) | Expr::Binary(..) | Expr::Cast(..) | Expr::Select(..) => {
+                e.children().into_iter().try_for_each(|x| self.expr(x))
             }
         }
     }

@@ -21,9 +21,22 @@ pub(crate) fn unary_helper(op: UnOp, wide: bool) -> Option<&'static str> {
         UnOp::Gelu => ("tdsl_gelu_f32", "tdsl_gelu_f64"),
         UnOp::Sin => ("tdsl_sin_f32", "tdsl_sin_f64"),
         UnOp::Cos => ("tdsl_cos_f32", "tdsl_cos_f64"),
-        UnOp::Neg | UnOp::Sqrt | UnOp::Rsqrt | UnOp::Abs | UnOp::Relu | UnOp::Square => {
-            return None
-        }
+        UnOp::Erf => ("tdsl_erf_f32", "tdsl_erf_f64"),
+        UnOp::GeluErf => ("tdsl_gelu_erf_f32", "tdsl_gelu_erf_f64"),
+        UnOp::Silu => ("tdsl_silu_f32", "tdsl_silu_f64"),
+        UnOp::Softplus => ("tdsl_softplus_f32", "tdsl_softplus_f64"),
+        UnOp::Log1p => ("tdsl_log1p_f32", "tdsl_log1p_f64"),
+        UnOp::Expm1 => ("tdsl_expm1_f32", "tdsl_expm1_f64"),
+        UnOp::Sign => ("tdsl_sign_f32", "tdsl_sign_f64"),
+        UnOp::Neg
+        | UnOp::Sqrt
+        | UnOp::Rsqrt
+        | UnOp::Abs
+        | UnOp::Relu
+        | UnOp::Square
+        | UnOp::Floor
+        | UnOp::Ceil
+        | UnOp::Round => return None,
     };
     Some(if wide { w } else { narrow })
 }
@@ -85,6 +98,30 @@ extern "C" fn gelu_f64(x: f64) -> f64 {
     let c = (2.0 / std::f64::consts::PI).sqrt();
     0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())
 }
+/// The operations defined once in `tdsl_loop::scalar`: f64 math, rounded once for f32.
+macro_rules! shared_unary {
+    ($($op:ident => $f32:ident, $f64:ident;)*) => {
+        $(
+            extern "C" fn $f32(x: f32) -> f32 {
+                UnOp::$op.apply(x as f64) as f32
+            }
+            extern "C" fn $f64(x: f64) -> f64 {
+                UnOp::$op.apply(x)
+            }
+        )*
+    };
+}
+
+shared_unary! {
+    Erf => erf_f32, erf_f64;
+    GeluErf => gelu_erf_f32, gelu_erf_f64;
+    Silu => silu_f32, silu_f64;
+    Softplus => softplus_f32, softplus_f64;
+    Log1p => log1p_f32, log1p_f64;
+    Expm1 => expm1_f32, expm1_f64;
+    Sign => sign_f32, sign_f64;
+}
+
 extern "C" fn f64_to_f16(x: f64) -> i32 {
     f16::from_f64(x).to_bits() as i32
 }
@@ -117,6 +154,20 @@ pub(crate) fn symbols() -> Vec<(&'static str, *const u8)> {
         ("tdsl_sigmoid_f64", sigmoid_f64 as *const u8),
         ("tdsl_gelu_f32", gelu_f32 as *const u8),
         ("tdsl_gelu_f64", gelu_f64 as *const u8),
+        ("tdsl_erf_f32", erf_f32 as *const u8),
+        ("tdsl_erf_f64", erf_f64 as *const u8),
+        ("tdsl_gelu_erf_f32", gelu_erf_f32 as *const u8),
+        ("tdsl_gelu_erf_f64", gelu_erf_f64 as *const u8),
+        ("tdsl_silu_f32", silu_f32 as *const u8),
+        ("tdsl_silu_f64", silu_f64 as *const u8),
+        ("tdsl_softplus_f32", softplus_f32 as *const u8),
+        ("tdsl_softplus_f64", softplus_f64 as *const u8),
+        ("tdsl_log1p_f32", log1p_f32 as *const u8),
+        ("tdsl_log1p_f64", log1p_f64 as *const u8),
+        ("tdsl_expm1_f32", expm1_f32 as *const u8),
+        ("tdsl_expm1_f64", expm1_f64 as *const u8),
+        ("tdsl_sign_f32", sign_f32 as *const u8),
+        ("tdsl_sign_f64", sign_f64 as *const u8),
         (F64_TO_F16, f64_to_f16 as *const u8),
         (F64_TO_BF16, f64_to_bf16 as *const u8),
         // Cranelift's own libcalls for `fma` when the host lacks FMA (TOOLCHAIN.md §1e).

@@ -22,17 +22,11 @@ use crate::lower::LowerOptions;
 /// Every buffer a kernel reads or writes, in id order.
 pub(crate) fn kernel_buffers(k: &Kernel) -> BTreeSet<BufId> {
     fn expr(e: &Expr, out: &mut BTreeSet<BufId>) {
-        match e {
-            Expr::Const(_) | Expr::Acc(_) => {}
-            Expr::Load { buf, .. } => {
+        e.visit(&mut |x| {
+            if let Expr::Load { buf, .. } = x {
                 out.insert(*buf);
             }
-            Expr::Unary(_, x) | Expr::Cast(_, x) => expr(x, out),
-            Expr::Binary(_, x, y) => {
-                expr(x, out);
-                expr(y, out);
-            }
-        }
+        });
     }
     fn block(stmts: &[Stmt], out: &mut BTreeSet<BufId>) {
         for s in stmts {

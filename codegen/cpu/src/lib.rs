@@ -156,11 +156,9 @@ fn segment_ranges(k: &Kernel) -> Vec<(usize, usize, bool)> {
 /// Element operations of one run of `stmts` (a rough count for choosing a task count).
 fn work(stmts: &[Stmt]) -> u64 {
     fn expr_size(e: &Expr) -> u64 {
-        match e {
-            Expr::Const(_) | Expr::Acc(_) | Expr::Load { .. } => 1,
-            Expr::Unary(_, x) | Expr::Cast(_, x) => 1 + expr_size(x),
-            Expr::Binary(_, x, y) => 1 + expr_size(x) + expr_size(y),
-        }
+        let mut n = 0;
+        e.visit(&mut |_| n += 1);
+        n
     }
     stmts
         .iter()

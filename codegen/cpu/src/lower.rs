@@ -98,17 +98,11 @@ fn is_innermost(l: &Loop) -> bool {
 /// The buffers a list of statements touches.
 fn used_buffers(stmts: &[Stmt], out: &mut HashSet<BufId>) {
     fn expr(e: &Expr, out: &mut HashSet<BufId>) {
-        match e {
-            Expr::Const(_) | Expr::Acc(_) => {}
-            Expr::Load { buf, .. } => {
+        e.visit(&mut |x| {
+            if let Expr::Load { buf, .. } = x {
                 out.insert(*buf);
             }
-            Expr::Unary(_, x) | Expr::Cast(_, x) => expr(x, out),
-            Expr::Binary(_, x, y) => {
-                expr(x, out);
-                expr(y, out);
-            }
-        }
+        });
     }
     for s in stmts {
         match s {
@@ -142,15 +136,11 @@ fn used_buffers(stmts: &[Stmt], out: &mut HashSet<BufId>) {
 /// Every (buffer, index) a loop body loads or stores.
 fn accesses(stmts: &[Stmt], out: &mut Vec<(BufId, Index)>) {
     fn expr(e: &Expr, out: &mut Vec<(BufId, Index)>) {
-        match e {
-            Expr::Const(_) | Expr::Acc(_) => {}
-            Expr::Load { buf, index } => out.push((*buf, index.clone())),
-            Expr::Unary(_, x) | Expr::Cast(_, x) => expr(x, out),
-            Expr::Binary(_, x, y) => {
-                expr(x, out);
-                expr(y, out);
+        e.visit(&mut |x| {
+            if let Expr::Load { buf, index } = x {
+                out.push((*buf, index.clone()));
             }
-        }
+        });
     }
     for s in stmts {
         match s {
@@ -742,6 +732,12 @@ impl<M: Module> Lower<'_, '_, M> {
             }
             Expr::Unary(_, x) => self.vec_expr_ok(x, ct, reds),
             Expr::Binary(_, x, y) => self.vec_expr_ok(x, ct, reds) && self.vec_expr_ok(y, ct, reds),
+            // The condition is computed in its own type and only its lanes' truth is used.
+            Expr::Select(c, x, y) => {
+                self.infer(c).is_none_or(|t| t == ct)
+                    && [c, x, y].iter().all(|e| self.vec_expr_ok(e, ct, reds))
+            }
+            Expr::Iota(_) => true,
             Expr::Cast(t, x) => {
                 Ct::of(*t) == ct
                     && self.infer(x).is_none_or(|c| c == ct)
@@ -873,8 +869,9 @@ impl<M: Module> Lower<'_, '_, M> {
             Expr::Load { buf, .. } => Some(Ct::of(self.p.buffer(*buf).ty)),
             Expr::Acc(a) => self.accs.get(a).map(|x| x.1),
             Expr::Unary(_, x) => self.infer(x),
-            Expr::Binary(_, x, y) => join(self.infer(x), self.infer(y)),
+            Expr::Binary(_, x, y) | Expr::Select(_, x, y) => join(self.infer(x), self.infer(y)),
             Expr::Cast(t, _) => Some(Ct::of(*t)),
+            Expr::Iota(_) => None,
         }
     }
 
@@ -929,7 +926,54 @@ impl<M: Module> Lower<'_, '_, M> {
                 let xv = self.expr(x, inner)?;
                 self.cast(*t, xv, inner)
             }
+            Expr::Select(c, x, y) => {
+                let cv = self.expr(c, self.infer(c).unwrap_or(nat))?;
+                let xv = self.expr(x, nat)?;
+                let yv = self.expr(y, nat)?;
+                let zero = self.fconst(ty, 0.0);
+                // NotEqual is unordered-or-not-equal: a NaN condition selects `x`, as numpy.
+                let mask = self.b.ins().fcmp(FloatCC::NotEqual, cv, zero);
+                Ok(self.choose(mask, xv, yv, ty))
+            }
+            Expr::Iota(index) => Ok(self.iota(index, nat)),
         }
+    }
+
+    /// `mask ? x : y`, lane by lane in vector mode (`mask` from an `fcmp` of type `ty`).
+    fn choose(&mut self, mask: Value, x: Value, y: Value, ty: Type) -> Value {
+        if ty.is_vector() {
+            let m = self.bitcast(ty, mask);
+            self.b.ins().bitselect(m, x, y)
+        } else {
+            self.b.ins().select(mask, x, y)
+        }
+    }
+
+    /// The value of an affine index as a number of compute type `ct`; in vector mode each lane
+    /// holds its own element's index.
+    fn iota(&mut self, index: &Index, ct: Ct) -> Value {
+        let mut a = self.b.ins().iconst(types::I64, index.offset);
+        for (v, s) in &index.terms {
+            let x = self.b.use_var(self.vars[v]);
+            let t = self.b.ins().imul_imm_s(x, *s);
+            a = self.b.ins().iadd(a, t);
+        }
+        let x = self.b.ins().fcvt_from_sint(ct.scalar(), a);
+        let Some(m) = self.vec else {
+            return x;
+        };
+        let stride = index.stride_of(m.var);
+        let vty = ct.vector();
+        let mut lanes = self.b.ins().splat(vty, x);
+        let first = m.step * m.ct.lanes();
+        for lane in 0..ct.lanes() {
+            let d = ((first + lane) * stride) as f64;
+            let dv = self.fconst(ct.scalar(), d);
+            let cur = self.b.ins().extractlane(lanes, lane as u8);
+            let sum = self.b.ins().fadd(cur, dv);
+            lanes = self.b.ins().insertlane(lanes, sum, lane as u8);
+        }
+        lanes
     }
 
     fn cast(&mut self, t: ElemType, v: Value, from: Ct) -> Result<Value, CodegenError> {
@@ -981,6 +1025,13 @@ impl<M: Module> Lower<'_, '_, M> {
             }
             UnOp::Square => self.b.ins().fmul(x, x),
             UnOp::Exp if ty == types::F32X4 => self.exp_f32x4(x),
+            UnOp::Floor => self.b.ins().floor(x),
+            UnOp::Ceil => self.b.ins().ceil(x),
+            UnOp::Round => self.b.ins().nearest(x),
+            UnOp::Silu if ty == types::F32X4 => {
+                let s = self.unary(UnOp::Sigmoid, x, ct)?;
+                self.b.ins().fmul(x, s)
+            }
             UnOp::Sigmoid if ty == types::F32X4 => {
                 // With e = exp(-|x|): 1 / (1 + e) for x >= 0, e / (1 + e) below, which keeps
                 // tiny results (subnormal for x < -87) instead of overflowing exp(-x).
@@ -1011,6 +1062,20 @@ impl<M: Module> Lower<'_, '_, M> {
             BinOp::Div => self.b.ins().fdiv(x, y),
             BinOp::Max => self.b.ins().fmax(x, y),
             BinOp::Min => self.b.ins().fmin(x, y),
+            BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge | BinOp::Eq | BinOp::Ne => {
+                let cc = match op {
+                    BinOp::Lt => FloatCC::LessThan,
+                    BinOp::Le => FloatCC::LessThanOrEqual,
+                    BinOp::Gt => FloatCC::GreaterThan,
+                    BinOp::Ge => FloatCC::GreaterThanOrEqual,
+                    BinOp::Eq => FloatCC::Equal,
+                    _ => FloatCC::NotEqual,
+                };
+                let ty = self.vmode_ty(ct);
+                let mask = self.b.ins().fcmp(cc, x, y);
+                let (one, zero) = (self.fconst(ty, 1.0), self.fconst(ty, 0.0));
+                self.choose(mask, one, zero, ty)
+            }
             BinOp::Pow => {
                 let name = if ct == Ct::F64 {
                     helpers::POW.1

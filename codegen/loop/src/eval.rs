@@ -498,6 +498,19 @@ impl Machine<'_> {
                 let t = self.ty(x).unwrap_or(ty.compute());
                 round(*ty, self.expr(x, t)?)
             }
+            Expr::Select(c, x, y) => {
+                let tc = self.ty(c).unwrap_or(ctx);
+                let t = join(self.ty(x), self.ty(y)).unwrap_or(ctx);
+                let pick = crate::scalar::select(self.expr(c, tc)?, 1.0, 0.0) != 0.0;
+                // Both sides are evaluated, as a backend's vector select does.
+                let (a, b) = (self.expr(x, t)?, self.expr(y, t)?);
+                if pick {
+                    a
+                } else {
+                    b
+                }
+            }
+            Expr::Iota(index) => round(ctx, self.index(index)? as f64),
         })
     }
 
@@ -510,6 +523,8 @@ impl Machine<'_> {
             Expr::Unary(_, x) => self.ty(x),
             Expr::Binary(_, x, y) => join(self.ty(x), self.ty(y)),
             Expr::Cast(t, _) => Some(t.compute()),
+            Expr::Select(_, x, y) => join(self.ty(x), self.ty(y)),
+            Expr::Iota(_) => None,
         }
     }
 
@@ -608,63 +623,14 @@ fn round(ty: ElemType, x: f64) -> f64 {
     }
 }
 
-fn max(a: f64, b: f64) -> f64 {
-    if a.is_nan() || b.is_nan() {
-        f64::NAN
-    } else if a > b || (a == b && b.is_sign_negative()) {
-        a
-    } else {
-        b
-    }
-}
-
-fn min(a: f64, b: f64) -> f64 {
-    if a.is_nan() || b.is_nan() {
-        f64::NAN
-    } else if a < b || (a == b && a.is_sign_negative()) {
-        a
-    } else {
-        b
-    }
-}
+use crate::scalar::{max, min};
 
 fn unary(op: UnOp, x: f64) -> f64 {
-    match op {
-        UnOp::Neg => -x,
-        UnOp::Exp => x.exp(),
-        UnOp::Log => x.ln(),
-        UnOp::Sqrt => x.sqrt(),
-        UnOp::Rsqrt => 1.0 / x.sqrt(),
-        UnOp::Abs => x.abs(),
-        UnOp::Tanh => x.tanh(),
-        UnOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
-        UnOp::Relu => {
-            if x.is_nan() {
-                x
-            } else {
-                max(x, 0.0)
-            }
-        }
-        UnOp::Gelu => {
-            let c = (2.0 / std::f64::consts::PI).sqrt();
-            0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())
-        }
-        UnOp::Sin => x.sin(),
-        UnOp::Cos => x.cos(),
-        UnOp::Square => x * x,
-    }
+    op.apply(x)
 }
 
 fn binary(op: BinOp, a: f64, b: f64) -> f64 {
-    match op {
-        BinOp::Add => a + b,
-        BinOp::Sub => a - b,
-        BinOp::Mul => a * b,
-        BinOp::Div => a / b,
-        BinOp::Max => max(a, b),
-        BinOp::Min => min(a, b),
-        BinOp::Pow => a.powf(b),
-    }
+    op.apply(a, b)
 }
 
 #[cfg(test)]

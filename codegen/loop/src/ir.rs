@@ -201,9 +201,34 @@ pub enum UnOp {
     Sin,
     Cos,
     Square,
+    /// The error function.
+    Erf,
+    /// The exact gelu: `0.5·x·(1 + erf(x/√2))`.
+    GeluErf,
+    /// `x·sigmoid(x)`.
+    Silu,
+    /// `log(1 + e^x)`, computed as `max(x, 0) + log1p(e^(−|x|))`.
+    Softplus,
+    Log1p,
+    Expm1,
+    Floor,
+    Ceil,
+    /// To nearest, ties to even (numpy's `round`).
+    Round,
+    /// −1, 0 or 1; NaN stays NaN and ±0 stays ±0.
+    Sign,
 }
 
-/// Elementwise functions of two arguments. `Max`/`Min` propagate NaN.
+impl UnOp {
+    /// The math of each operation in f64, the one definition the evaluator and the CPU helpers
+    /// share (spec/loop-ir.md §2).
+    pub fn apply(self, x: f64) -> f64 {
+        crate::scalar::unary(self, x)
+    }
+}
+
+/// Elementwise functions of two arguments. `Max`/`Min` propagate NaN. The comparisons give 1
+/// where true and 0 where false; a NaN operand makes every comparison false except `Ne`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum BinOp {
     Add,
@@ -213,6 +238,25 @@ pub enum BinOp {
     Max,
     Min,
     Pow,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    Eq,
+    Ne,
+}
+
+impl BinOp {
+    pub fn apply(self, a: f64, b: f64) -> f64 {
+        crate::scalar::binary(self, a, b)
+    }
+
+    pub fn is_comparison(self) -> bool {
+        matches!(
+            self,
+            BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge | BinOp::Eq | BinOp::Ne
+        )
+    }
 }
 
 /// A pure scalar expression. Its compute type is decided bottom-up (spec/loop-ir.md §2): a load
@@ -235,6 +279,77 @@ pub enum Expr {
     /// Rounds to `ty` and widens back to `ty.compute()`: an f32 → f16 cast inside a fused chain
     /// keeps f16's rounding; a cast between f32 and f64 changes the compute type.
     Cast(ElemType, Box<Expr>),
+    /// `if cond != 0 { a } else { b }` (a NaN condition counts as true, as numpy's `where`);
+    /// its compute type is that of `a` and `b`.
+    Select(Box<Expr>, Box<Expr>, Box<Expr>),
+    /// The value of an affine index itself, as a number (the position along an axis): rounded
+    /// to the compute type of the place it is used.
+    Iota(Index),
+}
+
+impl Expr {
+    /// The direct sub-expressions, in evaluation order.
+    pub fn children(&self) -> Vec<&Expr> {
+        match self {
+            Expr::Const(_) | Expr::Load { .. } | Expr::Acc(_) | Expr::Iota(_) => Vec::new(),
+            Expr::Unary(_, x) | Expr::Cast(_, x) => vec![x],
+            Expr::Binary(_, a, b) => vec![a, b],
+            Expr::Select(c, a, b) => vec![c, a, b],
+        }
+    }
+
+    /// Calls `f` on this expression and every sub-expression, parents first.
+    pub fn visit(&self, f: &mut impl FnMut(&Expr)) {
+        let mut stack = vec![self];
+        while let Some(e) = stack.pop() {
+            f(e);
+            stack.extend(e.children().into_iter().rev());
+        }
+    }
+
+    /// A copy with every direct sub-expression replaced by `f(child)`.
+    pub fn map_children(&self, mut f: impl FnMut(&Expr) -> Expr) -> Expr {
+        let b = |x: &Expr, f: &mut dyn FnMut(&Expr) -> Expr| Box::new(f(x));
+        match self {
+            Expr::Const(_) | Expr::Load { .. } | Expr::Acc(_) | Expr::Iota(_) => self.clone(),
+            Expr::Unary(op, x) => Expr::Unary(*op, b(x, &mut f)),
+            Expr::Cast(t, x) => Expr::Cast(*t, b(x, &mut f)),
+            Expr::Binary(op, x, y) => {
+                let x = b(x, &mut f);
+                Expr::Binary(*op, x, b(y, &mut f))
+            }
+            Expr::Select(c, x, y) => {
+                let c = b(c, &mut f);
+                let x = b(x, &mut f);
+                Expr::Select(c, x, b(y, &mut f))
+            }
+        }
+    }
+
+    /// A copy with every index (of loads and of `Iota`) replaced by `f(index)`.
+    pub fn map_indices(&self, f: &impl Fn(&Index) -> Index) -> Expr {
+        match self {
+            Expr::Load { buf, index } => Expr::Load {
+                buf: *buf,
+                index: f(index),
+            },
+            Expr::Iota(index) => Expr::Iota(f(index)),
+            other => other.map_children(|x| x.map_indices(f)),
+        }
+    }
+
+    /// Every index the expression reads: those of its loads and its `Iota`s.
+    pub fn indices(&self) -> Vec<&Index> {
+        let mut out = Vec::new();
+        let mut stack = vec![self];
+        while let Some(e) = stack.pop() {
+            match e {
+                Expr::Load { index, .. } | Expr::Iota(index) => out.push(index),
+                _ => stack.extend(e.children().into_iter().rev()),
+            }
+        }
+        out
+    }
 }
 
 /// How an accumulator combines a new value.

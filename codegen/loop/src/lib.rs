@@ -15,6 +15,7 @@ pub mod data;
 pub mod eval;
 pub mod ir;
 pub mod print;
+pub mod scalar;
 pub mod stats;
 pub mod verify;
 

@@ -439,7 +439,7 @@ fn expr(out: &mut String, e: &Expr) {
                 BinOp::Sub => Some(" - "),
                 BinOp::Mul => Some(" * "),
                 BinOp::Div => Some(" / "),
-                BinOp::Max | BinOp::Min | BinOp::Pow => None,
+                _ => None,
             };
             match infix {
                 Some(sym) => {
@@ -452,6 +452,12 @@ fn expr(out: &mut String, e: &Expr) {
                     let f = match op {
                         BinOp::Max => "max",
                         BinOp::Min => "min",
+                        BinOp::Lt => "lt",
+                        BinOp::Le => "le",
+                        BinOp::Gt => "gt",
+                        BinOp::Ge => "ge",
+                        BinOp::Eq => "eq",
+                        BinOp::Ne => "ne",
                         _ => "pow",
                     };
                     out.push_str(f);
@@ -467,6 +473,18 @@ fn expr(out: &mut String, e: &Expr) {
             let _ = write!(out, "cast<{ty}>(");
             expr(out, x);
             out.push(')');
+        }
+        Expr::Select(c, a, b) => {
+            out.push_str("select(");
+            expr(out, c);
+            out.push_str(", ");
+            expr(out, a);
+            out.push_str(", ");
+            expr(out, b);
+            out.push(')');
+        }
+        Expr::Iota(index) => {
+            let _ = write!(out, "iota[{}]", index_text(index));
         }
     }
 }
@@ -496,6 +514,16 @@ fn unary_name(op: UnOp) -> &'static str {
         UnOp::Sin => "sin",
         UnOp::Cos => "cos",
         UnOp::Square => "square",
+        UnOp::Erf => "erf",
+        UnOp::GeluErf => "gelu_erf",
+        UnOp::Silu => "silu",
+        UnOp::Softplus => "softplus",
+        UnOp::Log1p => "log1p",
+        UnOp::Expm1 => "expm1",
+        UnOp::Floor => "floor",
+        UnOp::Ceil => "ceil",
+        UnOp::Round => "round",
+        UnOp::Sign => "sign",
     }
 }
 
@@ -583,17 +611,11 @@ fn stmt_buffers(s: &Stmt, used: &mut BTreeSet<u32>) {
 }
 
 fn expr_buffers(e: &Expr, used: &mut BTreeSet<u32>) {
-    match e {
-        Expr::Const(_) | Expr::Acc(_) => {}
-        Expr::Load { buf, .. } => {
+    e.visit(&mut |x| {
+        if let Expr::Load { buf, .. } = x {
             used.insert(buf.0);
         }
-        Expr::Unary(_, x) | Expr::Cast(_, x) => expr_buffers(x, used),
-        Expr::Binary(_, a, b) => {
-            expr_buffers(a, used);
-            expr_buffers(b, used);
-        }
-    }
+    });
 }
 
 /// A buffer as the verifier's messages name it: `%0 (x: f32[1024])`.

@@ -33,6 +33,8 @@ fn expr_ops(e: &Expr, reads: &mut BTreeSet<BufId>) -> u128 {
         Expr::Cast(_, x) => expr_ops(x, reads),
         Expr::Unary(_, x) => 1 + expr_ops(x, reads),
         Expr::Binary(_, a, b) => 1 + expr_ops(a, reads) + expr_ops(b, reads),
+        Expr::Select(c, a, b) => 1 + expr_ops(c, reads) + expr_ops(a, reads) + expr_ops(b, reads),
+        Expr::Iota(_) => 0,
     }
 }
 

@@ -650,6 +650,15 @@ impl<'a> Checker<'a> {
                 self.expr(x);
                 self.expr(y);
             }
+            Expr::Select(c, x, y) => {
+                self.expr(c);
+                self.expr(x);
+                self.expr(y);
+            }
+            Expr::Iota(index) => {
+                let what = format!("iota[{}]", index_text(index));
+                self.index_range(index, &what);
+            }
             Expr::Cast(ty, x) => {
                 if *ty == ElemType::I32 {
                     self.error(format!(

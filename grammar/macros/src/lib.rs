@@ -355,6 +355,7 @@ pub fn program(input: TokenStream) -> TokenStream {
             let code = match e.kind {
                 tdsl_syntax::SyntaxErrorKind::Unexpected => "tdsl::syntax::unexpected",
                 tdsl_syntax::SyntaxErrorKind::BadNumber => "tdsl::syntax::bad_number",
+                tdsl_syntax::SyntaxErrorKind::TooDeep => "tdsl::syntax::too_deep",
             };
             return error(
                 lit.span(),
