@@ -485,7 +485,7 @@ fn einsum_case(operands: &[Vec<&str>], out: &[&str], arrow: bool, extra: u8, wid
             shape(&vec![6; plain + ell])
         })
         .collect();
-    let got = resolve_einsum(&pattern, Span::new(0, pattern.len()), &shapes);
+    let got = resolve_einsum(&pattern, Span::new(0, pattern.len()), &shapes, &[]);
     match (early, got) {
         (Err(e), Err(d)) => {
             let after_rank = e.code == syn_pattern::codes::TWO_UNKNOWNS;

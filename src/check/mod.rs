@@ -1180,7 +1180,6 @@ impl Checker {
                 self.push_node(NodeKind::Dense(x), ty, weak, span)
             }
             "einsum" => {
-                no_kwargs(self)?;
                 let Some((pat, operands)) = positional.split_last() else {
                     return arity(
                         self,
@@ -1202,12 +1201,17 @@ impl Checker {
                     return arity(self, "at least one operand before the pattern");
                 }
                 let ids: Vec<Option<NodeId>> = operands.iter().map(|o| self.expr(o)).collect();
+                let mut lengths = Vec::new();
+                for (k, v) in &kwargs {
+                    let n = self.const_int(v)?;
+                    lengths.push((k.name.clone(), n, k.span.join(v.span)));
+                }
                 let ids: Vec<NodeId> = ids.into_iter().collect::<Option<_>>()?;
                 let shapes: Vec<Shape> = ids
                     .iter()
                     .map(|&i| self.prog.node(i).ty.shape.clone())
                     .collect();
-                let spec = match resolve_einsum(&pattern, pspan, &shapes) {
+                let spec = match resolve_einsum(&pattern, pspan, &shapes, &lengths) {
                     Ok(s) => s,
                     Err(d) => {
                         self.diags.push(d);

@@ -153,11 +153,22 @@ impl Side {
 struct Ctx<'a> {
     pattern: &'a str,
     base: Span,
+    /// For a numpy-style einsum pattern read with spaces put between its letters: the byte
+    /// offset in the written pattern of each byte of `pattern` (and of its end).
+    map: Option<Vec<usize>>,
 }
 
 impl Ctx<'_> {
     fn span(&self, p: Pos) -> Span {
-        self.base.sub(p.lo, p.hi)
+        match &self.map {
+            None => self.base.sub(p.lo, p.hi),
+            Some(m) => {
+                let at = |i: usize| m.get(i).copied().unwrap_or(m.last().copied().unwrap_or(0));
+                let lo = at(p.lo);
+                let hi = if p.hi > p.lo { at(p.hi - 1) + 1 } else { lo };
+                self.base.sub(lo, hi.max(lo))
+            }
+        }
     }
 
     fn text(&self, p: Pos) -> &str {
@@ -555,6 +566,7 @@ pub fn resolve_pattern(
     let ctx = Ctx {
         pattern,
         base: pattern_span,
+        map: None,
     };
     let Some(arrow) = find_arrow(&ctx)? else {
         let t = ctx.text(ctx.trim(ctx.whole()));
@@ -1131,10 +1143,18 @@ pub fn resolve_einsum(
     pattern: &str,
     pattern_span: Span,
     operands: &[Shape],
+    kwargs: &[(String, u64, Span)],
 ) -> Result<EinsumSpec, Diagnostic> {
+    let ranks: Vec<usize> = operands.iter().map(Shape::rank).collect();
+    let (spaced, map) = match numpy_subscripts(pattern, &ranks) {
+        Some((text, map)) => (text, Some(map)),
+        None => (pattern.to_string(), None),
+    };
+    let pattern = spaced.as_str();
     let ctx = Ctx {
         pattern,
         base: pattern_span,
+        map,
     };
     let arrow = find_arrow(&ctx)?;
     let in_end = arrow.unwrap_or(pattern.len());
@@ -1280,6 +1300,19 @@ pub fn resolve_einsum(
         ell_width.push(width);
     }
     let n_ell = ell_width.iter().copied().max().unwrap_or(0);
+    if let (Some((_, a)), false) = (
+        out.ellipsis(),
+        ops.iter().any(|s| s.ellipsis().is_some()),
+    ) {
+        return Err(ctx
+            .err(
+                Code::PatternEllipsis,
+                a.pos,
+                "the output has `...` but no operand does".to_string(),
+                "`...` only in the output",
+            )
+            .help("numpy rejects this too: add `...` to the operands it should cover, or remove it"));
+    }
     if n_ell > 0 && out.ellipsis().is_none() {
         let p = ctx.trim(out.pos);
         let p = if p.lo == p.hi {
@@ -1377,6 +1410,8 @@ pub fn resolve_einsum(
     }
     let label_id = |name: &str| names.iter().position(|l| l == name);
 
+    check_einsum_kwargs(&ctx, &names, kwargs)?;
+
     // Plain slots give extents directly.
     for (k, (side, shape)) in ops.iter().zip(operands).enumerate() {
         for s in layouts.get(k).into_iter().flatten() {
@@ -1402,6 +1437,39 @@ pub fn resolve_einsum(
                 Some(Some(prev)) => unify(&ctx, name, prev, &now)?,
                 None => {}
             }
+        }
+    }
+
+    // Axis lengths given as keyword arguments (`h=4`), as rearrange takes them.
+    for (name, value, span) in kwargs {
+        let Some(l) = label_id(name) else { continue };
+        let first = ops
+            .iter()
+            .flat_map(|s| s.atoms())
+            .find(|a| a.name() == Some(name.as_str()))
+            .map_or(Pos::new(0, 0), |a| a.pos);
+        match seen.get_mut(l) {
+            Some(entry @ None) => {
+                *entry = Some(Seen {
+                    extent: *value,
+                    op: 0,
+                    pos: first,
+                })
+            }
+            Some(Some(prev)) if prev.extent != *value => {
+                return Err(Diagnostic::new(
+                    Code::ExtentMismatch,
+                    format!(
+                        "axis length `{name}={value}` disagrees with einsum operand {}, where `{name}` has extent {}",
+                        prev.op + 1,
+                        prev.extent
+                    ),
+                )
+                .label(*span, format!("{value}"))
+                .label(ctx.span(prev.pos), format!("extent {}", prev.extent))
+                .help(format!("remove `{name}=` or give it {}", prev.extent)));
+            }
+            _ => {}
         }
     }
 
@@ -1497,6 +1565,20 @@ pub fn resolve_einsum(
             .map(String::as_str)
             .collect();
         let text = ctx.text(g.pos);
+        if !unknown.is_empty() && used_whole(&ops, &out, g) {
+            // The group's labels only ever appear together, in this order: no split is needed
+            // and every split gives the same result, so the first label takes the whole extent.
+            for (j, &l) in ids.iter().enumerate() {
+                if let Some(entry @ None) = seen.get_mut(l) {
+                    *entry = Some(Seen {
+                        extent: if j == 0 { extent } else { 1 },
+                        op: k,
+                        pos: g.pos,
+                    });
+                }
+            }
+            continue;
+        }
         if !unknown.is_empty() {
             let list = unknown
                 .iter()
@@ -1618,6 +1700,157 @@ pub fn resolve_einsum(
         ));
     }
     Ok(spec)
+}
+
+/// Whether the labels of group `g` appear only in groups identical to `g` (same labels in the
+/// same order), in every operand and in the output: `"b (h d), (h d) o -> b o"`.
+fn used_whole(ops: &[Side], out: &Side, g: &Group) -> bool {
+    let labels = |g: &Group| -> Vec<String> {
+        g.atoms.iter().filter_map(|a| a.name().map(String::from)).collect()
+    };
+    let mine = labels(g);
+    if mine.len() < 2 || mine.len() != g.atoms.len() {
+        return false;
+    }
+    ops.iter().chain([out]).flat_map(|s| s.groups.iter()).all(|h| {
+        let theirs = labels(h);
+        theirs == mine || theirs.iter().all(|n| !mine.contains(n))
+    })
+}
+
+/// Keyword axis lengths of an einsum: each names a label of the pattern and is positive.
+fn check_einsum_kwargs(
+    ctx: &Ctx,
+    labels: &[String],
+    kwargs: &[(String, u64, Span)],
+) -> Result<(), Diagnostic> {
+    for (i, (name, value, span)) in kwargs.iter().enumerate() {
+        if kwargs[..i].iter().any(|k| &k.0 == name) {
+            return Err(Diagnostic::new(
+                Code::PatternBadKwarg,
+                format!("axis length `{name}` is given twice"),
+            )
+            .label(*span, "again here")
+            .help("give each axis length once"));
+        }
+        if !labels.iter().any(|l| l == name) {
+            let named: Vec<String> = labels
+                .iter()
+                .filter(|l| !l.starts_with("..."))
+                .map(|l| format!("`{l}`"))
+                .collect();
+            return Err(Diagnostic::new(
+                Code::PatternUnusedKwarg,
+                format!("axis length `{name}={value}` names no label of the einsum pattern"),
+            )
+            .label(*span, "not in the pattern")
+            .label(ctx.span(ctx.whole()), "pattern")
+            .help(format!("the pattern's labels are {}", named.join(", "))));
+        }
+        if *value == 0 {
+            return Err(Diagnostic::new(
+                Code::PatternBadKwarg,
+                format!("axis length `{name}=0` must be at least 1"),
+            )
+            .label(*span, "length 0")
+            .help("axis lengths are positive"));
+        }
+    }
+    Ok(())
+}
+
+/// numpy's subscripts (`"ij,jk->ik"`, `"...ij,...jk"`): one letter per label, no spaces needed.
+/// A pattern is read that way when no term holds a space or parentheses and some operand's
+/// term, read as tdsl's space-separated labels, cannot match its rank while one letter per
+/// axis can. Returns the pattern with spaces between the letters, and for each of its bytes
+/// the offset of the byte it came from (so diagnostics point at what was written).
+fn numpy_subscripts(pattern: &str, ranks: &[usize]) -> Option<(String, Vec<usize>)> {
+    if pattern.contains('(') || !pattern.is_ascii() {
+        return None;
+    }
+    let (lhs, rhs) = match pattern.find("->") {
+        Some(a) => (&pattern[..a], Some(&pattern[a + 2..])),
+        None => (pattern, None),
+    };
+    let terms: Vec<&str> = lhs.split(',').collect();
+    let spaced = |t: &str| t.trim().contains(' ');
+    if terms.iter().any(|t| spaced(t)) || rhs.is_some_and(spaced) || terms.len() != ranks.len() {
+        return None;
+    }
+    let letters = |t: &str| t.trim().replace("...", "").len();
+    let ell = |t: &str| t.contains("...");
+    // One letter per axis fits every operand, and tdsl's reading (one label per term) does not.
+    let numpy_fits = terms.iter().zip(ranks).all(|(t, &r)| {
+        if ell(t) {
+            letters(t) <= r
+        } else {
+            letters(t) == r
+        }
+    });
+    let tdsl_fits = terms.iter().zip(ranks).all(|(t, &r)| {
+        let n = usize::from(!t.trim().replace("...", "").is_empty());
+        if ell(t) {
+            n <= r
+        } else {
+            n == r
+        }
+    });
+    // Without `->` only numpy's reading exists (tdsl requires the arrow).
+    if !numpy_fits || (tdsl_fits && rhs.is_some()) {
+        return None;
+    }
+    let mut text = String::with_capacity(pattern.len() * 2);
+    let mut map = Vec::with_capacity(pattern.len() * 2 + 1);
+    let bytes = pattern.as_bytes();
+    let mut i = 0;
+    let mut prev_label = false;
+    while i < bytes.len() {
+        if pattern[i..].starts_with("...") {
+            if prev_label {
+                text.push(' ');
+                map.push(i);
+            }
+            text.push_str("...");
+            map.extend([i, i + 1, i + 2]);
+            i += 3;
+            prev_label = true;
+            continue;
+        }
+        let c = bytes[i];
+        if c.is_ascii_alphabetic() {
+            if prev_label {
+                text.push(' ');
+                map.push(i);
+            }
+            prev_label = true;
+        } else {
+            prev_label = false;
+        }
+        text.push(c as char);
+        map.push(i);
+        i += 1;
+    }
+    if rhs.is_none() {
+        // numpy's implicit output: `...` first, then the labels used once, sorted.
+        let mut once: Vec<u8> = Vec::new();
+        let all: Vec<u8> = lhs.replace("...", "").bytes().filter(u8::is_ascii_alphabetic).collect();
+        for &c in &all {
+            if all.iter().filter(|&&d| d == c).count() == 1 {
+                once.push(c);
+            }
+        }
+        once.sort_unstable();
+        let mut out: Vec<String> = Vec::new();
+        if terms.iter().any(|t| ell(t)) {
+            out.push("...".into());
+        }
+        out.extend(once.iter().map(|&c| (c as char).to_string()));
+        let tail = format!(" -> {}", out.join(" "));
+        map.extend(std::iter::repeat_n(pattern.len(), tail.len()));
+        text.push_str(&tail);
+    }
+    map.push(pattern.len());
+    Some((text, map))
 }
 
 /// Product of the known label extents of a group (unknown ones count as 1).
@@ -2762,7 +2995,7 @@ mod tests {
 
     fn esum(p: &str, shapes: &[&[u64]]) -> Result<EinsumSpec, Diagnostic> {
         let ops: Vec<Shape> = shapes.iter().map(|s| shape(s)).collect();
-        resolve_einsum(p, span_of(p), &ops)
+        resolve_einsum(p, span_of(p), &ops, &[])
     }
 
     fn esum_ok(p: &str, shapes: &[&[u64]]) -> EinsumSpec {
@@ -3186,7 +3419,7 @@ mod tests {
             }
         }
         let ops: Vec<Shape> = (0..1 + rng.below(3)).map(|_| random_shape(rng)).collect();
-        match resolve_einsum(pattern, ps, &ops) {
+        match resolve_einsum(pattern, ps, &ops, &[]) {
             Ok(s) => check_spec(&s, &ops),
             Err(d) => assert_span_inside(pattern, &d, &[]),
         }

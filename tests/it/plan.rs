@@ -47,13 +47,13 @@ fn loops_reading(stmts: &[Stmt], buf: u32) -> usize {
 }
 
 fn expr_reads(e: &tdsl_loop::Expr, buf: u32) -> bool {
-    use tdsl_loop::Expr::*;
-    match e {
-        Load { buf: b, .. } => b.0 == buf,
-        Unary(_, x) | Cast(_, x) => expr_reads(x, buf),
-        Binary(_, a, b) => expr_reads(a, buf) || expr_reads(b, buf),
-        Const(_) | Acc(_) => false,
-    }
+    let mut found = false;
+    e.visit(&mut |x| {
+        if let tdsl_loop::Expr::Load { buf: b, .. } = x {
+            found |= b.0 == buf;
+        }
+    });
+    found
 }
 
 #[test]

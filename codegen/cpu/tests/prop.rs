@@ -20,6 +20,10 @@ enum E {
     Const(f64),
     Un(UnOp, Box<E>),
     Bin(BinOp, Box<E>, Box<E>),
+    /// `where(c, a, b)`.
+    Sel(Box<E>, Box<E>, Box<E>),
+    /// The column index (the innermost, vectorised variable) plus twice the row index.
+    Iota,
 }
 
 fn arb_e() -> impl Strategy<Value = E> {
@@ -28,9 +32,31 @@ fn arb_e() -> impl Strategy<Value = E> {
         Just(E::W),
         Just(E::Y),
         Just(E::Z),
+        Just(E::Iota),
         (-2.0f64..2.0).prop_map(|c| E::Const((c * 8.0).round() / 8.0)),
     ];
-    leaf.prop_recursive(2, 8, 2, |inner| {
+    let discrete = prop_oneof![
+        (
+            prop::sample::select(vec![
+                BinOp::Lt,
+                BinOp::Le,
+                BinOp::Gt,
+                BinOp::Ge,
+                BinOp::Eq,
+                BinOp::Ne,
+            ]),
+            leaf.clone(),
+            leaf.clone()
+        )
+            .prop_map(|(op, x, y)| E::Bin(op, Box::new(x), Box::new(y))),
+        (
+            prop::sample::select(vec![UnOp::Floor, UnOp::Ceil, UnOp::Round, UnOp::Sign]),
+            leaf.clone()
+        )
+            .prop_map(|(op, x)| E::Un(op, Box::new(x))),
+    ];
+    leaf.prop_recursive(2, 8, 2, move |inner| {
+        let discrete = discrete.clone();
         prop_oneof![
             (
                 prop::sample::select(vec![
@@ -42,6 +68,12 @@ fn arb_e() -> impl Strategy<Value = E> {
                     UnOp::Square,
                     UnOp::Sigmoid,
                     UnOp::Sin,
+                    UnOp::Erf,
+                    UnOp::GeluErf,
+                    UnOp::Silu,
+                    UnOp::Softplus,
+                    UnOp::Log1p,
+                    UnOp::Expm1,
                 ]),
                 inner.clone()
             )
@@ -55,9 +87,14 @@ fn arb_e() -> impl Strategy<Value = E> {
                     BinOp::Min,
                 ]),
                 inner.clone(),
-                inner
+                inner.clone()
             )
                 .prop_map(|(op, x, y)| E::Bin(op, Box::new(x), Box::new(y))),
+            // Discontinuous operations take exact operands (loads, indices, constants), so that
+            // computing in f32 or f64 cannot flip a comparison or a rounding.
+            (discrete.clone(), inner.clone(), inner)
+                .prop_map(|(c, a, b)| E::Sel(Box::new(c), Box::new(a), Box::new(b))),
+            discrete,
         ]
     })
 }
@@ -71,11 +108,26 @@ fn to_ir(e: &E, cols: i64, rows: i64) -> Expr {
         E::Const(v) => c(*v),
         E::Un(op, x) => un(*op, to_ir(x, cols, rows)),
         E::Bin(op, x, y) => bin(*op, to_ir(x, cols, rows), to_ir(y, cols, rows)),
+        E::Sel(c, a, b) => Expr::Select(
+            Box::new(to_ir(c, cols, rows)),
+            Box::new(to_ir(a, cols, rows)),
+            Box::new(to_ir(b, cols, rows)),
+        ),
+        E::Iota => Expr::Iota(ix(0, &[(0, 2), (1, 1)])),
     }
 }
 
-fn eval(e: &E, x: f64, w: f64, y: f64, z: f64) -> f64 {
+fn eval(e: &E, x: f64, w: f64, y: f64, z: f64, at: (u64, u64)) -> f64 {
+    let eval = |e: &E, x, w, y, z| eval(e, x, w, y, z, at);
     match e {
+        E::Iota => (2 * at.0 + at.1) as f64,
+        E::Sel(c, a, b) => {
+            if eval(c, x, w, y, z) != 0.0 {
+                eval(a, x, w, y, z)
+            } else {
+                eval(b, x, w, y, z)
+            }
+        }
         E::X => x,
         E::W => w,
         E::Y => y,
@@ -98,7 +150,7 @@ fn eval(e: &E, x: f64, w: f64, y: f64, z: f64) -> f64 {
                 UnOp::Square => a * a,
                 UnOp::Sigmoid => 1.0 / (1.0 + (-a).exp()),
                 UnOp::Sin => a.sin(),
-                _ => unreachable!(),
+                op => op.apply(a),
             }
         }
         E::Bin(op, a, b) => {
@@ -111,6 +163,12 @@ fn eval(e: &E, x: f64, w: f64, y: f64, z: f64) -> f64 {
                 BinOp::Min if a.is_nan() || b.is_nan() => f64::NAN,
                 BinOp::Max => a.max(b),
                 BinOp::Min => a.min(b),
+                BinOp::Lt => f64::from(u8::from(a < b)),
+                BinOp::Le => f64::from(u8::from(a <= b)),
+                BinOp::Gt => f64::from(u8::from(a > b)),
+                BinOp::Ge => f64::from(u8::from(a >= b)),
+                BinOp::Eq => f64::from(u8::from(a == b)),
+                BinOp::Ne => f64::from(u8::from(a != b)),
                 _ => unreachable!(),
             }
         }
@@ -209,7 +267,9 @@ proptest! {
         run(&p, &mut bufs, threads);
 
         let (r, cc) = (rows as usize, cols as usize);
-        let at = |i: usize, j: usize| eval(&e, xr[i * cc + j], wr[j * r + i], yr[j], zr[i]);
+        let at = |i: usize, j: usize| {
+            eval(&e, xr[i * cc + j], wr[j * r + i], yr[j], zr[i], (i as u64, j as u64))
+        };
         let want: Vec<f64> = match out_index {
             None if transposed_out => (0..r * cc).map(|n| at(n % r, n / r)).collect(),
             None => (0..r * cc).map(|n| at(n / cc, n % cc)).collect(),

@@ -1636,6 +1636,16 @@ pub(crate) mod tests {
             UnOp::Sin,
             UnOp::Cos,
             UnOp::Square,
+            UnOp::Erf,
+            UnOp::GeluErf,
+            UnOp::Silu,
+            UnOp::Softplus,
+            UnOp::Log1p,
+            UnOp::Expm1,
+            UnOp::Floor,
+            UnOp::Ceil,
+            UnOp::Round,
+            UnOp::Sign,
         ]);
         let binops = prop::sample::select(vec![
             BinOp::Add,
@@ -1645,6 +1655,12 @@ pub(crate) mod tests {
             BinOp::Max,
             BinOp::Min,
             BinOp::Pow,
+            BinOp::Lt,
+            BinOp::Le,
+            BinOp::Gt,
+            BinOp::Ge,
+            BinOp::Eq,
+            BinOp::Ne,
         ]);
         let cast_tys = prop::sample::select(if casts {
             vec![F16, BF16, F32]
@@ -1731,6 +1747,28 @@ pub(crate) mod tests {
             UnOp::Sin => x.sin(),
             UnOp::Cos => x.cos(),
             UnOp::Square => x * x,
+            UnOp::Erf => libm::erf(x),
+            UnOp::GeluErf => 0.5 * x * (1.0 + libm::erf(x / 2f64.sqrt())),
+            UnOp::Silu => x * (1.0 + (-x).exp()).recip(),
+            UnOp::Softplus => {
+                if x > 30.0 || x.is_nan() {
+                    x + (-x).exp()
+                } else {
+                    x.exp().ln_1p()
+                }
+            }
+            UnOp::Log1p => x.ln_1p(),
+            UnOp::Expm1 => x.exp_m1(),
+            UnOp::Floor => x.floor(),
+            UnOp::Ceil => x.ceil(),
+            UnOp::Round => x.round_ties_even(),
+            UnOp::Sign => {
+                if x == 0.0 || x.is_nan() {
+                    x
+                } else {
+                    x.signum()
+                }
+            }
         }
     }
 
@@ -1743,6 +1781,12 @@ pub(crate) mod tests {
             BinOp::Max => nan_max(a, b),
             BinOp::Min => nan_min(a, b),
             BinOp::Pow => a.powf(b),
+            BinOp::Lt => f64::from(u8::from(a < b)),
+            BinOp::Le => f64::from(u8::from(a <= b)),
+            BinOp::Gt => f64::from(u8::from(a > b)),
+            BinOp::Ge => f64::from(u8::from(a >= b)),
+            BinOp::Eq => f64::from(u8::from(a == b)),
+            BinOp::Ne => f64::from(u8::from(a != b)),
         }
     }
 
