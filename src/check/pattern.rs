@@ -163,9 +163,14 @@ impl Ctx<'_> {
         match &self.map {
             None => self.base.sub(p.lo, p.hi),
             Some(m) => {
-                let at = |i: usize| m.get(i).copied().unwrap_or(m.last().copied().unwrap_or(0));
+                let end = m.last().copied().unwrap_or(0);
+                let at = |i: usize| m.get(i).copied().unwrap_or(end).min(end);
                 let lo = at(p.lo);
-                let hi = if p.hi > p.lo { at(p.hi - 1) + 1 } else { lo };
+                let hi = if p.hi > p.lo { (at(p.hi - 1) + 1).min(end) } else { lo };
+                if hi <= lo && p.hi > p.lo {
+                    // Text that was not written (numpy's implicit output): the whole pattern.
+                    return self.base.sub(0, end);
+                }
                 self.base.sub(lo, hi.max(lo))
             }
         }
@@ -1300,19 +1305,6 @@ pub fn resolve_einsum(
         ell_width.push(width);
     }
     let n_ell = ell_width.iter().copied().max().unwrap_or(0);
-    if let (Some((_, a)), false) = (
-        out.ellipsis(),
-        ops.iter().any(|s| s.ellipsis().is_some()),
-    ) {
-        return Err(ctx
-            .err(
-                Code::PatternEllipsis,
-                a.pos,
-                "the output has `...` but no operand does".to_string(),
-                "`...` only in the output",
-            )
-            .help("numpy rejects this too: add `...` to the operands it should cover, or remove it"));
-    }
     if n_ell > 0 && out.ellipsis().is_none() {
         let p = ctx.trim(out.pos);
         let p = if p.lo == p.hi {
@@ -1765,7 +1757,7 @@ fn check_einsum_kwargs(
 /// axis can. Returns the pattern with spaces between the letters, and for each of its bytes
 /// the offset of the byte it came from (so diagnostics point at what was written).
 fn numpy_subscripts(pattern: &str, ranks: &[usize]) -> Option<(String, Vec<usize>)> {
-    if pattern.contains('(') || !pattern.is_ascii() {
+    if pattern.contains('(') || !pattern.is_ascii() || !pattern.bytes().any(|b| b.is_ascii_alphabetic()) {
         return None;
     }
     let (lhs, rhs) = match pattern.find("->") {
@@ -1773,7 +1765,10 @@ fn numpy_subscripts(pattern: &str, ranks: &[usize]) -> Option<(String, Vec<usize
         None => (pattern, None),
     };
     let terms: Vec<&str> = lhs.split(',').collect();
-    let spaced = |t: &str| t.trim().contains(' ');
+    let spaced = |t: &str| {
+        let t = t.trim();
+        t.contains(' ') || !t.replace("...", "").bytes().all(|b| b.is_ascii_alphabetic())
+    };
     if terms.iter().any(|t| spaced(t)) || rhs.is_some_and(spaced) || terms.len() != ranks.len() {
         return None;
     }
@@ -3269,8 +3264,16 @@ mod tests {
             "         ^",
         );
         esum_bad("... i ->", &[&[2, 3]], Code::PatternEllipsis, "      ^^");
+        // A group used whole in every slot needs no split.
+        esum("b (h d), (h d) o -> b o", &[&[2, 12], &[12, 5]]).expect("used whole");
         esum_bad(
-            "b (h d), (h d) o -> b o",
+            "b (h d), (h d) o -> b h o",
+            &[&[2, 12], &[12, 5]],
+            Code::PatternTwoUnknowns,
+            "  ^^^^^",
+        );
+        esum_bad(
+            "b (h d), (d h) o -> b o",
             &[&[2, 12], &[12, 5]],
             Code::PatternTwoUnknowns,
             "  ^^^^^",
