@@ -172,7 +172,7 @@ fn convert(e: pest::error::Error<Rule>, text: &str) -> SyntaxError {
         expected.retain(|t| {
             !matches!(
                 t.as_str(),
-                "`0..9`" | "`a..z`" | "`A..Z`" | "`_`" | "`\"`" | "`(`" | "`-`" | "`.`"
+                "`0..9`" | "`a..z`" | "`A..Z`" | "`_`" | "`\"`" | "`'`" | "`(`" | "`-`" | "`.`"
             )
         });
         expected.push(

@@ -851,6 +851,27 @@ fn check_kwargs(left: &Side, right: &Side, kwargs: &[Keyword<'_>]) -> Result<(),
 /// `n_operands`, a different count is a `pattern::operand_count` error.
 pub fn check_einsum(pattern: &str, n_operands: Option<usize>) -> Result<usize, PatternError> {
     let ctx = Ctx { pattern };
+    if let Some(n) = numpy_like(pattern) {
+        // numpy's one-letter subscripts ("ij,jk->ik", "ij,jk"): which reading applies depends
+        // on the operands' ranks, so the checker decides at run time; only the operand count
+        // is known now.
+        match n_operands {
+            Some(given) if given != n => {
+                let end = pattern.find("->").unwrap_or(pattern.len());
+                return Err(ctx.err(
+                    codes::OPERANDS,
+                    ctx.trim(Pos::new(0, end)),
+                    format!(
+                        "einsum pattern has {n} operand{} but {given} {} passed",
+                        if n == 1 { "" } else { "s" },
+                        if given == 1 { "was" } else { "were" },
+                    ),
+                    if n == 1 { "1 operand" } else { "operands" },
+                ));
+            }
+            _ => return Ok(n),
+        }
+    }
     let arrow = find_arrow(&ctx)?;
     let in_end = arrow.unwrap_or(pattern.len());
 
@@ -995,7 +1016,15 @@ pub fn check_einsum(pattern: &str, n_operands: Option<usize>) -> Result<usize, P
             .filter_map(Atom::name)
             .filter(|n| !known.contains(n))
             .collect();
-        if !unknown.is_empty() {
+        // A group whose labels only ever appear together, in this order, needs no split.
+        let mine: Vec<&str> = g.atoms.iter().filter_map(Atom::name).collect();
+        let whole = mine.len() >= 2
+            && mine.len() == g.atoms.len()
+            && ops.iter().chain([&out]).flat_map(|s| s.groups.iter()).all(|h| {
+                let theirs: Vec<&str> = h.atoms.iter().filter_map(Atom::name).collect();
+                theirs == mine || theirs.iter().all(|n| !mine.contains(n))
+            });
+        if !unknown.is_empty() && !whole {
             let list = unknown
                 .iter()
                 .map(|n| format!("`{n}`"))
@@ -1015,6 +1044,27 @@ pub fn check_einsum(pattern: &str, n_operands: Option<usize>) -> Result<usize, P
         }
     }
     Ok(ops.len())
+}
+
+/// For a pattern that may be numpy's subscripts (terms of letters and `...` only, no spaces
+/// inside a term, no parentheses; no `->`, or some term of two or more letters): the number of
+/// operands.
+fn numpy_like(pattern: &str) -> Option<usize> {
+    if pattern.contains('(') || !pattern.bytes().any(|b| b.is_ascii_alphabetic()) {
+        return None;
+    }
+    let (lhs, rhs) = match pattern.find("->") {
+        Some(a) => (&pattern[..a], Some(&pattern[a + 2..])),
+        None => (pattern, None),
+    };
+    let terms: Vec<&str> = lhs.split(',').chain(rhs).map(str::trim).collect();
+    let plain = |t: &&str| t.replace("...", "").bytes().all(|b| b.is_ascii_alphabetic());
+    // An empty operand term is an error in either reading; let the checks below report it.
+    if !terms.iter().all(plain) || lhs.split(',').any(|t| t.trim().is_empty()) {
+        return None;
+    }
+    let long = terms.iter().any(|t| t.replace("...", "").len() >= 2);
+    (rhs.is_none() || long).then(|| lhs.split(',').count())
 }
 
 /// The explicit form of numpy's implicit output: labels used exactly once, sorted, `...` first.

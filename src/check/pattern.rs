@@ -1769,7 +1769,13 @@ fn numpy_subscripts(pattern: &str, ranks: &[usize]) -> Option<(String, Vec<usize
         let t = t.trim();
         t.contains(' ') || !t.replace("...", "").bytes().all(|b| b.is_ascii_alphabetic())
     };
-    if terms.iter().any(|t| spaced(t)) || rhs.is_some_and(spaced) || terms.len() != ranks.len() {
+    if terms.iter().any(|t| spaced(t)) || rhs.is_some_and(spaced) {
+        return None;
+    }
+    // Without `->` only numpy's reading exists (tdsl requires the arrow): its errors are the
+    // rank and operand-count errors of that reading.
+    let arrowless = rhs.is_none();
+    if terms.len() != ranks.len() && !arrowless {
         return None;
     }
     let letters = |t: &str| t.trim().replace("...", "").len();
@@ -1790,8 +1796,7 @@ fn numpy_subscripts(pattern: &str, ranks: &[usize]) -> Option<(String, Vec<usize
             n == r
         }
     });
-    // Without `->` only numpy's reading exists (tdsl requires the arrow).
-    if !numpy_fits || (tdsl_fits && rhs.is_some()) {
+    if !arrowless && (!numpy_fits || tdsl_fits) {
         return None;
     }
     let mut text = String::with_capacity(pattern.len() * 2);
