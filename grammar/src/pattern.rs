@@ -1020,10 +1020,14 @@ pub fn check_einsum(pattern: &str, n_operands: Option<usize>) -> Result<usize, P
         let mine: Vec<&str> = g.atoms.iter().filter_map(Atom::name).collect();
         let whole = mine.len() >= 2
             && mine.len() == g.atoms.len()
-            && ops.iter().chain([&out]).flat_map(|s| s.groups.iter()).all(|h| {
-                let theirs: Vec<&str> = h.atoms.iter().filter_map(Atom::name).collect();
-                theirs == mine || theirs.iter().all(|n| !mine.contains(n))
-            });
+            && ops
+                .iter()
+                .chain([&out])
+                .flat_map(|s| s.groups.iter())
+                .all(|h| {
+                    let theirs: Vec<&str> = h.atoms.iter().filter_map(Atom::name).collect();
+                    theirs == mine || theirs.iter().all(|n| !mine.contains(n))
+                });
         if !unknown.is_empty() && !whole {
             let list = unknown
                 .iter()
@@ -1058,7 +1062,11 @@ fn numpy_like(pattern: &str) -> Option<usize> {
         None => (pattern, None),
     };
     let terms: Vec<&str> = lhs.split(',').chain(rhs).map(str::trim).collect();
-    let plain = |t: &&str| t.replace("...", "").bytes().all(|b| b.is_ascii_alphabetic());
+    let plain = |t: &&str| {
+        t.replace("...", "")
+            .bytes()
+            .all(|b| b.is_ascii_alphabetic())
+    };
     // An empty operand term is an error in either reading; let the checks below report it.
     if !terms.iter().all(plain) || lhs.split(',').any(|t| t.trim().is_empty()) {
         return None;

@@ -166,7 +166,11 @@ impl Ctx<'_> {
                 let end = m.last().copied().unwrap_or(0);
                 let at = |i: usize| m.get(i).copied().unwrap_or(end).min(end);
                 let lo = at(p.lo);
-                let hi = if p.hi > p.lo { (at(p.hi - 1) + 1).min(end) } else { lo };
+                let hi = if p.hi > p.lo {
+                    (at(p.hi - 1) + 1).min(end)
+                } else {
+                    lo
+                };
                 if hi <= lo && p.hi > p.lo {
                     // Text that was not written (numpy's implicit output): the whole pattern.
                     return self.base.sub(0, end);
@@ -1698,16 +1702,22 @@ pub fn resolve_einsum(
 /// same order), in every operand and in the output: `"b (h d), (h d) o -> b o"`.
 fn used_whole(ops: &[Side], out: &Side, g: &Group) -> bool {
     let labels = |g: &Group| -> Vec<String> {
-        g.atoms.iter().filter_map(|a| a.name().map(String::from)).collect()
+        g.atoms
+            .iter()
+            .filter_map(|a| a.name().map(String::from))
+            .collect()
     };
     let mine = labels(g);
     if mine.len() < 2 || mine.len() != g.atoms.len() {
         return false;
     }
-    ops.iter().chain([out]).flat_map(|s| s.groups.iter()).all(|h| {
-        let theirs = labels(h);
-        theirs == mine || theirs.iter().all(|n| !mine.contains(n))
-    })
+    ops.iter()
+        .chain([out])
+        .flat_map(|s| s.groups.iter())
+        .all(|h| {
+            let theirs = labels(h);
+            theirs == mine || theirs.iter().all(|n| !mine.contains(n))
+        })
 }
 
 /// Keyword axis lengths of an einsum: each names a label of the pattern and is positive.
@@ -1757,7 +1767,10 @@ fn check_einsum_kwargs(
 /// axis can. Returns the pattern with spaces between the letters, and for each of its bytes
 /// the offset of the byte it came from (so diagnostics point at what was written).
 fn numpy_subscripts(pattern: &str, ranks: &[usize]) -> Option<(String, Vec<usize>)> {
-    if pattern.contains('(') || !pattern.is_ascii() || !pattern.bytes().any(|b| b.is_ascii_alphabetic()) {
+    if pattern.contains('(')
+        || !pattern.is_ascii()
+        || !pattern.bytes().any(|b| b.is_ascii_alphabetic())
+    {
         return None;
     }
     let (lhs, rhs) = match pattern.find("->") {
@@ -1767,7 +1780,11 @@ fn numpy_subscripts(pattern: &str, ranks: &[usize]) -> Option<(String, Vec<usize
     let terms: Vec<&str> = lhs.split(',').collect();
     let spaced = |t: &str| {
         let t = t.trim();
-        t.contains(' ') || !t.replace("...", "").bytes().all(|b| b.is_ascii_alphabetic())
+        t.contains(' ')
+            || !t
+                .replace("...", "")
+                .bytes()
+                .all(|b| b.is_ascii_alphabetic())
     };
     if terms.iter().any(|t| spaced(t)) || rhs.is_some_and(spaced) {
         return None;
@@ -1833,7 +1850,11 @@ fn numpy_subscripts(pattern: &str, ranks: &[usize]) -> Option<(String, Vec<usize
     if rhs.is_none() {
         // numpy's implicit output: `...` first, then the labels used once, sorted.
         let mut once: Vec<u8> = Vec::new();
-        let all: Vec<u8> = lhs.replace("...", "").bytes().filter(u8::is_ascii_alphabetic).collect();
+        let all: Vec<u8> = lhs
+            .replace("...", "")
+            .bytes()
+            .filter(u8::is_ascii_alphabetic)
+            .collect();
         for &c in &all {
             if all.iter().filter(|&&d| d == c).count() == 1 {
                 once.push(c);

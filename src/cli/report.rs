@@ -546,10 +546,11 @@ pub fn auto_lines(p: &Program) -> Vec<String> {
 }
 
 /// A JSON number for a u128 count: exact as an integer when it fits in u64.
+/// An exact integer, however large (serde_json's `arbitrary_precision` keeps its digits).
 fn num(n: u128) -> serde_json::Value {
     match u64::try_from(n) {
         Ok(v) => serde_json::Value::from(v),
-        Err(_) => serde_json::Value::from(n as f64),
+        Err(_) => serde_json::from_str(&n.to_string()).unwrap_or(serde_json::Value::Null),
     }
 }
 

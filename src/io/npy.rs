@@ -92,6 +92,32 @@ impl Elem {
     }
 }
 
+/// A numpy dtype descr with the name users know beside it: `'<i4' (int32)`.
+fn descr_words(descr: &str) -> String {
+    let code = descr
+        .trim_matches('\'')
+        .trim_start_matches(['<', '>', '|', '=']);
+    let name = match code {
+        "i1" => "int8",
+        "i2" => "int16",
+        "i4" => "int32",
+        "i8" => "int64",
+        "u1" => "uint8",
+        "u2" => "uint16",
+        "u4" => "uint32",
+        "u8" => "uint64",
+        "b1" => "bool",
+        "f2" => "float16",
+        "f4" => "float32",
+        "f8" => "float64",
+        "f16" => "float128",
+        "c8" => "complex64",
+        "c16" => "complex128",
+        _ => return descr.to_string(),
+    };
+    format!("{descr} ({name})")
+}
+
 /// Reads a `.npy` file into a C-contiguous tensor.
 pub fn read_npy(path: &Path) -> Result<Tensor, Diagnostic> {
     let file = File::open(path).map_err(|e| read_error(path, &e))?;
@@ -106,7 +132,7 @@ pub fn read_npy(path: &Path) -> Result<Tensor, Diagnostic> {
             format!(
                 "`{}` holds elements of dtype {}, which tdsl cannot read",
                 path.display(),
-                dtype.descr()
+                descr_words(&dtype.descr())
             ),
         )
         .help(SUPPORTED));
@@ -201,7 +227,7 @@ pub(crate) fn read_any<R: Read>(
             format!(
                 "`{}` holds elements of dtype {}, which tdsl cannot read here",
                 path.display(),
-                dtype.descr()
+                descr_words(&dtype.descr())
             ),
         )
         .help("supported: float arrays (f4, f8, f2, V2 as bf16), integers (i1..i8, u1..u8) and strings (S, U)")

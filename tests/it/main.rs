@@ -6,6 +6,7 @@ mod corpus;
 mod diff;
 mod draw;
 mod errors;
+mod language;
 mod plan;
 mod plot;
 mod prop_einsum;

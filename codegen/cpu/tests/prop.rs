@@ -92,8 +92,11 @@ fn arb_e() -> impl Strategy<Value = E> {
                 .prop_map(|(op, x, y)| E::Bin(op, Box::new(x), Box::new(y))),
             // Discontinuous operations take exact operands (loads, indices, constants), so that
             // computing in f32 or f64 cannot flip a comparison or a rounding.
-            (discrete.clone(), inner.clone(), inner)
-                .prop_map(|(c, a, b)| E::Sel(Box::new(c), Box::new(a), Box::new(b))),
+            (discrete.clone(), inner.clone(), inner).prop_map(|(c, a, b)| E::Sel(
+                Box::new(c),
+                Box::new(a),
+                Box::new(b)
+            )),
             discrete,
         ]
     })
