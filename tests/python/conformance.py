@@ -517,6 +517,13 @@ def elementwise_cases():
         ("tanh", np.tanh, False), ("sigmoid", lambda v: 1.0 / (1.0 + np.exp(-v)), False),
         ("relu", lambda v: np.maximum(v, 0.0), False), ("gelu", gelu, False),
         ("sin", np.sin, False), ("cos", np.cos, False), ("square", np.square, False),
+        ("erf", np.vectorize(math.erf), False),
+        ("gelu_erf", lambda v: 0.5 * v * (1 + np.vectorize(math.erf)(v / math.sqrt(2))), False),
+        ("silu", lambda v: v / (1.0 + np.exp(-v)), False),
+        ("softplus", lambda v: np.logaddexp(0.0, v), False),
+        ("log1p", np.log1p, True), ("expm1", np.expm1, False),
+        ("floor", np.floor, False), ("ceil", np.ceil, False), ("round", np.round, False),
+        ("sign", np.sign, False),
     ]
     for fname, f, needs_pos in unary:
         arg = pos if needs_pos else x
@@ -550,6 +557,14 @@ def elementwise_cases():
           lambda a, b: np.tanh(np.exp(a) / (1 + np.exp(-b))) + np.sqrt(np.abs(a) + 1)),
         C("size_name_as_scalar", "x / n", {"x": rand((3, 4))}, lambda x: x / 4,
           prelude="let n = 4"),
+        C("compare_lt", "(a < b) + (a >= b) * 2", {"a": a, "b": b},
+          lambda a, b: (a < b).astype(a.dtype) + (a >= b).astype(a.dtype) * 2),
+        C("where_gt", "where(a > 0, a, b * 2)", {"a": a, "b": b},
+          lambda a, b: np.where(a > 0, a, b * 2)),
+        C("clip_both", "clip(a, -0.5, 0.5)", {"a": a}, lambda a: np.clip(a, -0.5, 0.5)),
+        C("clamp_min_kw", "clamp(a, min=0)", {"a": a}, lambda a: np.clip(a, 0, None)),
+        C("causal_mask_by_index", "where(index(m, 1) <= index(m, 0), m, -inf)",
+          {"m": rand((4, 4))}, lambda m: np.where(np.tril(np.ones((4, 4))) > 0, m, -np.inf)),
     ]
     # numpy broadcasting
     B = "broadcast"
