@@ -222,7 +222,7 @@ pub fn unary(f: UnaryFn, x: f64) -> f64 {
         UnaryFn::Square => x * x,
         UnaryFn::Erf => libm::erf(x),
         UnaryFn::GeluErf => 0.5 * x * (1.0 + libm::erf(x / std::f64::consts::SQRT_2)),
-        UnaryFn::Silu => x * (1.0 / (1.0 + (-x).exp())),
+        UnaryFn::Silu => x / (1.0 + (-x).exp()),
         UnaryFn::Softplus => {
             // log(1 + e^x), in the form that neither overflows nor loses small results.
             if x.is_nan() {

@@ -1748,13 +1748,13 @@ pub(crate) mod tests {
             UnOp::Cos => x.cos(),
             UnOp::Square => x * x,
             UnOp::Erf => libm::erf(x),
-            UnOp::GeluErf => 0.5 * x * (1.0 + libm::erf(x / 2f64.sqrt())),
-            UnOp::Silu => x * (1.0 + (-x).exp()).recip(),
+            UnOp::GeluErf => 0.5 * x * (1.0 + libm::erf(x / std::f64::consts::SQRT_2)),
+            UnOp::Silu => x / (1.0 + (-x).exp()),
             UnOp::Softplus => {
-                if x > 30.0 || x.is_nan() {
-                    x + (-x).exp()
+                if x.is_nan() {
+                    x
                 } else {
-                    x.exp().ln_1p()
+                    x.max(0.0) + (-x.abs()).exp().ln_1p()
                 }
             }
             UnOp::Log1p => x.ln_1p(),

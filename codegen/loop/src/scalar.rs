@@ -29,7 +29,7 @@ pub fn min(a: f64, b: f64) -> f64 {
 
 /// The exact gelu, `0.5·x·(1 + erf(x/√2))`.
 pub fn gelu_erf(x: f64) -> f64 {
-    0.5 * x * (1.0 + libm::erf(x * std::f64::consts::FRAC_1_SQRT_2))
+    0.5 * x * (1.0 + libm::erf(x / std::f64::consts::SQRT_2))
 }
 
 /// The tanh approximation of gelu, as GPT-2 and `jax.nn.gelu` define it.
