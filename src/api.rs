@@ -26,13 +26,12 @@ use crate::bind::{bind_inputs, Provided};
 use crate::check::{self, Binding};
 use crate::diag::{Code, Diagnostic, Diagnostics};
 use crate::dtype::DType;
-use crate::plan::lower::{plan_program, Plan};
+use crate::session::{Engine, MemoryUse, Options, Pipeline};
 use crate::tensor::{Storage, Tensor};
 use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use tdsl_cpu::Executable;
 use tdsl_syntax::ast::{self, StmtKind};
 use tdsl_syntax::pattern as syntax_pattern;
 use tdsl_syntax::Span;
@@ -557,12 +556,9 @@ enum State {
 /// The input signature a cached plan is valid for: bound names (sorted), dtypes and shapes.
 type Signature = Vec<(String, DType, Vec<usize>)>;
 
-/// Everything a run with one signature needs, built once.
+/// Everything a run with one signature needs, built once by the pipeline.
 struct Compiled {
-    program: check::Program,
-    plan: Plan,
-    exe: Executable,
-    shapes: Vec<Vec<usize>>,
+    compiled: crate::session::Compiled,
     /// Initialiser data of the inputs that the signature leaves unbound.
     defaults: Vec<Option<Tensor>>,
 }
@@ -571,6 +567,8 @@ struct Inner {
     source: String,
     script: ast::Script,
     state: State,
+    /// The pipeline every signature is checked, planned and compiled by.
+    pipe: Pipeline,
     cache: Mutex<HashMap<Signature, Arc<Compiled>>>,
     runs: AtomicUsize,
     plans: AtomicUsize,
@@ -673,11 +671,6 @@ fn pattern_diagnostics(script: &ast::Script) -> Diagnostics {
     out
 }
 
-fn internal(message: String) -> Diagnostic {
-    Diagnostic::new(Code::Internal, message)
-        .help("this is a tdsl bug: please report it with the script")
-}
-
 impl Program {
     /// Parses and checks a script (see [`Program`] for what is checked here and what when it
     /// runs).
@@ -688,8 +681,24 @@ impl Program {
     /// assert_eq!(err.0[0].code, tdsl::Code::PatternAxisOneSide);
     /// ```
     pub fn compile(source: &str) -> Result<Program, Diagnostics> {
-        let script = crate::parse(source)?;
-        let state = match check::check_script(&script, &BTreeMap::new()) {
+        Program::compile_with(source, Options::default())
+    }
+
+    /// [`Program::compile`] with pipeline options: the engine [`Program::run`] uses (the JIT by
+    /// default; [`Engine::Eval`] runs the loop-IR evaluator) and the machine `auto` formats are
+    /// chosen for (this machine's measured ceilings by default, as `tdsl run` does).
+    ///
+    /// ```
+    /// use tdsl::session::{Engine, MachineModel, Options};
+    /// let opts = Options { engine: Engine::Eval, machine: MachineModel::Nominal };
+    /// let p = tdsl::Program::compile_with("input x: f32[n=2] = ones\ny = x + 1\noutput y", opts)?;
+    /// assert_eq!(p.runner().run()?["y"].as_slice::<f32>(), Some(&[2.0, 2.0][..]));
+    /// # Ok::<(), tdsl::Diagnostics>(())
+    /// ```
+    pub fn compile_with(source: &str, opts: Options) -> Result<Program, Diagnostics> {
+        let pipe = Pipeline::new(opts);
+        let script = pipe.parse(source)?;
+        let state = match pipe.check(&script, &BTreeMap::new()) {
             Ok(p) => State::Checked(Box::new(p)),
             Err(d) if extents_from_data(&script, &d) => {
                 let patterns = pattern_diagnostics(&script);
@@ -700,15 +709,16 @@ impl Program {
             }
             Err(d) => return Err(d),
         };
-        Ok(Program::with_state(source, script, state))
+        Ok(Program::with_state(source, script, state, pipe))
     }
 
-    fn with_state(source: &str, script: ast::Script, state: State) -> Program {
+    fn with_state(source: &str, script: ast::Script, state: State, pipe: Pipeline) -> Program {
         Program {
             inner: Arc::new(Inner {
                 source: source.to_string(),
                 script,
                 state,
+                pipe,
                 cache: Mutex::new(HashMap::new()),
                 runs: AtomicUsize::new(0),
                 plans: AtomicUsize::new(0),
@@ -725,7 +735,7 @@ impl Program {
             Ok(p) => p,
             Err(d) => {
                 let script = crate::parse(source).unwrap_or_default();
-                Program::with_state(source, script, State::Invalid(d))
+                Program::with_state(source, script, State::Invalid(d), Pipeline::default())
             }
         }
     }
@@ -800,7 +810,7 @@ impl Program {
             .into_iter()
             .map(|(n, t)| (n.as_ref().to_string(), t.into()))
             .collect();
-        self.run_args(args, Engine::Jit)
+        self.run_args(args, self.inner.pipe.engine())
     }
 
     /// Starts a run that binds inputs one by one: `p.bind("x", &x).bind("w", w).run()`.
@@ -855,7 +865,8 @@ impl Program {
                 )
             })
             .collect();
-        for (input, default) in c.program.inputs.iter().zip(&c.defaults) {
+        let program = c.compiled.program();
+        for (input, default) in program.inputs.iter().zip(&c.defaults) {
             if let (false, Some(t)) = (provided.contains_key(&input.name), default) {
                 provided.insert(
                     input.name.clone(),
@@ -866,42 +877,21 @@ impl Program {
                 );
             }
         }
-        let tensors = bind_inputs(&c.program, provided)?;
-        let outputs = match engine {
-            Engine::Jit => self.run_jit(c, tensors)?,
-            Engine::Reference => crate::interp::run(&c.program, &tensors),
+        let tensors = bind_inputs(program, provided)?;
+        let outputs = if engine == Engine::Interp {
+            crate::interp::run(program, &tensors)
+        } else {
+            c.compiled.run(tensors, &Default::default())?.0
         };
         Ok(Outputs {
-            names: c.program.outputs.iter().map(|o| o.name.clone()).collect(),
-            types: c
-                .program
+            names: program.outputs.iter().map(|o| o.name.clone()).collect(),
+            types: program
                 .outputs
                 .iter()
-                .map(|o| c.program.tensor_type(o.tensor).clone())
+                .map(|o| program.tensor_type(o.tensor).clone())
                 .collect(),
             tensors: outputs,
         })
-    }
-
-    /// Moves the inputs into the plan's buffers (no copy) and runs the cached kernels.
-    fn run_jit(&self, c: &Compiled, tensors: Vec<Tensor>) -> Result<Vec<Tensor>, Diagnostic> {
-        // Dense inputs move in without a copy; sparse ones are compressed from their data.
-        let mut data: Vec<Option<Storage>> = Vec::with_capacity(tensors.len());
-        let mut sparse_data: Vec<Tensor> = Vec::with_capacity(tensors.len());
-        for (t, l) in tensors.into_iter().zip(&c.plan.input_layouts) {
-            if l.is_some() {
-                data.push(None);
-                sparse_data.push(t);
-            } else {
-                data.push(Some(t.data));
-                sparse_data.push(Tensor::new(Vec::new(), Storage::F32(vec![0.0])));
-            }
-        }
-        let mut bufs = crate::runtime::bind_buffers(&c.plan, data, &sparse_data)?;
-        c.exe
-            .run(&mut bufs, rayon::current_num_threads())
-            .map_err(|e| internal(format!("running compiled kernels failed: {e}")))?;
-        Ok(crate::runtime::outputs(&c.plan, &c.shapes, bufs))
     }
 
     /// The cached check, plan and kernels for `sig`, built on a miss.
@@ -930,10 +920,17 @@ impl Program {
                 )
             })
             .collect();
-        let mut program = check::check_script(&self.inner.script, &bound)?;
-        // `auto` formats are chosen on the nominal machine, so a program means the same on
-        // every machine it runs on.
-        crate::plan::auto::resolve_auto_nominal(&mut program);
+        let pipe = &self.inner.pipe;
+        let mut program = pipe.check(&self.inner.script, &bound)?;
+        pipe.check_memory(&program, MemoryUse::Run)?;
+        // `auto` formats are chosen as `tdsl run` chooses them: the same pipeline, machine
+        // and stored-entry counts (no data is bound yet, so counts come from the types).
+        let stored: Vec<_> = program
+            .inputs
+            .iter()
+            .map(|i| crate::plan::cost::stored(&i.ty, None))
+            .collect();
+        pipe.resolve_auto(&mut program, &stored, &[]);
         let mut diags = Diagnostics::default();
         if program.outputs.is_empty() {
             diags.push(
@@ -968,29 +965,15 @@ impl Program {
         if !diags.is_empty() {
             return Err(diags);
         }
-        let plan = plan_program(&program);
-        let (exe, n_compiled) = crate::runtime::compile_jit(&plan)?;
-        let shapes = program
-            .outputs
-            .iter()
-            .map(|o| {
-                let ty = program.tensor_type(o.tensor);
-                ty.shape.extents().iter().map(|&e| e as usize).collect()
-            })
-            .collect();
+        let compiled = pipe.compile(program)?;
+        let n_compiled = compiled.n_compiled();
         self.inner.plans.fetch_add(1, Ordering::Relaxed);
         self.inner.kernels.fetch_add(n_compiled, Ordering::Relaxed);
         count(|s| {
             s.plans += 1;
             s.kernels_compiled += n_compiled;
         });
-        let compiled = Arc::new(Compiled {
-            program,
-            plan,
-            exe,
-            shapes,
-            defaults,
-        });
+        let compiled = Arc::new(Compiled { compiled, defaults });
         let mut map = self
             .inner
             .cache
@@ -998,12 +981,6 @@ impl Program {
             .unwrap_or_else(PoisonError::into_inner);
         Ok(map.entry(sig).or_insert(compiled).clone())
     }
-}
-
-#[derive(Clone, Copy)]
-enum Engine {
-    Jit,
-    Reference,
 }
 
 /// A run being put together with [`Program::bind`].
@@ -1020,15 +997,16 @@ impl<'a> Run<'_, 'a> {
         self
     }
 
-    /// Runs with the JIT.
+    /// Runs with the program's engine (the JIT unless [`Program::compile_with`] chose another).
     pub fn run(self) -> Result<Outputs, Diagnostics> {
-        self.program.run_args(self.args, Engine::Jit)
+        let engine = self.program.inner.pipe.engine();
+        self.program.run_args(self.args, engine)
     }
 
     /// Runs with the reference interpreter (`crate::interp`: f64 accumulation, naive loops),
     /// the oracle the JIT is tested against. Same checks, same [`Outputs`].
     pub fn run_reference(self) -> Result<Outputs, Diagnostics> {
-        self.program.run_args(self.args, Engine::Reference)
+        self.program.run_args(self.args, Engine::Interp)
     }
 }
 

@@ -82,6 +82,8 @@ codes! {
     MissingInput => "tdsl::io::missing_input",
     TensorNotFound => "tdsl::io::tensor_not_found",
     TooLarge => "tdsl::io::too_large",
+    // Engines and devices.
+    BackendUnavailable => "tdsl::backend::unavailable",
     // Compiler bugs that reach the user (never expected; reported rather than panicking).
     Internal => "tdsl::internal::error",
 }

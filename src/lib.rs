@@ -1,9 +1,11 @@
 //! tdsl: a tensor language with named axes.
 //!
 //! Text goes one way: [`parse`] (the `tdsl-syntax` crate: text → AST) → [`check`] (AST →
-//! typed [`check::Program`]) → [`interp`] (the reference interpreter) or, for costs, [`plan`].
-//! [`compile`] does the first two steps; [`bind`] turns files and initialisers into input
-//! tensors; the `cli` module is the `tdsl` command.
+//! typed [`check::Program`]) → [`plan`] (loop IR) → a backend (`tdsl_loop::Backend`) → run; or
+//! [`interp`], the reference interpreter. [`session::Pipeline`] is the one orchestration of
+//! those steps that the CLI, the REPL and [`Program`] share; [`compile`] does the first two;
+//! [`bind`] turns files and initialisers into input tensors; the `cli` module is the `tdsl`
+//! command.
 //!
 //! ```
 //! let src = "input a: f32[i=2, j=3] = arange\ny = reduce(a, \"i j -> j\", \"sum\")\noutput y";
@@ -70,6 +72,7 @@ pub mod io;
 pub mod machine;
 pub mod plan;
 pub mod runtime;
+pub mod session;
 pub mod sparse;
 pub mod tensor;
 
@@ -117,12 +120,12 @@ pub fn parse(text: &str) -> Result<tdsl_syntax::ast::Script, Diagnostic> {
     tdsl_syntax::parse_script(text).map_err(syntax_diagnostic)
 }
 
-/// Parses and checks a script. `bound` describes data already bound to inputs (from files or
-/// the API), so that axis extents can come from it.
+/// Parses and checks a script: the front half of [`session::Pipeline`]. `bound` describes data
+/// already bound to inputs (from files or the API), so that axis extents can come from it.
 pub fn compile(
     text: &str,
     bound: &BTreeMap<String, check::Binding>,
 ) -> Result<check::Program, Diagnostics> {
-    let script = parse(text)?;
-    check::check_script(&script, bound)
+    let pipe = session::Pipeline::default();
+    pipe.check(&pipe.parse(text)?, bound)
 }

@@ -143,6 +143,82 @@ pub fn measure() -> Machine {
     }
 }
 
+/// Where the measured ceilings are cached: `$XDG_CACHE_HOME/tdsl/machine.txt`, else
+/// `$HOME/.cache/tdsl/machine.txt`.
+fn cache_path() -> Option<std::path::PathBuf> {
+    use std::path::PathBuf;
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("tdsl").join("machine.txt"))
+}
+
+/// The CPU's model name (`/proc/cpuinfo`), or the architecture where it cannot be read.
+pub fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("model name"))
+                .map(|v| v.trim_start_matches([' ', '\t', ':']).to_string())
+        })
+        .unwrap_or_else(|| std::env::consts::ARCH.to_string())
+}
+
+/// This machine's ceilings, measured once and cached per CPU model and core count.
+pub fn measured() -> Machine {
+    let key = format!(
+        "model={}\nthreads={}\n",
+        cpu_model(),
+        rayon::current_num_threads()
+    );
+    if let Some(path) = cache_path() {
+        if let Ok(text) = std::fs::read_to_string(&path) {
+            if let Some(rest) = text.strip_prefix(&key) {
+                if let Some(m) = Machine::from_text(rest) {
+                    return m;
+                }
+            }
+        }
+        let m = measure();
+        if let Some(dir) = path.parent() {
+            let _ = std::fs::create_dir_all(dir);
+            let _ = std::fs::write(&path, format!("{key}{}", m.to_text()));
+        }
+        return m;
+    }
+    measure()
+}
+
+/// Physical memory in bytes (`/proc/meminfo`'s MemTotal), or 16 GiB where it cannot be read.
+pub fn physical_memory() -> u64 {
+    let fallback = 16 << 30;
+    let Ok(text) = std::fs::read_to_string("/proc/meminfo") else {
+        return fallback;
+    };
+    text.lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map(|kb| kb.saturating_mul(1024))
+        .unwrap_or(fallback)
+}
+
+/// A byte count for people: `512 B`, `1.5 KiB`, `3.0 GiB`.
+pub fn bytes_text(n: u128) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

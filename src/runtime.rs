@@ -10,40 +10,95 @@ use crate::tensor::{Storage, Tensor};
 use tdsl_loop::{Data, Part, Role};
 
 use std::cell::RefCell;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tdsl_cpu::{CpuBackend, Executable};
+use tdsl_loop::backend::{Backend, BackendError, ErrorKind, EvalBackend, Executable};
+use tdsl_loop::RunOptions;
+
+use crate::session::Engine;
 
 thread_local! {
-    /// One JIT backend per thread: its kernel cache makes a second compile of the same kernel
-    /// free (`CpuBackend` owns JIT memory and is not shared across threads).
-    static CPU: RefCell<Option<CpuBackend>> = const { RefCell::new(None) };
+    /// One CPU JIT backend per thread: its kernel cache makes a second compile of the same
+    /// kernel free (`CpuBackend` owns JIT memory and is not shared across threads).
+    static CPU: RefCell<Option<tdsl_cpu::CpuBackend>> = const { RefCell::new(None) };
 }
 
-/// Compiles a plan with this thread's CPU backend (kernels already compiled are reused).
-/// Returns the executable and how many kernels had to be compiled.
-pub fn compile_jit(plan: &Plan) -> Result<(Executable, usize), Diagnostic> {
-    CPU.with(|cell| {
-        let mut slot = cell.borrow_mut();
-        if slot.is_none() {
-            *slot = Some(
-                CpuBackend::new()
-                    .map_err(|e| internal(format!("the CPU backend could not start: {e}")))?,
-            );
-        }
-        let be = slot
-            .as_mut()
-            .ok_or_else(|| internal("the CPU backend is missing".into()))?;
+/// Runs `f` with the backend of `engine` (created on first use, one per thread). The
+/// interpreter has no backend; CUDA is not built: both are diagnostics.
+fn with_backend<R>(
+    engine: Engine,
+    plan: &Plan,
+    f: impl FnOnce(&mut dyn Backend) -> Result<R, BackendError>,
+) -> Result<R, Diagnostic> {
+    let fail = |e: BackendError| backend_diagnostic(e, plan);
+    match engine {
+        Engine::Jit => CPU.with(|cell| {
+            let mut slot = cell.borrow_mut();
+            if slot.is_none() {
+                *slot = Some(
+                    tdsl_cpu::CpuBackend::new()
+                        .map_err(|e| internal(format!("the CPU backend could not start: {e}")))?,
+                );
+            }
+            let be = slot
+                .as_mut()
+                .ok_or_else(|| internal("the CPU backend is missing".into()))?;
+            f(be).map_err(fail)
+        }),
+        Engine::Eval => f(&mut EvalBackend).map_err(fail),
+        Engine::Interp => Err(internal(
+            "the reference interpreter runs the checked program, not a plan".into(),
+        )),
+        Engine::Cuda => Err(Diagnostic::new(
+            Code::BackendUnavailable,
+            "the CUDA engine is not part of this build of tdsl",
+        )
+        .help("run on the CPU: `--backend jit` (the default), `interp` or `eval`")),
+    }
+}
+
+/// Compiles a plan with this thread's backend for `engine` (kernels already compiled are
+/// reused). Returns the executable and how many kernels had to be compiled.
+pub fn compile(engine: Engine, plan: &Plan) -> Result<(Arc<dyn Executable>, usize), Diagnostic> {
+    with_backend(engine, plan, |be| {
         let before = be.n_compiled();
-        let exe = be
-            .compile(&plan.loops)
-            .map_err(|e| internal(format!("JIT compilation failed: {e}")))?;
+        let exe = be.compile(&plan.loops)?;
         Ok((exe, be.n_compiled() - before))
     })
+}
+
+/// Compiles a plan on the CPU JIT.
+pub fn compile_jit(plan: &Plan) -> Result<(Arc<dyn Executable>, usize), Diagnostic> {
+    compile(Engine::Jit, plan)
 }
 
 fn internal(message: String) -> Diagnostic {
     Diagnostic::new(Code::Internal, message)
         .help("this is a tdsl bug: please report it with the script")
+}
+
+/// A backend error as a diagnostic: the user's environment (`tdsl::backend::unavailable`), bad
+/// sparse data (`tdsl::data::sparse`), or a tdsl bug (`tdsl::internal::error`), pointing at
+/// the statement the failing kernel came from where there is one.
+pub fn backend_diagnostic(e: BackendError, plan: &Plan) -> Diagnostic {
+    let d = match e.kind {
+        ErrorKind::Unavailable => Diagnostic::new(Code::BackendUnavailable, e.message.clone()),
+        ErrorKind::BadData => Diagnostic::new(Code::SparseData, e.message.clone()),
+        ErrorKind::Compile => internal(format!("compilation failed: {}", e.message)),
+        ErrorKind::Buffers | ErrorKind::Run => {
+            internal(format!("running compiled kernels failed: {}", e.message))
+        }
+    };
+    match e.kernel.and_then(|k| plan.loops.kernels.get(k)) {
+        Some(kernel) => {
+            let help = match &d.help {
+                Some(h) => format!("{h} (the kernel computes `{}`)", kernel.origin),
+                None => format!("the kernel computes `{}`", kernel.origin),
+            };
+            d.help(help)
+        }
+        None => d,
+    }
 }
 
 /// Timings of one JIT run.
@@ -68,8 +123,8 @@ pub fn run_jit_timed(
     let mut bufs = buffers(plan, inputs)?;
     let t1 = Instant::now();
     let stats = exe
-        .run(&mut bufs, threads)
-        .map_err(|e| internal(format!("running compiled kernels failed: {e}")))?;
+        .run(&mut bufs, &RunOptions { threads })
+        .map_err(|e| backend_diagnostic(e, plan))?;
     let run = t1.elapsed();
     let times = JitTimes {
         compile,
@@ -88,6 +143,23 @@ pub fn run_jit(
 ) -> Result<Vec<Tensor>, Diagnostic> {
     let threads = rayon::current_num_threads();
     Ok(run_jit_timed(plan, inputs, shapes, threads)?.0)
+}
+
+/// Buffers for a plan with `inputs` (one per program input) moved in: dense data without a
+/// copy, sparse inputs compressed into their layout's arrays.
+pub fn bind_owned(plan: &Plan, inputs: Vec<Tensor>) -> Result<Vec<Data>, Diagnostic> {
+    let mut data: Vec<Option<Storage>> = Vec::with_capacity(inputs.len());
+    let mut sparse: Vec<Tensor> = Vec::with_capacity(inputs.len());
+    for (i, t) in inputs.into_iter().enumerate() {
+        if plan.input_layouts.get(i).is_some_and(Option::is_some) {
+            data.push(None);
+            sparse.push(t);
+        } else {
+            data.push(Some(t.data));
+            sparse.push(Tensor::new(Vec::new(), Storage::F32(vec![0.0])));
+        }
+    }
+    bind_buffers(plan, data, &sparse)
 }
 
 /// Buffers for a plan, with the inputs bound: sparse inputs are compressed into their
@@ -218,28 +290,15 @@ pub fn run_eval(
     inputs: &[Tensor],
     shapes: &[Vec<usize>],
 ) -> Result<Vec<Tensor>, Diagnostic> {
+    let (exe, _) = compile(Engine::Eval, plan)?;
     let mut bufs = buffers(plan, inputs)?;
-    tdsl_loop::eval::eval(&plan.loops, &mut bufs).map_err(|e| {
-        Diagnostic::new(Code::Internal, format!("the loop-IR evaluator failed: {e}"))
-            .help("this is a tdsl bug: please report it with the script")
-    })?;
+    exe.run(&mut bufs, &RunOptions::default())
+        .map_err(|e| backend_diagnostic(e, plan))?;
     Ok(outputs(plan, shapes, bufs))
 }
 
-/// The Cranelift IR of kernel `kernel` of a plan (for `:emit clif` and debugging).
-pub fn emit_clif(plan: &Plan, kernel: usize) -> Result<String, Diagnostic> {
-    CPU.with(|cell| {
-        let mut slot = cell.borrow_mut();
-        if slot.is_none() {
-            *slot = Some(
-                CpuBackend::new()
-                    .map_err(|e| internal(format!("the CPU backend could not start: {e}")))?,
-            );
-        }
-        let be = slot
-            .as_ref()
-            .ok_or_else(|| internal("the CPU backend is missing".into()))?;
-        be.clif(&plan.loops, kernel)
-            .map_err(|e| internal(format!("CLIF for kernel {kernel} failed: {e}")))
-    })
+/// The code kernel `kernel` of a plan becomes on `engine`'s backend (`Backend::emit`:
+/// Cranelift IR for the JIT, loop IR for the evaluator).
+pub fn emit(engine: Engine, plan: &Plan, kernel: usize) -> Result<String, Diagnostic> {
+    with_backend(engine, plan, |be| be.emit(&plan.loops, kernel))
 }

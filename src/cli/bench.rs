@@ -8,52 +8,11 @@ use crate::plan::lower::Plan;
 use crate::runtime;
 use crate::tensor::Tensor;
 use std::fmt::Write;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-/// Where the measured machine ceilings are cached: `$XDG_CACHE_HOME/tdsl/machine.txt`, else
-/// `$HOME/.cache/tdsl/machine.txt`.
-fn cache_path() -> Option<PathBuf> {
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
-    Some(base.join("tdsl").join("machine.txt"))
-}
-
-fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .find_map(|l| l.strip_prefix("model name"))
-                .map(|v| v.trim_start_matches([' ', '\t', ':']).to_string())
-        })
-        .unwrap_or_else(|| std::env::consts::ARCH.to_string())
-}
-
-/// The machine's ceilings, measured once and cached per CPU model and core count.
+/// The machine's ceilings, measured once and cached ([`crate::machine::measured`]).
 pub fn machine_ceilings() -> Machine {
-    let key = format!(
-        "model={}\nthreads={}\n",
-        cpu_model(),
-        rayon::current_num_threads()
-    );
-    if let Some(path) = cache_path() {
-        if let Ok(text) = std::fs::read_to_string(&path) {
-            if let Some(rest) = text.strip_prefix(&key) {
-                if let Some(m) = Machine::from_text(rest) {
-                    return m;
-                }
-            }
-        }
-        let m = crate::machine::measure();
-        if let Some(dir) = path.parent() {
-            let _ = std::fs::create_dir_all(dir);
-            let _ = std::fs::write(&path, format!("{key}{}", m.to_text()));
-        }
-        return m;
-    }
-    crate::machine::measure()
+    crate::machine::measured()
 }
 
 /// Timings of the front half, measured by the caller. `parse_check` also covers reading or
@@ -64,6 +23,8 @@ pub struct Front {
 }
 
 pub struct Options {
+    /// A plan-running engine (the interpreter has no kernels to time).
+    pub engine: crate::session::Engine,
     pub runs: usize,
     pub warmup: usize,
     pub threads: usize,
@@ -88,38 +49,20 @@ pub fn bench(
     o: &Options,
 ) -> Result<String, crate::Diagnostic> {
     let machine = machine_ceilings();
-    let shapes: Vec<Vec<usize>> = program
-        .outputs
-        .iter()
-        .map(|out| {
-            program
-                .tensor_type(out.tensor)
-                .shape
-                .extents()
-                .iter()
-                .map(|&e| e as usize)
-                .collect()
-        })
-        .collect();
-    let _ = shapes;
     let t = Instant::now();
-    let (exe, n_compiled) = runtime::compile_jit(plan)?;
+    let (exe, n_compiled) = runtime::compile(o.engine, plan)?;
     let compile = t.elapsed();
     // A second compile of the same plan is a cache hit: what a re-run pays for dispatch.
     let t = Instant::now();
-    let (exe2, n_again) = runtime::compile_jit(plan)?;
+    let (exe2, n_again) = runtime::compile(o.engine, plan)?;
     let cached = t.elapsed();
     drop(exe2);
     debug_assert_eq!(n_again, 0);
     let mut bufs = runtime::buffers(plan, inputs)?;
     let threads = o.threads.max(1);
     let run = |bufs: &mut Vec<tdsl_loop::Data>| {
-        exe.run(bufs, threads).map_err(|e| {
-            crate::Diagnostic::new(
-                crate::Code::Internal,
-                format!("running compiled kernels failed: {e}"),
-            )
-        })
+        exe.run(bufs, &tdsl_loop::RunOptions { threads })
+            .map_err(|e| runtime::backend_diagnostic(e, plan))
     };
     for _ in 0..o.warmup {
         run(&mut bufs)?;

@@ -14,6 +14,7 @@ use crate::bind::{bind_available, Provided};
 use crate::check::{Binding, Program};
 use crate::diag::{Code, Diagnostic, Diagnostics};
 use crate::io;
+use crate::session::{Engine, MemoryUse, Options, Pipeline};
 use crate::tensor::Tensor;
 use clap::{Parser, Subcommand, ValueEnum};
 use render::Color;
@@ -51,6 +52,7 @@ enum MessageFormat {
     Json,
 }
 
+/// `--backend`: the names of [`Engine`]s.
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
 enum Backend {
     /// The Cranelift JIT on every core (the default).
@@ -59,6 +61,19 @@ enum Backend {
     Interp,
     /// The planned loop IR, run by its evaluator (slow; bisects planner and backend bugs).
     Eval,
+    /// An NVIDIA GPU (not part of this build yet: a `tdsl::backend::unavailable` diagnostic).
+    Cuda,
+}
+
+impl Backend {
+    fn engine(self) -> Engine {
+        match self {
+            Backend::Jit => Engine::Jit,
+            Backend::Interp => Engine::Interp,
+            Backend::Eval => Engine::Eval,
+            Backend::Cuda => Engine::Cuda,
+        }
+    }
 }
 
 /// Data sources shared by every subcommand.
@@ -112,6 +127,9 @@ enum Cmd {
         /// One JSON object: compile_ms, run_ms_median, gflops, and more.
         #[arg(long)]
         json: bool,
+        /// Which engine's kernels are timed (jit, eval or cuda).
+        #[arg(long, value_enum, default_value_t = Backend::Jit)]
+        backend: Backend,
     },
     /// Check a script and print every statement's shape, dtype and format.
     Check {
@@ -226,16 +244,24 @@ fn execute(cmd: &Cmd, text: &str, out: &mut dyn Write) -> Result<(), Failure> {
             warmup,
             threads,
             json,
+            backend,
             ..
         } => {
+            if *backend == Backend::Interp {
+                return Err(Failure::Usage(
+                    "bench times the kernels of a plan: --backend jit, eval or cuda".into(),
+                ));
+            }
+            let pipe = pipeline(backend.engine());
             let t0 = Instant::now();
-            let (program, inputs) = load(text, data, Need::Random)?;
+            let (program, inputs) = load(&pipe, text, data, Need::Random)?;
             let parse_check = t0.elapsed();
             let t1 = Instant::now();
-            let plan = crate::plan::lower::plan_program(&program);
+            let plan = pipe.plan(&program)?;
             let plan_time = t1.elapsed();
             let inputs: Vec<Tensor> = inputs.into_iter().flatten().collect();
             let opts = bench::Options {
+                engine: backend.engine(),
                 runs: *runs,
                 warmup: *warmup,
                 threads: threads.unwrap_or_else(rayon::current_num_threads),
@@ -250,8 +276,9 @@ fn execute(cmd: &Cmd, text: &str, out: &mut dyn Write) -> Result<(), Failure> {
             Ok(())
         }
         Cmd::Plan { data, .. } => {
-            let (program, _) = load(text, data, Need::Sparse)?;
-            let plan = crate::plan::lower::plan_program(&program);
+            let pipe = pipeline(Engine::Jit);
+            let (program, _) = load(&pipe, text, data, Need::Sparse)?;
+            let plan = pipe.plan(&program)?;
             let _ = write!(out, "{}", tdsl_loop::print::print_program(&plan.loops));
             Ok(())
         }
@@ -261,8 +288,9 @@ fn execute(cmd: &Cmd, text: &str, out: &mut dyn Write) -> Result<(), Failure> {
             backend,
             ..
         } => {
+            let pipe = pipeline(backend.engine());
             let t0 = Instant::now();
-            let (program, inputs) = load(text, data, Need::All)?;
+            let (program, inputs) = load(&pipe, text, data, Need::All)?;
             if program.outputs.is_empty() {
                 return Err(Diagnostic::new(
                     Code::NoOutput,
@@ -271,33 +299,17 @@ fn execute(cmd: &Cmd, text: &str, out: &mut dyn Write) -> Result<(), Failure> {
                 .help("add `output NAME` naming the tensors to produce")
                 .into());
             }
-            let t1 = Instant::now();
             let inputs: Vec<Tensor> = inputs.into_iter().flatten().collect();
-            let (outputs, engine) = match backend {
-                Backend::Jit => {
-                    let plan = crate::plan::lower::plan_program(&program);
-                    (
-                        crate::runtime::run_jit(&plan, &inputs, &output_shapes(&program))?,
-                        "JIT",
-                    )
-                }
-                Backend::Interp => (
-                    crate::interp::run(&program, &inputs),
-                    "reference interpreter",
-                ),
-                Backend::Eval => {
-                    let plan = crate::plan::lower::plan_program(&program);
-                    (
-                        crate::runtime::run_eval(&plan, &inputs, &output_shapes(&program))?,
-                        "loop-IR evaluator",
-                    )
-                }
-            };
+            let t1 = Instant::now();
+            let compiled = pipe.compile(program)?;
+            let (outputs, _) = compiled.run(inputs, &Default::default())?;
+            let program = compiled.program();
+            let engine = pipe.engine().describe();
             let run_time = t1.elapsed();
             match dir {
-                Some(dir) => write_outputs(&program, &outputs, dir)?,
+                Some(dir) => write_outputs(program, &outputs, dir)?,
                 None => {
-                    let _ = write!(out, "{}", report::run_summary(&program, &outputs));
+                    let _ = write!(out, "{}", report::run_summary(program, &outputs));
                     let _ = writeln!(
                         out,
                         "time: {} run ({engine}), {} total",
@@ -309,7 +321,7 @@ fn execute(cmd: &Cmd, text: &str, out: &mut dyn Write) -> Result<(), Failure> {
             Ok(())
         }
         Cmd::Check { data, .. } => {
-            let (program, _) = load(text, data, Need::Sparse)?;
+            let (program, _) = load(&pipeline(Engine::Jit), text, data, Need::Sparse)?;
             let _ = write!(out, "{}", report::check_report(&program));
             for line in report::auto_lines(&program) {
                 let _ = writeln!(out, "{line}");
@@ -320,28 +332,11 @@ fn execute(cmd: &Cmd, text: &str, out: &mut dyn Write) -> Result<(), Failure> {
         Cmd::Cost {
             data, json, plot, ..
         } => {
-            let (program, inputs) = load(text, data, Need::Sparse)?;
+            let pipe = pipeline(Engine::Jit);
+            let (program, inputs) = load(&pipe, text, data, Need::Sparse)?;
             let data: Vec<Option<&Tensor>> = inputs.iter().map(|t| t.as_ref()).collect();
             let stored = stored_inputs(&program, &data);
-            // Measure the machine only when there is something to predict.
-            let predicts = !program.auto_formats.is_empty()
-                || (0..program.nodes.len()).any(|i| {
-                    crate::plan::sparse::sparse_product(&program, crate::check::NodeId(i as u32))
-                        .is_some()
-                });
-            let machine = if predicts {
-                prediction_machine()
-            } else {
-                crate::plan::cost::NOMINAL_MACHINE
-            };
-            let cost = crate::plan::cost::program_cost_with(
-                &program,
-                &crate::plan::cost::CostInputs {
-                    stored: &stored,
-                    data: &data,
-                    machine,
-                },
-            );
+            let cost = pipe.cost(&program, &stored, &data);
             if let Some(path) = plot {
                 let machine = bench::machine_ceilings();
                 let measured = vec![None; cost.statements.len()];
@@ -372,11 +367,12 @@ enum Need {
 /// data (files or initialisers); otherwise inputs without data are `None` (costs then assume
 /// dense storage for sparse inputs without data).
 fn load(
+    pipe: &Pipeline,
     text: &str,
     data: &DataArgs,
     need: Need,
 ) -> Result<(Program, Vec<Option<Tensor>>), Failure> {
-    let script = crate::parse(text)?;
+    let script = pipe.parse(text)?;
     let decl_span = |name: &str| -> Option<Span> {
         script.stmts.iter().find_map(|s| match &s.kind {
             StmtKind::Input(d) if d.name.name == name => Some(d.name.span),
@@ -474,9 +470,16 @@ fn load(
             )
         })
         .collect();
-    let program = crate::check::check_script(&script, &bound)?;
+    let program = pipe.check(&script, &bound)?;
     let need_all = need != Need::Sparse;
-    check_memory(&program, need_all)?;
+    pipe.check_memory(
+        &program,
+        if need_all {
+            MemoryUse::Run
+        } else {
+            MemoryUse::SparseInputs
+        },
+    )?;
     let provided = if need_all {
         provided
     } else {
@@ -514,18 +517,9 @@ fn load(
     }
     let inputs = bind_available(&program_for_bind, provided, need_all)?;
     let mut program = program;
-    if !program.auto_formats.is_empty() {
-        let data: Vec<Option<&Tensor>> = inputs.iter().map(|t| t.as_ref()).collect();
-        let stored = stored_inputs(&program, &data);
-        crate::plan::auto::resolve_auto(
-            &mut program,
-            &crate::plan::cost::CostInputs {
-                stored: &stored,
-                data: &data,
-                machine: prediction_machine(),
-            },
-        );
-    }
+    let data: Vec<Option<&Tensor>> = inputs.iter().map(|t| t.as_ref()).collect();
+    let stored = stored_inputs(&program, &data);
+    pipe.resolve_auto(&mut program, &stored, &data);
     Ok((program, inputs))
 }
 
@@ -563,88 +557,13 @@ fn stored_inputs(p: &Program, data: &[Option<&Tensor>]) -> Vec<crate::plan::cost
         .collect()
 }
 
-/// The machine `cost`, the REPL and `auto` predict times for: `TDSL_MACHINE=nominal` picks the
-/// documented nominal machine (deterministic output), anything else this machine's measured
-/// ceilings (cached after the first measurement).
-pub(crate) fn prediction_machine() -> crate::machine::Machine {
-    match std::env::var("TDSL_MACHINE").as_deref() {
-        Ok("nominal") => crate::plan::cost::NOMINAL_MACHINE,
-        _ => bench::machine_ceilings(),
-    }
-}
-
-/// Refuses programs whose data would not fit in this machine's memory, before allocating any
-/// of it: the inputs in their dtypes, plus (for `run`) every value the reference interpreter
-/// keeps, at 8 bytes per element.
-fn check_memory(program: &Program, run: bool) -> Result<(), Failure> {
-    let inputs: u128 = program
-        .inputs
-        .iter()
-        .filter(|i| run || i.ty.format.is_sparse())
-        .map(|i| i.ty.shape.n_elems().unwrap_or(u64::MAX) as u128 * i.ty.dtype.size_bytes() as u128)
-        .sum();
-    let values: u128 = if run {
-        program
-            .nodes
-            .iter()
-            .map(|n| n.ty.shape.n_elems().unwrap_or(u64::MAX) as u128 * 8)
-            .sum()
-    } else {
-        0
-    };
-    let need = inputs + values;
-    let have = physical_memory();
-    if need > have as u128 {
-        let d = Diagnostic::new(
-            Code::TooLarge,
-            format!(
-                "this program needs about {} of memory ({} of inputs{}), but this machine has {}",
-                report::bytes(need),
-                report::bytes(inputs),
-                if run {
-                    format!(
-                        ", {} for the reference interpreter's values",
-                        report::bytes(values)
-                    )
-                } else {
-                    String::new()
-                },
-                report::bytes(have as u128)
-            ),
-        )
-        .help("reduce the extents, or run `tdsl cost` to see where the bytes go");
-        let d = match program.inputs.iter().max_by_key(|i| i.ty.shape.n_elems()) {
-            Some(i) => d.label(i.span, "largest input"),
-            None => d,
-        };
-        return Err(d.into());
-    }
-    Ok(())
-}
-
-/// Physical memory in bytes (`/proc/meminfo`'s MemTotal), or 16 GiB where it cannot be read.
-fn physical_memory() -> u64 {
-    let fallback = 16 << 30;
-    let Ok(text) = std::fs::read_to_string("/proc/meminfo") else {
-        return fallback;
-    };
-    text.lines()
-        .find_map(|l| l.strip_prefix("MemTotal:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map(|kb| kb.saturating_mul(1024))
-        .unwrap_or(fallback)
-}
-
-/// The extents of every program output.
-fn output_shapes(program: &Program) -> Vec<Vec<usize>> {
-    program
-        .outputs
-        .iter()
-        .map(|o| {
-            let ty = program.tensor_type(o.tensor);
-            ty.shape.extents().iter().map(|&e| e as usize).collect()
-        })
-        .collect()
+/// The pipeline every command runs, for `engine`, predicting for this machine
+/// (`TDSL_MACHINE=nominal`: the nominal one; see [`crate::session::MachineModel`]).
+pub(crate) fn pipeline(engine: Engine) -> Pipeline {
+    Pipeline::new(Options {
+        engine,
+        ..Options::default()
+    })
 }
 
 /// Reads `FILE.npy`, a scipy sparse `FILE.npz`, or `FILE.safetensors:TENSOR` (a dense tensor,

@@ -27,7 +27,8 @@ use crate::check::{
 use crate::diag::{Code, Diagnostic, Diagnostics};
 use crate::dtype::DType;
 use crate::machine::Machine;
-use crate::plan::cost::{program_cost, program_cost_with, stored, CostInputs, ProgramCost, Stored};
+use crate::plan::cost::{program_cost, stored, ProgramCost, Stored};
+use crate::session::{Engine, MemoryUse, Pipeline};
 use crate::tensor::Tensor;
 use rustyline::completion::{Completer, FilenameCompleter, Pair};
 use rustyline::error::ReadlineError;
@@ -111,19 +112,11 @@ const COMMANDS: &[(&str, &str, &str)] = &[
     (":quit", "", "leave (also Ctrl-D)"),
 ];
 
-/// Which engine `:time` runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum TimeBackend {
-    Jit,
-    Interp,
-}
-
 /// What `:set` changes.
 #[derive(Debug, Clone)]
 struct Settings {
     /// Threads for `:time` on the JIT.
     threads: usize,
-    backend: TimeBackend,
     /// Timed runs of `:time` (after one warm-up; fewer if they take over ~2 s).
     runs: usize,
     /// The dtype of parameters, gradients and optimiser state in `:mem`.
@@ -165,9 +158,10 @@ struct Session {
     sparse: BTreeMap<String, Tensor>,
     last_time: Option<Timing>,
     settings: Settings,
+    /// Measured ceilings for `:time` reports.
     machine: Option<Machine>,
-    /// The machine `cost` predictions are for (`machine` or the nominal one).
-    predict_machine: Option<Machine>,
+    /// The pipeline every command runs (checking is the session's `Checker`, line by line).
+    pipe: Pipeline,
     color: Color,
     /// Inputs (lines or commands) that failed.
     failures: usize,
@@ -455,19 +449,6 @@ fn is_data(ty: &crate::check::TensorType) -> bool {
         .any(|a| a.name.as_deref().is_some_and(|n| DATA_AXES.contains(&n)))
 }
 
-/// Physical memory in bytes (`/proc/meminfo`), or 16 GiB where it cannot be read.
-fn physical_memory() -> u128 {
-    let fallback = 16u128 << 30;
-    let Ok(text) = std::fs::read_to_string("/proc/meminfo") else {
-        return fallback;
-    };
-    text.lines()
-        .find_map(|l| l.strip_prefix("MemTotal:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u128>().ok())
-        .map(|kb| kb * 1024)
-        .unwrap_or(fallback)
-}
-
 /// `12.3 GFLOP`, `4.5 TFLOP/s`: a count with an SI prefix.
 fn si(v: f64, unit: &str) -> String {
     let (x, p) = if v >= 1e15 {
@@ -542,13 +523,12 @@ impl Session {
             last_time: None,
             settings: Settings {
                 threads: rayon::current_num_threads().max(1),
-                backend: TimeBackend::Jit,
                 runs: 10,
                 dtype: DType::F32,
                 params: None,
             },
             machine: None,
-            predict_machine: None,
+            pipe: super::pipeline(Engine::Jit),
             color,
             failures: 0,
             out: Box::new(std::io::stdout()),
@@ -658,39 +638,11 @@ impl Session {
         self.cost_of(&p).1
     }
 
-    /// The machine sparse products and `auto` are predicted for (`TDSL_MACHINE`, see
-    /// `cli::prediction_machine`), found only when a prediction is needed.
-    fn prediction_machine(&mut self, p: &Program) -> Machine {
-        let needed = !p.auto_formats.is_empty()
-            || (0..p.nodes.len()).any(|i| {
-                crate::plan::sparse::sparse_product(p, crate::check::NodeId(i as u32)).is_some()
-            });
-        if !needed {
-            return crate::plan::cost::NOMINAL_MACHINE;
-        }
-        if let Some(m) = self.predict_machine {
-            return m;
-        }
-        let m = super::prediction_machine();
-        self.predict_machine = Some(m);
-        m
-    }
-
-    /// `p` with its `auto` formats chosen (`plan::auto`).
+    /// `p` with its `auto` formats chosen (`plan::auto`, through the pipeline).
     fn resolved(&mut self, p: &Program) -> Program {
         let mut p = p.clone();
-        if !p.auto_formats.is_empty() {
-            let stored = self.stored(&p);
-            let machine = self.prediction_machine(&p);
-            crate::plan::auto::resolve_auto(
-                &mut p,
-                &CostInputs {
-                    stored: &stored,
-                    data: &[],
-                    machine,
-                },
-            );
-        }
+        let stored = self.stored(&p);
+        self.pipe.resolve_auto(&mut p, &stored, &[]);
         p
     }
 
@@ -698,15 +650,7 @@ impl Session {
     fn cost_of(&mut self, p: &Program) -> (Program, ProgramCost) {
         let p = self.resolved(p);
         let stored = self.stored(&p);
-        let machine = self.prediction_machine(&p);
-        let cost = program_cost_with(
-            &p,
-            &CostInputs {
-                stored: &stored,
-                data: &[],
-                machine,
-            },
-        );
+        let cost = self.pipe.cost(&p, &stored, &[]);
         (p, cost)
     }
 
@@ -999,8 +943,13 @@ impl Session {
         let p = self.prog().clone();
         let p = self.resolved(&p);
         let (p, added) = runnable(&p);
-        let plan = crate::plan::lower::plan_program(&p);
-        Some((p, plan, added))
+        match self.pipe.plan(&p) {
+            Ok(plan) => Some((p, plan, added)),
+            Err(d) => {
+                self.diags(&d.into());
+                None
+            }
+        }
     }
 
     fn assumed_outputs_note(added: &[String]) -> String {
@@ -1106,7 +1055,7 @@ impl Session {
         for k in sel {
             let kern = &plan.loops.kernels[k];
             let _ = writeln!(text, "; kernel {} ({})", kern.name, kern.origin);
-            match crate::runtime::emit_clif(&plan, k) {
+            match crate::runtime::emit(Engine::Jit, &plan, k) {
                 Ok(clif) => {
                     text.push_str(&clif);
                     if !clif.ends_with('\n') {
@@ -1153,35 +1102,15 @@ impl Session {
     }
 
     fn cmd_time(&mut self, name: Option<&str>) {
-        let Some((p, plan, added)) = self.plan() else {
+        if self.no_statements() {
             return;
-        };
-        // Refuse what would not fit: inputs plus every buffer (plus the interpreter's values).
-        let buffers: u128 = plan
-            .loops
-            .buffers
-            .iter()
-            .map(|b| b.elems as u128 * b.ty.size_bytes() as u128)
-            .sum();
-        let values: u128 = if self.settings.backend == TimeBackend::Interp {
-            p.nodes
-                .iter()
-                .map(|n| n.ty.shape.n_elems().unwrap_or(u64::MAX) as u128 * 8)
-                .sum()
-        } else {
-            0
-        };
-        let need = buffers * 2 + values;
-        if need > physical_memory() {
-            let d = Diagnostic::new(
-                Code::TooLarge,
-                format!(
-                    "timing this session needs about {} of memory, but this machine has {}",
-                    bytes(need),
-                    bytes(physical_memory())
-                ),
-            )
-            .help("reduce the extents; :cost and :mem work without running anything");
+        }
+        let p = self.prog().clone();
+        let p = self.resolved(&p);
+        let (p, added) = runnable(&p);
+        // Refuse what would not fit, before generating any input (the pipeline's check; the
+        // plan's buffers are checked again when it compiles).
+        if let Err(d) = self.pipe.check_memory(&p, MemoryUse::Run) {
             self.diags(&d.into());
             return;
         }
@@ -1193,9 +1122,12 @@ impl Session {
             }
         };
         let machine = self.machine();
-        match self.settings.backend {
-            TimeBackend::Jit => self.time_jit(&plan, &inputs, name, &added, &machine),
-            TimeBackend::Interp => self.time_interp(&p, &inputs, &machine),
+        if self.pipe.engine() == Engine::Interp {
+            return self.time_interp(&p, &inputs, &machine);
+        }
+        match self.pipe.compile(p) {
+            Ok(c) => self.time_plan(&c, &inputs, name, &added, &machine),
+            Err(d) => self.diags(&d.into()),
         }
     }
 
@@ -1225,14 +1157,17 @@ impl Session {
         Ok((totals, per))
     }
 
-    fn time_jit(
+    fn time_plan(
         &mut self,
-        plan: &crate::plan::lower::Plan,
+        compiled: &crate::session::Compiled,
         inputs: &[Tensor],
         name: Option<&str>,
         added: &[String],
         m: &Machine,
     ) {
+        let (Some(plan), Some(exe)) = (compiled.plan(), compiled.executable()) else {
+            return;
+        };
         let sel = match self.select_kernels(plan, name) {
             Ok(s) => s,
             Err(msg) => {
@@ -1240,15 +1175,7 @@ impl Session {
                 return;
             }
         };
-        let t = Instant::now();
-        let (exe, n_compiled) = match crate::runtime::compile_jit(plan) {
-            Ok(x) => x,
-            Err(d) => {
-                self.diags(&d.into());
-                return;
-            }
-        };
-        let compile = t.elapsed();
+        let (n_compiled, compile) = (compiled.n_compiled(), compiled.compile_time());
         let mut bufs = match crate::runtime::buffers(plan, inputs) {
             Ok(b) => b,
             Err(d) => {
@@ -1258,15 +1185,13 @@ impl Session {
         };
         let threads = self.settings.threads;
         let result = self.timed_runs(|| {
-            exe.run(&mut bufs, threads)
+            exe.run(&mut bufs, &tdsl_loop::RunOptions { threads })
                 .map(|s| s.kernel_times)
-                .map_err(|e| format!("running compiled kernels failed: {e}"))
+                .map_err(|e| crate::runtime::backend_diagnostic(e, plan))
         });
         let (mut totals, mut per) = match result {
             Ok(x) => x,
-            Err(msg) => {
-                let d = Diagnostic::new(Code::Internal, msg)
-                    .help("this is a tdsl bug: please report it with the script");
+            Err(d) => {
                 self.diags(&d.into());
                 return;
             }
@@ -1281,7 +1206,8 @@ impl Session {
         let _ = writeln!(out, "machine: {}", m.describe());
         let _ = writeln!(
             out,
-            "JIT: {} kernels ({} compiled in {}); median of {} runs on {} threads: {} in all",
+            "{}: {} kernels ({} compiled in {}); median of {} runs on {} threads: {} in all",
+            self.pipe.engine().describe(),
             plan.loops.kernels.len(),
             n_compiled,
             duration(compile),
@@ -1764,9 +1690,11 @@ impl Session {
                 Ok(n) if n >= 1 => s.runs = n,
                 _ => return self.error("usage: :set runs N (N >= 1)"),
             },
-            ["backend", "jit"] => s.backend = TimeBackend::Jit,
-            ["backend", "interp"] => s.backend = TimeBackend::Interp,
-            ["backend", _] => return self.error("usage: :set backend jit|interp"),
+            ["backend", name] => match Engine::from_name(name) {
+                // `:time` runs the session's pipeline, so the engine is the pipeline's.
+                Some(e) => self.pipe = super::pipeline(e),
+                None => return self.error("usage: :set backend jit|interp|eval|cuda"),
+            },
             ["dtype", d] => match DType::parse(d) {
                 Some(d) => s.dtype = d,
                 None => return self.error("usage: :set dtype f32|f64|f16|bf16"),
@@ -1783,7 +1711,7 @@ impl Session {
             }
             _ => {
                 return self.error(
-                    "usage: :set [threads N | backend jit|interp | runs N | dtype D | params auto|all|A,B]",
+                    "usage: :set [threads N | backend jit|interp|eval|cuda | runs N | dtype D | params auto|all|A,B]",
                 )
             }
         }
@@ -1795,10 +1723,7 @@ impl Session {
         let line = format!(
             "threads {}  backend {}  runs {}  dtype {}  params {}",
             s.threads,
-            match s.backend {
-                TimeBackend::Jit => "jit",
-                TimeBackend::Interp => "interp",
-            },
+            self.pipe.engine().name(),
             s.runs,
             s.dtype,
             params

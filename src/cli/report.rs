@@ -21,20 +21,7 @@ pub fn group(n: u128) -> String {
 }
 
 /// `1.5 KiB`, `12 MiB`
-pub fn bytes(n: u128) -> String {
-    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
-}
+pub use crate::machine::bytes_text as bytes;
 
 pub fn duration(d: Duration) -> String {
     let s = d.as_secs_f64();

@@ -8,9 +8,7 @@
 //! and rearrange views), so the interpreter, planner and reports all see the choice. Requests are
 //! resolved in program order, each seeing the earlier choices. Ties keep dense.
 
-use super::cost::{
-    efficiency, predict_secs, sparse_op_cost, stored_nodes, CostInputs, NOMINAL_MACHINE,
-};
+use super::cost::{efficiency, predict_secs, sparse_op_cost, stored_nodes, CostInputs};
 use super::sparse::{resolve, sparse_product};
 use crate::check::{
     flow_through_rearrange, format_name, AutoChoice, Format, NodeId, NodeKind, PatternOp, Program,
@@ -76,23 +74,6 @@ pub fn resolve_auto(program: &mut Program, inputs: &CostInputs) {
             reason,
         });
     }
-}
-
-/// [`resolve_auto`] on the nominal machine without data (the Rust API and tests).
-pub fn resolve_auto_nominal(program: &mut Program) {
-    let stored: Vec<_> = program
-        .inputs
-        .iter()
-        .map(|i| super::cost::stored(&i.ty, None))
-        .collect();
-    resolve_auto(
-        program,
-        &CostInputs {
-            stored: &stored,
-            data: &[],
-            machine: NOMINAL_MACHINE,
-        },
-    );
 }
 
 /// Gives node `node` format `f`: `Sparsify { x, select }` for a sparse format, `Dense(x)` for

@@ -27,6 +27,7 @@ use crate::check::{
     BinaryFn, EinsumSlot, EinsumSpec, Format, NodeId, NodeKind, OutElem, Program, Recipe, ReduceOp,
     TensorRef, UnaryFn,
 };
+use crate::diag::{Code, Diagnostic};
 use crate::dtype::DType;
 use std::collections::{BTreeMap, BTreeSet};
 use tdsl_loop::{
@@ -65,10 +66,12 @@ pub fn elem_type(d: DType) -> ElemType {
     }
 }
 
-/// Plans a checked program.
-pub fn plan_program(p: &Program) -> Plan {
+/// Plans a checked program. The loop IR is checked by `tdsl_loop::verify` before it is
+/// returned (in every build); a planner invariant that fails is `tdsl::internal::error`,
+/// naming the statement, never a panic or a hang.
+pub fn plan_program(p: &Program) -> Result<Plan, Diagnostic> {
     let mut pl = Planner::new(p);
-    pl.run();
+    pl.run()?;
     // Kernels are named by their position in the final program.
     for (i, k) in pl.out.kernels.iter_mut().enumerate() {
         k.name = format!("k{i}");
@@ -80,13 +83,24 @@ pub fn plan_program(p: &Program) -> Plan {
         output_bufs: pl.output_bufs,
         padded_inputs: pl.padded_inputs,
     };
-    debug_assert!(
-        tdsl_loop::verify::verify(&plan.loops).is_ok(),
-        "planner produced invalid loop IR: {:?}",
-        tdsl_loop::verify::verify(&plan.loops).err()
-    );
-    plan
+    if let Err(errs) = tdsl_loop::verify::verify(&plan.loops) {
+        let list: Vec<String> = errs.iter().take(3).map(|e| e.to_string()).collect();
+        return Err(planner_bug(format!(
+            "the planner produced invalid loop IR: {}",
+            list.join("; ")
+        )));
+    }
+    Ok(plan)
 }
+
+/// An internal-error diagnostic for a planner invariant that failed.
+fn planner_bug(message: String) -> Diagnostic {
+    Diagnostic::new(Code::Internal, message)
+        .help("this is a tdsl bug: please report it with the script")
+}
+
+/// Splits of root atoms one fused kernel may ask for before planning gives up (a planner bug).
+const MAX_SPLITS: usize = 64;
 
 /// Why building a fused kernel must restart.
 enum Retry {
@@ -222,7 +236,7 @@ impl<'a> Planner<'a> {
         self.p.node(id).ty.shape.extents()
     }
 
-    fn run(&mut self) {
+    fn run(&mut self) -> Result<(), Diagnostic> {
         let p = self.p;
         for (i, inp) in p.inputs.iter().enumerate() {
             let elems = inp.ty.shape.n_elems().unwrap_or(0);
@@ -347,9 +361,15 @@ impl<'a> Planner<'a> {
                 Err(Retry::Materialise(m)) => {
                     self.out.kernels.truncate(kernels_before);
                     self.out.buffers.truncate(buffers_before);
-                    self.must.insert(m);
+                    // A request that adds nothing would be asked again forever.
+                    if !self.must.insert(m) {
+                        return Err(self.stuck(id, "asked again to materialise a value"));
+                    }
                 }
-                Err(Retry::Split { .. }) => unreachable_split(),
+                Err(Retry::Split { .. }) => {
+                    // Splits are handled inside `lower_fused`.
+                    return Err(self.stuck(id, "a loop split escaped the fused kernel"));
+                }
             }
         }
         // Outputs that alias inputs or other outputs: copies.
@@ -375,6 +395,13 @@ impl<'a> Planner<'a> {
                 self.copy_kernel(src_buf, dst, &ext, &format!("output {}", p.outputs[k].name));
             self.out.kernels.push(kernel);
         }
+        Ok(())
+    }
+
+    /// The diagnostic for a planner invariant that failed while lowering node `id`.
+    fn stuck(&self, id: NodeId, what: &str) -> Diagnostic {
+        planner_bug(format!("planning stopped: {what}"))
+            .label(self.p.node(id).span, "while planning this expression")
     }
 
     /// Nodes reachable from the outputs, in evaluation order.
@@ -548,7 +575,8 @@ impl<'a> Planner<'a> {
             return Ok(());
         }
         let mut atoms = self.root_atoms(id);
-        loop {
+        // Every split adds an atom; more than an axis list can hold means no progress.
+        for _ in 0..MAX_SPLITS {
             match self.try_fused(id, &atoms) {
                 Ok(k) => {
                     self.out.kernels.push(k);
@@ -561,6 +589,11 @@ impl<'a> Planner<'a> {
                 Err(e) => return Err(e),
             }
         }
+        Err(Retry::Split {
+            slot: usize::MAX,
+            atom: 0,
+            outer: 0,
+        })
     }
 
     /// A reduction over axes that are not the input's innermost one, where the output's innermost
@@ -2402,11 +2435,6 @@ impl Operand {
         }
         Some(self.strides[&last])
     }
-}
-
-fn unreachable_split() {
-    // Splits are handled inside `lower_fused`; reaching here would be a planner bug.
-    debug_assert!(false, "split request escaped lower_fused");
 }
 
 /// `Σ var·weight·slot_stride + offset` for slot coordinates.

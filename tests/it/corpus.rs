@@ -97,7 +97,7 @@ fn backends() -> Vec<(&'static str, Backend)> {
 
 /// The planner's loop IR run by its evaluator: a mismatch with the interpreter is a planner bug.
 fn loop_eval(program: &tdsl::check::Program, inputs: &[Tensor]) -> Vec<Tensor> {
-    let plan = tdsl::plan::lower::plan_program(program);
+    let plan = tdsl::plan::lower::plan_program(program).expect("the program plans");
     let shapes: Vec<Vec<usize>> = program
         .outputs
         .iter()

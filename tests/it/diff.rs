@@ -56,14 +56,14 @@ fn backends() -> Vec<(&'static str, Backend)> {
 
 /// The planner's loop IR run by its evaluator: a mismatch with the interpreter is a planner bug.
 fn loop_eval(p: &Program, inputs: &[Tensor], shapes: &[Vec<usize>]) -> Result<Vec<Tensor>, String> {
-    let plan = tdsl::plan::lower::plan_program(p);
+    let plan = tdsl::plan::lower::plan_program(p).map_err(|d| d.to_string())?;
     tdsl::runtime::run_eval(&plan, inputs, shapes).map_err(|d| d.to_string())
 }
 
 /// The plan compiled by the Cranelift JIT: if it differs from the interpreter and loop-eval
 /// agrees, the bug is in the backend.
 fn jit(p: &Program, inputs: &[Tensor], shapes: &[Vec<usize>]) -> Result<Vec<Tensor>, String> {
-    let plan = tdsl::plan::lower::plan_program(p);
+    let plan = tdsl::plan::lower::plan_program(p).map_err(|d| d.to_string())?;
     tdsl::runtime::run_jit(&plan, inputs, shapes).map_err(|d| d.to_string())
 }
 
@@ -1764,7 +1764,8 @@ fn generated_programs_reach_the_planner_paths() {
             let (p, _) = load(&script).unwrap_or_else(|e| panic!("{e}\n{script}"));
             load(&Gen::program(&v, true, family).script()).expect("the wide program loads");
             // A planner panic is a finding of the properties above, not of this census.
-            let Ok(plan) = std::panic::catch_unwind(|| tdsl::plan::lower::plan_program(&p)) else {
+            let Ok(Ok(plan)) = std::panic::catch_unwind(|| tdsl::plan::lower::plan_program(&p))
+            else {
                 continue;
             };
             r.programs += 1;

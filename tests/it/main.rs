@@ -14,4 +14,5 @@ mod prop_patterns;
 mod prop_sparse;
 mod repl;
 mod robust;
+mod session;
 mod sparse_io;

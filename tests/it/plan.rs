@@ -8,7 +8,8 @@ fn plan_text(path: &std::path::Path) -> (tdsl::plan::lower::Plan, String) {
     let text = std::fs::read_to_string(path).unwrap();
     let program = tdsl::compile(&text, &Default::default())
         .unwrap_or_else(|d| panic!("{}: {d}", path.display()));
-    let plan = tdsl::plan::lower::plan_program(&program);
+    let plan = tdsl::plan::lower::plan_program(&program)
+        .unwrap_or_else(|d| panic!("{}: {d}", path.display()));
     tdsl_loop::verify::verify(&plan.loops).unwrap_or_else(|e| panic!("{}: {e:?}", path.display()));
     let printed = tdsl_loop::print::print_program(&plan.loops);
     (plan, printed)

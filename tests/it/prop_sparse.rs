@@ -252,7 +252,7 @@ fn check_case(src: &str) -> Result<(), String> {
     let inputs = tdsl::bind::bind_inputs(&p, Default::default()).map_err(|d| format!("{d:?}"))?;
     let want = tdsl::interp::run(&p, &inputs);
     let shapes: Vec<Vec<usize>> = want.iter().map(|t| t.shape.clone()).collect();
-    let plan = tdsl::plan::lower::plan_program(&p);
+    let plan = tdsl::plan::lower::plan_program(&p).map_err(|d| d.to_string())?;
     let text = tdsl_loop::print::print_program(&plan.loops);
     let product = text.contains("spmm ");
     let eval = tdsl::runtime::run_eval(&plan, &inputs, &shapes).map_err(|d| d.to_string())?;

@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 
 /// Runs `tdsl repl` in `dir` with `input` on stdin. Returns the exit status and stdout and
 /// stderr interleaved as they were written (both go to one pipe).
-fn repl_in(dir: &Path, input: &str) -> (i32, String) {
+pub(crate) fn repl_in(dir: &Path, input: &str) -> (i32, String) {
     let (mut reader, writer) = std::io::pipe().expect("a pipe");
     let mut child = Command::new(env!("CARGO_BIN_EXE_tdsl"))
         .arg("repl")

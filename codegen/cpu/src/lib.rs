@@ -24,6 +24,7 @@ mod helpers;
 mod jit;
 mod key;
 mod lower;
+mod seam;
 mod sparse;
 
 use std::collections::HashMap;

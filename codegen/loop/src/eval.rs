@@ -126,6 +126,14 @@ impl std::error::Error for EvalError {}
 
 /// Runs every kernel of `p` in order on `bufs`, one [`Data`] per buffer of `p`.
 pub fn eval(p: &LoopProgram, bufs: &mut [Data]) -> std::result::Result<(), EvalError> {
+    eval_timed(p, bufs).map(|_| ())
+}
+
+/// [`eval`], returning the wall time of each kernel.
+pub fn eval_timed(
+    p: &LoopProgram,
+    bufs: &mut [Data],
+) -> std::result::Result<Vec<std::time::Duration>, EvalError> {
     if bufs.len() != p.buffers.len() {
         return Err(EvalError::BufferCount {
             expected: p.buffers.len(),
@@ -155,7 +163,9 @@ pub fn eval(p: &LoopProgram, bufs: &mut [Data]) -> std::result::Result<(), EvalE
             });
         }
     }
+    let mut times = Vec::with_capacity(p.kernels.len());
     for k in &p.kernels {
+        let t = std::time::Instant::now();
         let mut m = Machine {
             p,
             bufs: &mut *bufs,
@@ -164,8 +174,9 @@ pub fn eval(p: &LoopProgram, bufs: &mut [Data]) -> std::result::Result<(), EvalE
             accs: Vec::new(),
         };
         m.block(&k.body)?;
+        times.push(t.elapsed());
     }
-    Ok(())
+    Ok(times)
 }
 
 /// Element `(r, c)` of a view without batch axes.

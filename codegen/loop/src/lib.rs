@@ -4,6 +4,8 @@
 //!   elementwise expressions, library calls, sparse level iteration, GPU mapping).
 //! - [`print`](mod@print): the stable text form (`tdsl plan`, snapshots, the kernel cache key).
 //! - [`verify`]: well-formedness and bounds, run after planning in debug builds and tests.
+//! - [`backend`]: the seam every backend implements ([`Backend`], [`Executable`], [`Target`]),
+//!   and the evaluator behind it ([`EvalBackend`]).
 //! - [`eval`]: a plain evaluator, so a wrong result bisects itself: interpreter ≠ evaluator is a
 //!   planner bug, evaluator ≠ JIT is a backend bug.
 //!
@@ -11,6 +13,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod backend;
 pub mod data;
 pub mod eval;
 pub mod ir;
@@ -19,5 +22,6 @@ pub mod scalar;
 pub mod stats;
 pub mod verify;
 
+pub use backend::{Backend, BackendError, EvalBackend, Executable, RunOptions, RunStats, Target};
 pub use data::Data;
 pub use ir::*;
