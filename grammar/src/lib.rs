@@ -17,6 +17,7 @@ mod lower;
 pub mod pattern;
 pub mod pretty;
 pub mod span;
+pub mod suggest;
 
 pub use error::{SyntaxError, SyntaxErrorKind};
 pub use span::{line_col, Span};

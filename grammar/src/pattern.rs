@@ -14,6 +14,7 @@
 //! point at the keyword instead ([`At::Keyword`]).
 
 use crate::span::Span;
+pub use crate::suggest::closest;
 
 /// Which einops operation a pattern belongs to.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -1123,32 +1124,6 @@ pub fn check_reduce_op(name: &str) -> Result<(), PatternError> {
         )),
         None => e.help("ops are \"sum\", \"mean\", \"max\", \"min\" and \"prod\""),
     })
-}
-
-/// The candidate closest to `name` by edit distance, if close enough to suggest.
-pub fn closest<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> Option<&'a str> {
-    let limit = (name.chars().count() / 3).max(1);
-    candidates
-        .filter(|c| *c != name)
-        .map(|c| (edit_distance(name, c), c))
-        .filter(|(d, _)| *d <= limit)
-        .min()
-        .map(|(_, c)| c)
-}
-
-fn edit_distance(a: &str, b: &str) -> usize {
-    let a: Vec<char> = a.chars().collect();
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.iter().enumerate() {
-        let mut cur = vec![i + 1];
-        for (j, cb) in b.iter().enumerate() {
-            let sub = prev[j] + usize::from(ca != cb);
-            cur.push(sub.min(prev[j + 1] + 1).min(cur[j] + 1));
-        }
-        prev = cur;
-    }
-    prev[b.len()]
 }
 
 // ---------------------------------------------------------------------------------------------

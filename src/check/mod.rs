@@ -19,6 +19,7 @@ use crate::dtype::DType;
 use pattern::{resolve_einsum, resolve_pattern};
 use std::collections::{BTreeMap, HashMap};
 use tdsl_syntax::ast::{self, Arg, AxisDecl, Expr, ExprKind, FormatArg, StmtKind};
+pub use tdsl_syntax::suggest::closest;
 use tdsl_syntax::Span;
 
 /// What is known about data bound to an input before checking (from `--input`, `--weights` or
@@ -1810,32 +1811,6 @@ pub fn flow_through_rearrange(f: Format, recipe: &Recipe) -> Format {
 fn unreachable_axis() -> Axis {
     // Both operands lack slot i only if i >= rank, which the loop bound excludes.
     Axis::anon(1)
-}
-
-/// The candidate closest to `name` by edit distance, if it is close enough to be a typo.
-pub fn closest<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> Option<&'a str> {
-    let limit = (name.chars().count() / 3).max(1);
-    candidates
-        .filter(|c| *c != name)
-        .map(|c| (edit_distance(name, c), c))
-        .filter(|(d, _)| *d <= limit)
-        .min()
-        .map(|(_, c)| c)
-}
-
-fn edit_distance(a: &str, b: &str) -> usize {
-    let a: Vec<char> = a.chars().collect();
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.iter().enumerate() {
-        let mut cur = vec![i + 1];
-        for (j, cb) in b.iter().enumerate() {
-            let sub = prev[j] + usize::from(ca != cb);
-            cur.push(sub.min(prev[j + 1] + 1).min(cur[j] + 1));
-        }
-        prev = cur;
-    }
-    prev[b.len()]
 }
 
 /// The sparse operand of a *sampled* einsum (SDDMM), if it is one: of two or more operands,

@@ -19,7 +19,7 @@
 //! the exit status is 1 if any input failed.
 
 use super::render::{self, Color};
-use super::report::{bytes, duration, group};
+use super::report::{bytes, duration, group, table};
 use crate::check::{
     format_name, type_summary, Assign, Checker, Format, Init, InitKind, NodeKind, Output, Program,
     TensorRef,
@@ -1808,39 +1808,6 @@ fn perf_row(
         format!("{intensity:.2}"),
         bound.to_string(),
     ]
-}
-
-/// Columns padded to their widest cell, two spaces apart; `right` aligns right.
-fn table(rows: &[Vec<String>], right: &[bool]) -> String {
-    let n = rows.iter().map(Vec::len).max().unwrap_or(0);
-    let widths: Vec<usize> = (0..n)
-        .map(|c| {
-            rows.iter()
-                .map(|r| r.get(c).map_or(0, |s| s.chars().count()))
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let mut out = String::new();
-    for r in rows {
-        let mut line = String::new();
-        for (c, cell) in r.iter().enumerate() {
-            if c > 0 {
-                line.push_str("  ");
-            }
-            let pad = " ".repeat(widths[c] - cell.chars().count());
-            if right.get(c).copied().unwrap_or(false) {
-                line.push_str(&pad);
-                line.push_str(cell);
-            } else {
-                line.push_str(cell);
-                line.push_str(&pad);
-            }
-        }
-        out.push_str(line.trim_end());
-        out.push('\n');
-    }
-    out
 }
 
 // ------------------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ pub fn duration(d: Duration) -> String {
     }
 }
 
-fn table(rows: &[Vec<String>], right: &[bool]) -> String {
+pub(crate) fn table(rows: &[Vec<String>], right: &[bool]) -> String {
     let n = rows.iter().map(|r| r.len()).max().unwrap_or(0);
     let widths: Vec<usize> = (0..n)
         .map(|c| {

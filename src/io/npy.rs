@@ -17,6 +17,7 @@
 //! - bf16 is stored as NumPy with `ml_dtypes` stores it; see [`Elem::BF16`].
 //! - Every error is a [`Diagnostic`] (without labels) whose message names the file.
 
+use super::{read_error, write_error};
 use std::ffi::OsString;
 use std::fmt::{self, Display};
 use std::fs::{self, File};
@@ -893,37 +894,12 @@ fn checked_extent(
 }
 
 fn invalid(path: &Path, what: impl Display) -> Diagnostic {
-    Diagnostic::new(
-        Code::NpyInvalid,
-        format!("invalid .npy file `{}`: {what}", path.display()),
-    )
+    super::invalid_file(Code::NpyInvalid, ".npy", path, what)
 }
 
-fn read_error(path: &Path, e: &io::Error) -> Diagnostic {
-    Diagnostic::new(
-        Code::FileRead,
-        format!("cannot read `{}`: {e}", path.display()),
-    )
-}
-
-/// An error while reading bytes whose presence was already checked: running out means the file
-/// changed under us (or lied in a way we missed), anything else is an I/O error.
+/// An error while reading bytes whose presence was already checked.
 fn data_error(path: &Path, e: &io::Error) -> Diagnostic {
-    if e.kind() == io::ErrorKind::UnexpectedEof {
-        invalid(
-            path,
-            "the file ended early (did it change while being read?)",
-        )
-    } else {
-        read_error(path, e)
-    }
-}
-
-fn write_error(path: &Path, what: impl Display) -> Diagnostic {
-    Diagnostic::new(
-        Code::FileWrite,
-        format!("cannot write `{}`: {what}", path.display()),
-    )
+    super::data_error(path, e, invalid)
 }
 
 /// A shape as Python writes a tuple: `()`, `(3,)`, `(2, 3)`.

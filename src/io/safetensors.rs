@@ -16,6 +16,7 @@
 //!   the target and renames it, so a failed write leaves no partial file.
 //! - Every error is a [`Diagnostic`] (without labels) whose message names the file.
 
+use super::{read_error, write_error};
 use std::fmt::Display;
 use std::fs::File;
 use std::io::{self, BufReader, Read, Seek, SeekFrom};
@@ -626,7 +627,7 @@ fn not_found_help(name: &str, names: &[String]) -> String {
     }
     let closest = names
         .iter()
-        .map(|n| (edit_distance(name, n), n))
+        .map(|n| (tdsl_syntax::suggest::edit_distance(name, n), n))
         .min_by_key(|&(d, _)| d);
     if let Some((d, n)) = closest {
         if d <= (name.chars().count() / 3).max(1) {
@@ -646,53 +647,13 @@ fn not_found_help(name: &str, names: &[String]) -> String {
     }
 }
 
-/// Levenshtein distance over chars.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    let mut cur = vec![0; b.len() + 1];
-    for (i, ca) in a.chars().enumerate() {
-        cur[0] = i + 1;
-        for (j, &cb) in b.iter().enumerate() {
-            let subst = prev[j] + usize::from(ca != cb);
-            cur[j + 1] = subst.min(prev[j + 1] + 1).min(cur[j] + 1);
-        }
-        std::mem::swap(&mut prev, &mut cur);
-    }
-    prev[b.len()]
-}
-
 fn invalid(path: &Path, what: impl Display) -> Diagnostic {
-    Diagnostic::new(
-        Code::SafetensorsInvalid,
-        format!("invalid .safetensors file `{}`: {what}", path.display()),
-    )
-}
-
-fn read_error(path: &Path, e: &io::Error) -> Diagnostic {
-    Diagnostic::new(
-        Code::FileRead,
-        format!("cannot read `{}`: {e}", path.display()),
-    )
+    super::invalid_file(Code::SafetensorsInvalid, ".safetensors", path, what)
 }
 
 /// An error while reading bytes whose presence was already checked.
 fn data_error(path: &Path, e: &io::Error) -> Diagnostic {
-    if e.kind() == io::ErrorKind::UnexpectedEof {
-        invalid(
-            path,
-            "the file ended early (did it change while being read?)",
-        )
-    } else {
-        read_error(path, e)
-    }
-}
-
-fn write_error(path: &Path, what: impl Display) -> Diagnostic {
-    Diagnostic::new(
-        Code::FileWrite,
-        format!("cannot write `{}`: {what}", path.display()),
-    )
+    super::data_error(path, e, invalid)
 }
 
 #[cfg(test)]
@@ -934,13 +895,5 @@ mod tests {
             &[],
         );
         assert_eq!(fs::read_dir(dir.path()).expect("read_dir").count(), 0);
-    }
-
-    #[test]
-    fn edit_distance_counts_edits() {
-        assert_eq!(edit_distance("", "abc"), 3);
-        assert_eq!(edit_distance("kitten", "sitting"), 3);
-        assert_eq!(edit_distance("wieght", "weight"), 2);
-        assert_eq!(edit_distance("same", "same"), 0);
     }
 }

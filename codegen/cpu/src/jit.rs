@@ -256,9 +256,13 @@ unsafe impl<T> Sync for GemmPtrs<T> {}
 #[derive(Debug)]
 pub(crate) struct ViewOutOfBounds;
 
+/// Multiply-adds below which a (batched) GEMM runs on one thread (2^21: about 4 MFLOP, tens
+/// of microseconds on one core, where a rayon fork-join costs ~10-100 µs).
+const MIN_PARALLEL_MACS: u128 = 1 << 21;
+
 /// `dst[b] = lhs[b]·rhs[b]` (or `+=` with `accumulate`) for every batch `b`; `lhs` is m×k, `rhs`
-/// k×n, `dst` m×n. Uses `threads` threads: across batches when there are enough of them and
-/// their destinations are disjoint, else inside each product.
+/// k×n, `dst` m×n. Uses `threads` threads (one below [`MIN_PARALLEL_MACS`]): across batches
+/// when there are enough of them and their destinations are disjoint, else inside each product.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn gemm_batched<T: Copy + Send + Sync + 'static>(
     m: usize,
@@ -333,7 +337,13 @@ pub(crate) fn gemm_batched<T: Copy + Send + Sync + 'static>(
             )
         }
     };
-    let threads = threads.max(1);
+    // Small products stay on the calling thread: waking the pool costs more than they take.
+    let macs = (m as u128) * (n as u128) * (k as u128) * (n_batch as u128);
+    let threads = if macs < MIN_PARALLEL_MACS {
+        1
+    } else {
+        threads.max(1)
+    };
     if threads > 1 && n_batch >= threads && disjoint && dst_injective {
         (0..n_batch)
             .into_par_iter()
