@@ -5,6 +5,8 @@
 //! always exactly an f16. Reductions and einsum sums accumulate in f64. Sparse inputs are
 //! evaluated through their dense values. This module shares no code with the planner.
 
+mod prune;
+
 use crate::check::{
     BinaryFn, EinsumSpec, NodeKind, OutElem, Program, Recipe, ReduceOp, TensorRef, UnaryFn,
 };
@@ -74,17 +76,10 @@ pub fn run_all(program: &Program, inputs: &[Tensor]) -> Vec<Tensor> {
         .collect()
 }
 
-/// The dense values of `sparsify(x, format, select)`: `x` with the dropped entries zero.
+/// The dense values of `sparsify(x, format, select)`: `x` with the dropped entries zero (the
+/// oracle's own pruning, `prune.rs`).
 fn sparsify(x: &Value, format: crate::check::Format, select: crate::check::Select) -> Vec<f64> {
-    let layout = crate::sparse::layout(format, x.shape.len());
-    let pruned = layout.and_then(|l| {
-        tdsl_sparse::prune::sparsify(tdsl_sparse::ValuesRef::F64(&x.data), &x.shape, l, select).ok()
-    });
-    match pruned.and_then(|t| tdsl_sparse::prune::to_dense_f64(t.as_ref()).ok()) {
-        Some(v) => v,
-        // The checker admits only formats that fit the shape; keep the values if not.
-        None => x.data.clone(),
-    }
+    prune::sparsify(&x.data, &x.shape, format, select)
 }
 
 fn eval_all(program: &Program, inputs: &[Tensor]) -> Vec<Value> {

@@ -8,7 +8,10 @@
 //!   the actual buffers before any generated code runs);
 //! - `gemm.rs`: `LibCall::Gemm` through the `gemm` crate;
 //! - `helpers.rs`: scalar transcendental helpers the generated code calls;
-//! - `key.rs`: the kernel cache key.
+//! - `key.rs`: the kernel cache key;
+//! - `spmm/`: the sparse × dense kernels (`spmm`: register-blocked BSR and 2:4 kernels, CSR
+//!   balanced by nonzeros; `simd.rs`: AVX2/AVX-512 micro-kernels chosen at run time, the only
+//!   `unsafe` besides `jit.rs`; `tests.rs` against a brute-force decoder).
 //!
 //! Each kernel is cut at its top-level library calls into *segments*; every other segment is one
 //! generated function `extern "C" fn(bufs, lo, hi)`. A segment that is a single parallel `Range`
@@ -26,6 +29,7 @@ mod key;
 mod lower;
 mod seam;
 mod sparse;
+pub mod spmm;
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -1,10 +1,10 @@
-//! Sparse library calls (`SpMM`, `Sparsify`, `Densify`) on host buffers, through `tdsl-sparse`.
+//! Sparse library calls (`SpMM`, `Sparsify`, `Densify`) on host buffers, through `crate::spmm` and `tdsl-sparse`.
 //!
 //! The kernels are safe code that check their own arguments; sparse products run on the
 //! current rayon pool with the best instruction set this CPU has.
 
+use crate::spmm::{self as kernels, DenseMut, DenseRef, Isa};
 use tdsl_loop::{data, Data, LibCall, MatView, Side};
-use tdsl_sparse::kernels::{self, DenseMut, DenseRef, Isa};
 
 /// Runs one sparse library call.
 pub(crate) fn run(call: &LibCall, bufs: &mut [Data], _threads: usize) -> Result<(), String> {

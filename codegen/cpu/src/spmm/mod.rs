@@ -29,8 +29,10 @@
 use half::{bf16, f16};
 use rayon::prelude::*;
 
-use crate::simd;
-use crate::storage::{Layout, SparseRef, ValuesRef};
+use tdsl_sparse::{Layout, SparseRef, ValuesRef};
+
+#[allow(unsafe_code)]
+mod simd;
 
 /// A strided read-only dense matrix: element `(r, c)` is `data[offset + r·rs + c·cs]`.
 #[derive(Debug, Clone, Copy)]
@@ -1077,5 +1079,4 @@ fn csr_left_f32<T: Compute>(
 }
 
 #[cfg(test)]
-#[path = "kernels_tests.rs"]
 mod tests;

@@ -1,6 +1,6 @@
-//! Timings of `tdsl_sparse::kernels::spmm` on 4096 × 4096 sparse matrices with 2 threads.
+//! Timings of `tdsl_cpu::spmm::spmm` on 4096 × 4096 sparse matrices with 2 threads.
 //!
-//! `cargo run --release -p tdsl-sparse --example spmm_bench [filter]`
+//! `cargo run --release -p tdsl-cpu --example spmm_bench [filter]`
 //!
 //! Prints the median of 9 runs (after one warm-up) per case. With `AVX2=1` in the environment the 2:4 and
 //! CSR cases are also timed with [`Isa::Avx2`]. Check that the machine is quiet
@@ -9,7 +9,7 @@
 use std::time::Instant;
 
 use half::f16;
-use tdsl_sparse::kernels::{spmm, DenseMut, DenseRef, Isa, Side};
+use tdsl_cpu::spmm::{spmm, DenseMut, DenseRef, Isa, Side};
 use tdsl_sparse::{Layout, SparseTensor, Values};
 
 const M: usize = 4096;

@@ -2,8 +2,8 @@
 //! to dense here, independently of the crate's own conversions.
 
 use super::*;
-use crate::storage::{Layout, SparseRef, Values};
 use proptest::prelude::*;
+use tdsl_sparse::{Layout, SparseRef, Values};
 
 /// A tiny deterministic generator (xorshift64*).
 struct Rng(u64);

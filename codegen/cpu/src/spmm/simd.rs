@@ -1,4 +1,4 @@
-//! SIMD micro-kernels for the f32 fast paths of [`crate::kernels`]: the only module of this
+//! SIMD micro-kernels for the f32 fast paths of [`super`] (`spmm`): the only module of this
 //! crate with `unsafe` code.
 //!
 //! Every public function here is safe: it checks every index and range it will touch against
@@ -12,7 +12,7 @@
 
 use half::{bf16, f16};
 
-use crate::kernels::Isa;
+use super::Isa;
 
 /// Values as the kernels load them.
 #[derive(Debug, Clone, Copy)]
@@ -416,8 +416,8 @@ mod x86 {
     // Register tiles read best as index loops over their constant extents.
     #![allow(clippy::needless_range_loop)]
 
+    use super::Isa;
     use super::{ColIndex, Mat, MatMut, ValSlice};
-    use crate::kernels::Isa;
     use half::{bf16, f16};
     use std::arch::x86_64::*;
 
