@@ -89,16 +89,24 @@ pub fn backend_diagnostic(e: BackendError, plan: &Plan) -> Diagnostic {
             internal(format!("running compiled kernels failed: {}", e.message))
         }
     };
-    match e.kernel.and_then(|k| plan.loops.kernels.get(k)) {
-        Some(kernel) => {
-            let help = match &d.help {
-                Some(h) => format!("{h} (the kernel computes `{}`)", kernel.origin),
-                None => format!("the kernel computes `{}`", kernel.origin),
-            };
-            d.help(help)
-        }
+    let Some(kernel) = e.kernel.and_then(|k| plan.loops.kernels.get(k)) else {
+        return d;
+    };
+    let d = match kernel.source {
+        Some(s) => d.label(
+            tdsl_syntax::Span {
+                start: s.start,
+                end: s.end,
+            },
+            format!("kernel {} computes this", kernel.name),
+        ),
         None => d,
-    }
+    };
+    let help = match &d.help {
+        Some(h) => format!("{h} (the kernel computes `{}`)", kernel.origin),
+        None => format!("the kernel computes `{}`", kernel.origin),
+    };
+    d.help(help)
 }
 
 /// Timings of one JIT run.

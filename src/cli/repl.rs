@@ -494,18 +494,13 @@ fn runnable(p: &Program) -> (Program, Vec<String>) {
     (q, added)
 }
 
-/// Whether a kernel's origin (`scores: einsum step 1/1`) belongs to statement `name`: its
-/// statement is `name`, or (for other origins such as `output y`) it starts with `name`.
-fn origin_matches(origin: &str, name: &str) -> bool {
-    match origin.split_once(':') {
-        Some((stmt, _)) => stmt == name,
-        None => origin.starts_with(name),
-    }
-}
-
-/// The statement a kernel origin names.
-fn origin_statement(origin: &str) -> &str {
-    origin.split_once(':').map_or(origin, |(s, _)| s)
+/// The statement a kernel computes (its `SourceRef`), or its origin text for kernels that
+/// compute no assignment (output copies, input expansions).
+fn kernel_statement<'a>(p: &'a Program, k: &'a tdsl_loop::Kernel) -> &'a str {
+    k.source
+        .and_then(|s| s.statement)
+        .and_then(|i| p.assigns.get(i as usize))
+        .map_or(k.origin.as_str(), |a| a.name.as_str())
 }
 
 /// Largest sparse input generated up front (elements), to count stored entries for costs.
@@ -974,7 +969,7 @@ impl Session {
             return Ok((0..ks.len()).collect());
         };
         let sel: Vec<usize> = (0..ks.len())
-            .filter(|&k| origin_matches(&ks[k].origin, name))
+            .filter(|&k| kernel_statement(self.prog(), &ks[k]) == name)
             .collect();
         let sel = if sel.is_empty() {
             (0..ks.len())
@@ -1231,7 +1226,7 @@ impl Session {
             let secs = d.as_secs_f64();
             *timing
                 .statements
-                .entry(origin_statement(&kern.origin).to_string())
+                .entry(kernel_statement(self.prog(), kern).to_string())
                 .or_default() += secs;
             if !sel.contains(&k) {
                 continue;
@@ -1992,14 +1987,6 @@ mod tests {
         assert!(!incomplete(":plan q"));
         assert!(!incomplete("y = x)"));
         assert!(!incomplete("y = einsum(a,\n b, \"i j, j k -> i k\")"));
-    }
-
-    #[test]
-    fn origins() {
-        assert!(origin_matches("scores: einsum step 1/1", "scores"));
-        assert!(!origin_matches("scores2: einsum step 1/1", "scores"));
-        assert!(origin_matches("output y", "output"));
-        assert_eq!(origin_statement("p: elementwise"), "p");
     }
 
     #[test]

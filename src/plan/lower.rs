@@ -32,7 +32,8 @@ use crate::dtype::DType;
 use std::collections::{BTreeMap, BTreeSet};
 use tdsl_loop::{
     AccId, AccOp, BinOp, BufId, Buffer, ElemType, Expr, Index, Iter, Kernel, LibCall, Loop,
-    LoopProgram, MatView, Part, Role, Side, SparseLayout, SparseOperand, Stmt, UnOp, VarId,
+    LoopProgram, MatView, Part, Role, Side, SourceRef, SparseLayout, SparseOperand, Stmt, UnOp,
+    VarId,
 };
 
 /// A reduction placed in a kernel: the node and the atoms of its output coordinates.
@@ -356,6 +357,7 @@ impl<'a> Planner<'a> {
             let buffers_before = self.out.buffers.len();
             match self.lower_node(id) {
                 Ok(()) => {
+                    self.tag_sources(kernels_before, self.source_of(id));
                     done.insert(id);
                 }
                 Err(Retry::Materialise(m)) => {
@@ -374,6 +376,23 @@ impl<'a> Planner<'a> {
         }
         // Outputs that alias inputs or other outputs: copies.
         for (k, src) in out_nodes {
+            let before = self.out.kernels.len();
+            self.output_copy(k, src);
+            let span = p.outputs[k].span;
+            let source = SourceRef {
+                statement: None,
+                start: span.start,
+                end: span.end,
+            };
+            self.tag_sources(before, source);
+        }
+        Ok(())
+    }
+
+    /// The copy (or expansion) into output `k`'s buffer of the value it aliases.
+    fn output_copy(&mut self, k: usize, src: Option<NodeId>) {
+        let p = self.p;
+        {
             let src_buf = match src {
                 Some(n) => self.mat[&n],
                 None => match p.outputs[k].tensor {
@@ -382,11 +401,11 @@ impl<'a> Planner<'a> {
                             let dst = self.output_bufs[k];
                             let origin = format!("output {}", p.outputs[k].name);
                             self.push_call(LibCall::Densify { s, dst }, &origin);
-                            continue;
+                            return;
                         }
                         None => self.input_bufs[i],
                     },
-                    TensorRef::Assign(_) => continue,
+                    TensorRef::Assign(_) => return,
                 },
             };
             let dst = self.output_bufs[k];
@@ -395,7 +414,29 @@ impl<'a> Planner<'a> {
                 self.copy_kernel(src_buf, dst, &ext, &format!("output {}", p.outputs[k].name));
             self.out.kernels.push(kernel);
         }
-        Ok(())
+    }
+
+    /// Where node `id` is in the source: its assignment and its span.
+    fn source_of(&self, id: NodeId) -> SourceRef {
+        let statement = self
+            .p
+            .assigns
+            .iter()
+            .position(|a| a.node.idx() >= id.idx())
+            .map(|i| i as u32);
+        let span = self.p.node(id).span;
+        SourceRef {
+            statement,
+            start: span.start,
+            end: span.end,
+        }
+    }
+
+    /// Gives the kernels from index `from` on that have no source yet `source`.
+    fn tag_sources(&mut self, from: usize, source: SourceRef) {
+        for k in self.out.kernels.iter_mut().skip(from) {
+            k.source.get_or_insert(source);
+        }
     }
 
     /// The diagnostic for a planner invariant that failed while lowering node `id`.
@@ -760,6 +801,7 @@ impl<'a> Planner<'a> {
         let accumulate = Kernel {
             name: String::new(),
             origin: self.origin(id),
+            source: None,
             // The outermost loop may be split across threads only if it is a kept axis: a
             // reduced axis outermost would have iterations writing the same outputs.
             body: close_nest(
@@ -801,6 +843,7 @@ impl<'a> Planner<'a> {
         Kernel {
             name: String::new(),
             origin: origin.to_string(),
+            source: None,
             body: close_nest(nest, vec![Stmt::Store { buf, index, value }], true, ty),
         }
     }
@@ -822,6 +865,7 @@ impl<'a> Planner<'a> {
         Kernel {
             name: String::new(),
             origin: origin.to_string(),
+            source: None,
             body: close_nest(nest, vec![Stmt::Store { buf, index, value }], true, ty),
         }
     }
@@ -901,6 +945,7 @@ impl<'a> Planner<'a> {
         Ok(Kernel {
             name: format!("k{}", self.out.kernels.len()),
             origin: self.origin(id),
+            source: None,
             body,
         })
     }
@@ -1269,6 +1314,7 @@ impl<'a> Planner<'a> {
         Kernel {
             name: format!("k{}", self.out.kernels.len()),
             origin: origin.to_string(),
+            source: None,
             body: close_nest(nest, vec![store], true, ty),
         }
     }
@@ -1465,6 +1511,13 @@ impl<'a> Planner<'a> {
                     let b = self.ensure_buffer(id);
                     let origin = format!("{}: dense", self.p.inputs[i].name);
                     self.push_call(LibCall::Densify { s, dst: b }, &origin);
+                    let span = self.p.inputs[i].span;
+                    let source = SourceRef {
+                        statement: None,
+                        start: span.start,
+                        end: span.end,
+                    };
+                    self.tag_sources(self.out.kernels.len() - 1, source);
                     expanded.insert(i, b);
                     b
                 }
@@ -1523,6 +1576,7 @@ impl<'a> Planner<'a> {
         self.out.kernels.push(Kernel {
             name: format!("k{}", self.out.kernels.len()),
             origin: origin.to_string(),
+            source: None,
             body: vec![Stmt::Call(call)],
         });
     }
@@ -1856,6 +1910,7 @@ impl<'a> Planner<'a> {
         self.out.kernels.push(Kernel {
             name: format!("k{}", self.out.kernels.len()),
             origin: self.origin(id),
+            source: None,
             body,
         });
         Ok(out)
@@ -2227,6 +2282,7 @@ impl<'a> Planner<'a> {
         kernels.push(Kernel {
             name: format!("k{}", self.out.kernels.len() + kernels.len()),
             origin: origin.to_string(),
+            source: None,
             body: vec![Stmt::Call(call)],
         });
         if let Some(t) = copy_back {
@@ -2309,6 +2365,7 @@ impl<'a> Planner<'a> {
         Kernel {
             name: format!("k{}", self.out.kernels.len()),
             origin: format!("{origin} (relayout)"),
+            source: None,
             body: close_nest(nest, vec![store], true, elem_type(dst.dtype)),
         }
     }
@@ -2407,6 +2464,7 @@ impl<'a> Planner<'a> {
         Kernel {
             name: format!("k{}", self.out.kernels.len()),
             origin,
+            source: None,
             body: close_nest(nest, body, true, elem_type(out.dtype)),
         }
     }

@@ -32,6 +32,49 @@ fn plan_snapshots() {
     }
 }
 
+/// Every kernel the planner makes knows its source: the statement it computes (when it computes
+/// an assignment) and a byte range that lies inside the script, pointing at the expression.
+#[test]
+fn every_kernel_points_at_its_source() {
+    for dir in ["examples", "bench"] {
+        for e in std::fs::read_dir(repo().join(dir)).unwrap() {
+            let path = e.unwrap().path();
+            if path.extension().is_none_or(|x| x != "tdsl") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            let program = tdsl::compile(&text, &Default::default()).unwrap();
+            let plan = tdsl::plan::lower::plan_program(&program).unwrap();
+            for k in &plan.loops.kernels {
+                let s = k.source.unwrap_or_else(|| {
+                    panic!("{}: kernel {} has no source", path.display(), k.name)
+                });
+                assert!(
+                    s.start < s.end && s.end as usize <= text.len(),
+                    "{}: {s:?}",
+                    path.display()
+                );
+                if let Some(i) = s.statement {
+                    let a = &program.assigns[i as usize];
+                    assert!(
+                        k.origin.starts_with(&a.name),
+                        "{}: kernel {} ({}) says statement {}",
+                        path.display(),
+                        k.name,
+                        k.origin,
+                        a.name
+                    );
+                    assert!(
+                        a.span.start <= s.start && s.end <= a.span.end,
+                        "{}",
+                        path.display()
+                    );
+                }
+            }
+        }
+    }
+}
+
 /// Loops that read a buffer, counted over a kernel: a rough "passes over the data" measure.
 fn loops_reading(stmts: &[Stmt], buf: u32) -> usize {
     let mut n = 0;

@@ -80,6 +80,7 @@ pub(crate) fn kernel_key(p: &LoopProgram, k: &Kernel, target: &str, opts: &Lower
     let k = Kernel {
         name: String::new(),
         origin: String::new(),
+        source: None,
         body: k.body.clone(),
     };
     let mut s = tdsl_loop::print::print_kernel(&blank, &k);

@@ -765,6 +765,7 @@ pub(crate) mod tests {
             kernels: vec![Kernel {
                 name: name.into(),
                 origin: origin.into(),
+                source: None,
                 body,
             }],
         }
@@ -936,6 +937,7 @@ pub(crate) mod tests {
             kernels: vec![Kernel {
                 name: "k0".into(),
                 origin: "c = einsum(a, w, \"b m k, k n -> b m n\")".into(),
+                source: None,
                 body: vec![Stmt::Call(LibCall::Gemm {
                     m,
                     n,
@@ -1483,6 +1485,7 @@ pub(crate) mod tests {
         p.kernels.push(Kernel {
             name: "k1".into(),
             origin: "y = 2 * t".into(),
+            source: None,
             body: vec![range(
                 0,
                 2,

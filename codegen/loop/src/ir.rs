@@ -561,12 +561,25 @@ pub enum Stmt {
     Call(LibCall),
 }
 
+/// Where in the source a kernel comes from, as data: the statement (an index into the typed
+/// program's assignments, when the kernel computes one) and the byte range of the expression
+/// it computes. Reports and backend errors point at source text through it, never by parsing
+/// `Kernel::origin`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SourceRef {
+    pub statement: Option<u32>,
+    pub start: u32,
+    pub end: u32,
+}
+
 /// One compiled unit: a CPU function or (later) one CUDA `__global__`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Kernel {
     pub name: String,
-    /// What the kernel computes, in source terms (for reports and errors).
+    /// What the kernel computes, in source terms (for reports; `source` is the typed form).
     pub origin: String,
+    /// The source text the kernel computes (`None` for hand-built programs).
+    pub source: Option<SourceRef>,
     pub body: Vec<Stmt>,
 }
 

@@ -73,6 +73,7 @@ use std::fmt::Write;
 ///     kernels: vec![Kernel {
 ///         name: "k0".into(),
 ///         origin: "y = 1".into(),
+///         source: None,
 ///         body: vec![Stmt::Loop(Loop {
 ///             var: VarId(0),
 ///             iter: Iter::Range { extent: 4 },
@@ -1007,6 +1008,7 @@ a0 = min(a0, a0 + %0[1])
         p.kernels.push(Kernel {
             name: "k1".into(),
             origin: String::new(),
+            source: None,
             body: vec![],
         });
         assert_eq!(
@@ -1030,6 +1032,7 @@ kernel k1:
         p.kernels.push(Kernel {
             name: "k1".into(),
             origin: "z = y".into(),
+            source: None,
             body: vec![range(
                 0,
                 3,

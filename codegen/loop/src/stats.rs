@@ -169,6 +169,7 @@ mod tests {
             kernels: vec![Kernel {
                 name: "k0".into(),
                 origin: String::new(),
+                source: None,
                 body: vec![Stmt::Loop(Loop {
                     var: VarId(0),
                     iter: Iter::Range { extent: 3 },

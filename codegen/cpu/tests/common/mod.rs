@@ -86,6 +86,7 @@ pub fn kernel(name: &str, body: Vec<Stmt>) -> Kernel {
     Kernel {
         name: name.into(),
         origin: name.into(),
+        source: None,
         body,
     }
 }
