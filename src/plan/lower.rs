@@ -30,6 +30,7 @@ use crate::check::{
 use crate::diag::{Code, Diagnostic};
 use crate::dtype::DType;
 use std::collections::{BTreeMap, BTreeSet};
+use tdsl_loop::{passes, walk};
 use tdsl_loop::{
     AccId, AccOp, BinOp, BufId, Buffer, ElemType, Expr, Index, Iter, Kernel, LibCall, Loop,
     LoopProgram, MatView, Part, Role, Side, SourceRef, SparseLayout, SparseOperand, Stmt, UnOp,
@@ -779,7 +780,7 @@ impl<'a> Planner<'a> {
                     terms,
                 }
             };
-            xe = map_loads(&xe, &split);
+            xe = xe.map_indices(&split);
             out_index = split(&out_index);
         }
         if nest.pre.iter().any(|p| !p.is_empty()) {
@@ -932,16 +933,13 @@ impl<'a> Planner<'a> {
             value: cast_to(value, self.expr_ty(id), dtype.compute()),
         };
         let body = close_nest(nest, vec![store], true, dtype);
-        let body = fold_accumulators(unroll_small_loops(body));
-        let body = mark_vector(
+        let body = passes::run_kernel_passes(
             body,
-            if dtype.compute() == ElemType::F64 {
-                2
-            } else {
-                4
+            &passes::PassContext {
+                compute: dtype.compute(),
+                first_free_var: self.next_var,
             },
         );
-        let body = tile_transpose(body, self.next_var);
         Ok(Kernel {
             name: format!("k{}", self.out.kernels.len()),
             origin: self.origin(id),
@@ -1196,7 +1194,7 @@ impl<'a> Planner<'a> {
         }];
         stmts.extend(loops);
         // Placement: the deepest enclosing loop whose variable the statements use.
-        let used = stmt_vars(&stmts);
+        let used = walk::stmt_vars(&stmts);
         let mut place = (0usize, 0usize);
         for (k, n) in self.env.iter().enumerate() {
             for (d, (v, _)) in n.vars.iter().enumerate() {
@@ -1206,8 +1204,8 @@ impl<'a> Planner<'a> {
             }
         }
         // It must also follow the accumulators it reads (a reduction of a reduction).
-        let declared = stmt_lets(&stmts);
-        for a in stmt_accs(&stmts) {
+        let declared = walk::stmt_lets(&stmts);
+        for a in walk::stmt_accs(&stmts) {
             if declared.contains(&a) {
                 continue;
             }
@@ -2517,345 +2515,11 @@ fn cast_to(e: Expr, from: ElemType, to: ElemType) -> Expr {
     }
 }
 
-/// Cache-blocks a transposing map: when a perfect loop nest ends in one store that is
-/// unit-stride in the innermost variable `v`, while some load walks `v` with a large stride and is
-/// unit-stride in another variable `u`, both `u` and `v` are split into tiles and the
-/// tile loops move outward. Every cache line a tile touches, read or written, is then used whole
-/// before it is evicted. Nests that are not such maps, or whose extents the tile does not
-/// divide, are returned unchanged.
-fn tile_transpose(body: Vec<Stmt>, first_free_var: u32) -> Vec<Stmt> {
-    // Peel the perfect nest.
-    let mut loops: Vec<(VarId, u64)> = Vec::new();
-    let mut cur = &body;
-    let store = loop {
-        match cur.as_slice() {
-            [Stmt::Loop(l)] => {
-                let Iter::Range { extent } = l.iter else {
-                    return body;
-                };
-                loops.push((l.var, extent));
-                cur = &l.body;
-            }
-            [s @ Stmt::Store { .. }] => break s.clone(),
-            _ => return body,
-        }
-    };
-    let Stmt::Store { buf, index, value } = store else {
-        return body;
-    };
-    let Some(&(v, v_ext)) = loops.last() else {
-        return body;
-    };
-    if index.stride_of(v) != 1 {
-        return body;
-    }
-    let mut loads = Vec::new();
-    collect_loads(&value, &mut loads);
-    let u = loads.iter().find_map(|ix| {
-        let sv = ix.stride_of(v);
-        if sv == 0 || sv == 1 {
-            return None;
-        }
-        loops
-            .iter()
-            .find(|(w, _)| *w != v && ix.stride_of(*w) == 1)
-            .copied()
-    });
-    let Some((u, u_ext)) = u else { return body };
-    // Tile edges, measured on transpose 4096² and NHWC permutes (bench/RESULTS.md): long runs
-    // along `u`, whose loads are contiguous, and short runs along `v` when `v`'s load stride is
-    // a multiple of 4 KiB — then every row of a tile maps to the same L1 set, and more than 8
-    // rows thrash it.
-    let fit = |e: u64, sizes: &[u64]| {
-        sizes
-            .iter()
-            .copied()
-            .find(|&t| e.is_multiple_of(t) && e >= 2 * t)
-    };
-    let aliasing = loads
-        .iter()
-        .any(|ix| ix.stride_of(v).unsigned_abs().is_multiple_of(1024));
-    let Some(tu) = fit(u_ext, &[256, 128, 64, 32, 16, 8, 4]) else {
-        return body;
-    };
-    let tv = if aliasing {
-        fit(v_ext, &[8, 4])
-    } else {
-        Some(fit(v_ext, &[64, 32, 16, 8]).unwrap_or(v_ext))
-    };
-    let Some(tv) = tv else {
-        return body;
-    };
-    let (uo, ui, vo, vi) = (
-        VarId(first_free_var),
-        VarId(first_free_var + 1),
-        VarId(first_free_var + 2),
-        VarId(first_free_var + 3),
-    );
-    let split = |ix: &Index| -> Index {
-        let mut terms = Vec::new();
-        for &(w, s) in &ix.terms {
-            if w == u {
-                terms.push((uo, s * tu as i64));
-                terms.push((ui, s));
-            } else if w == v {
-                terms.push((vo, s * tv as i64));
-                terms.push((vi, s));
-            } else {
-                terms.push((w, s));
-            }
-        }
-        Index {
-            offset: ix.offset,
-            terms,
-        }
-    };
-    let store = Stmt::Store {
-        buf,
-        index: split(&index),
-        value: map_loads(&value, &split),
-    };
-    let mut order: Vec<(VarId, u64)> = loops
-        .iter()
-        .copied()
-        .filter(|(w, _)| *w != u && *w != v)
-        .collect();
-    order.extend([(uo, u_ext / tu), (vo, v_ext / tv), (ui, tu), (vi, tv)]);
-    let mut out = vec![store];
-    let n = order.len();
-    for (d, (w, e)) in order.into_iter().enumerate().rev() {
-        out = vec![Stmt::Loop(Loop {
-            var: w,
-            iter: Iter::Range { extent: e },
-            parallel: d == 0,
-            vector: 1,
-            gpu: None,
-            body: out,
-        })];
-        let _ = n;
-    }
-    out
-}
-
-/// Gives innermost loops (after unrolling) the vector hint; the backend vectorises only where
-/// strides allow.
-fn mark_vector(body: Vec<Stmt>, lanes: u32) -> Vec<Stmt> {
-    body.into_iter()
-        .map(|s| match s {
-            Stmt::Loop(mut l) => {
-                l.body = mark_vector(l.body, lanes);
-                if !l.body.iter().any(|s| matches!(s, Stmt::Loop(_))) && l.vector == 1 {
-                    l.vector = lanes;
-                }
-                Stmt::Loop(l)
-            }
-            other => other,
-        })
-        .collect()
-}
-
-/// Loops of at most this many iterations, with no loops inside, are unrolled.
-const UNROLL: u64 = 4;
-
-/// Unrolls short innermost loops (the 2×2 window of a pooling reduce, a unit of 3 colours): each
-/// copy of the body has the loop variable replaced by its value, folded into index offsets.
-fn unroll_small_loops(body: Vec<Stmt>) -> Vec<Stmt> {
-    let mut out = Vec::with_capacity(body.len());
-    for s in body {
-        match s {
-            Stmt::Loop(mut l) => {
-                l.body = unroll_small_loops(l.body);
-                let small = matches!(l.iter, Iter::Range { extent } if extent <= UNROLL);
-                let leaf = !l
-                    .body
-                    .iter()
-                    .any(|s| matches!(s, Stmt::Loop(_) | Stmt::Let { .. } | Stmt::Call(_)));
-                if small && leaf && !l.parallel {
-                    let Iter::Range { extent } = l.iter else {
-                        unreachable_iter()
-                    };
-                    for i in 0..extent {
-                        for st in &l.body {
-                            out.push(subst_var(st, l.var, i as i64));
-                        }
-                    }
-                } else {
-                    out.push(Stmt::Loop(l));
-                }
-            }
-            other => out.push(other),
-        }
-    }
-    out
-}
-
-fn unreachable_iter() -> ! {
-    // `small` above only holds for `Iter::Range`.
-    panic!("unroll_small_loops: not a range loop")
-}
-
-/// A statement with loop variable `v` replaced by the constant `value`.
-fn subst_var(s: &Stmt, v: VarId, value: i64) -> Stmt {
-    let fix = |ix: &Index| -> Index {
-        let mut out = Index {
-            offset: ix.offset,
-            terms: Vec::new(),
-        };
-        for &(w, st) in &ix.terms {
-            if w == v {
-                out.offset += st * value;
-            } else {
-                out.terms.push((w, st));
-            }
-        }
-        out
-    };
-    match s {
-        Stmt::Update { acc, op, value: e } => Stmt::Update {
-            acc: *acc,
-            op: *op,
-            value: map_loads(e, &fix),
-        },
-        Stmt::Store {
-            buf,
-            index,
-            value: e,
-        } => Stmt::Store {
-            buf: *buf,
-            index: fix(index),
-            value: map_loads(e, &fix),
-        },
-        Stmt::Let { acc, ty, init } => Stmt::Let {
-            acc: *acc,
-            ty: *ty,
-            init: map_loads(init, &fix),
-        },
-        other => other.clone(),
-    }
-}
-
-/// Replaces an accumulator that is declared, updated a few times in straight-line code and then
-/// read by straight-line statements with the expression it computes, so a pooling window becomes
-/// one expression (`max(max(a, b), max(c, d))`) and its loop a plain vectorisable map.
-fn fold_accumulators(body: Vec<Stmt>) -> Vec<Stmt> {
-    let mut body: Vec<Stmt> = body
-        .into_iter()
-        .map(|s| match s {
-            Stmt::Loop(mut l) => {
-                l.body = fold_accumulators(l.body);
-                Stmt::Loop(l)
-            }
-            other => other,
-        })
-        .collect();
-    let mut i = 0;
-    while i < body.len() {
-        let Stmt::Let { acc, ty, init } = &body[i] else {
-            i += 1;
-            continue;
-        };
-        let (acc, ty) = (*acc, *ty);
-        let mut expr: Option<Expr> = None;
-        let mut j = i + 1;
-        while let Some(Stmt::Update { acc: a, op, value }) = body.get(j) {
-            if *a != acc || stmt_accs(std::slice::from_ref(&body[j])).contains(&acc) {
-                break;
-            }
-            let prev = expr.take();
-            expr = Some(match (op, prev) {
-                (AccOp::Set, _) => value.clone(),
-                (_, None) if matches!(init, Expr::Const(_)) && is_identity(*op, init) => {
-                    value.clone()
-                }
-                (op, prev) => {
-                    let base = prev.unwrap_or_else(|| init.clone());
-                    let bop = match op {
-                        AccOp::Add => BinOp::Add,
-                        AccOp::Mul => BinOp::Mul,
-                        AccOp::Max => BinOp::Max,
-                        AccOp::Min => BinOp::Min,
-                        AccOp::Set => BinOp::Add,
-                    };
-                    Expr::Binary(bop, Box::new(base), Box::new(value.clone()))
-                }
-            });
-            j += 1;
-        }
-        let Some(folded) = expr else {
-            i += 1;
-            continue;
-        };
-        // Every later reader must be straight-line (not inside a loop, which would recompute).
-        let rest = &body[j..];
-        let in_loops = rest.iter().any(|s| {
-            matches!(s, Stmt::Loop(_)) && stmt_accs(std::slice::from_ref(s)).contains(&acc)
-        });
-        let updated_later = rest
-            .iter()
-            .any(|s| matches!(s, Stmt::Update { acc: a, .. } if *a == acc));
-        if in_loops || updated_later {
-            i += 1;
-            continue;
-        }
-        let _ = ty;
-        let replaced: Vec<Stmt> = rest.iter().map(|s| replace_acc(s, acc, &folded)).collect();
-        body.splice(i.., replaced);
-    }
-    body
-}
-
-fn is_identity(op: AccOp, init: &Expr) -> bool {
-    match (op, init) {
-        (AccOp::Add, Expr::Const(c)) => *c == 0.0,
-        (AccOp::Mul, Expr::Const(c)) => *c == 1.0,
-        (AccOp::Max, Expr::Const(c)) => *c == f64::NEG_INFINITY,
-        (AccOp::Min, Expr::Const(c)) => *c == f64::INFINITY,
-        _ => false,
-    }
-}
-
-fn replace_acc(s: &Stmt, acc: AccId, with: &Expr) -> Stmt {
-    fn e(x: &Expr, acc: AccId, with: &Expr) -> Expr {
-        match x {
-            Expr::Acc(a) if *a == acc => with.clone(),
-            other => other.map_children(|y| e(y, acc, with)),
-        }
-    }
-    match s {
-        Stmt::Update { acc: a, op, value } => Stmt::Update {
-            acc: *a,
-            op: *op,
-            value: e(value, acc, with),
-        },
-        Stmt::Store { buf, index, value } => Stmt::Store {
-            buf: *buf,
-            index: index.clone(),
-            value: e(value, acc, with),
-        },
-        Stmt::Let { acc: a, ty, init } => Stmt::Let {
-            acc: *a,
-            ty: *ty,
-            init: e(init, acc, with),
-        },
-        other => other.clone(),
-    }
-}
-
-/// Every index an expression reads (its loads' and its `Iota`s').
-fn collect_loads(e: &Expr, out: &mut Vec<Index>) {
-    out.extend(e.indices().into_iter().cloned());
-}
-
-/// `e` with every index (loads' and `Iota`s') replaced by `f(index)`.
-fn map_loads(e: &Expr, f: &impl Fn(&Index) -> Index) -> Expr {
-    e.map_indices(f)
-}
-
 /// Builds the loops of a nest around `inner`, interleaving each depth's hoisted statements.
 /// The outermost loop of a root nest is parallel; the innermost loop gets a vector hint.
 fn close_nest(nest: Nest, inner: Vec<Stmt>, root: bool, ty: ElemType) -> Vec<Stmt> {
     let Nest { vars, mut pre } = nest;
-    let lanes = if ty.compute() == ElemType::F64 { 2 } else { 4 };
+    let lanes = passes::lanes(ty.compute());
     let mut body = pre.pop().unwrap_or_default();
     body.extend(inner);
     let n = vars.len();
@@ -2873,68 +2537,6 @@ fn close_nest(nest: Nest, inner: Vec<Stmt>, root: bool, ty: ElemType) -> Vec<Stm
         body.push(lp);
     }
     body
-}
-
-/// Accumulators declared (by `Let`) anywhere in statements.
-fn stmt_lets(stmts: &[Stmt]) -> BTreeSet<AccId> {
-    let mut out = BTreeSet::new();
-    fn walk(s: &Stmt, out: &mut BTreeSet<AccId>) {
-        match s {
-            Stmt::Let { acc, .. } => {
-                out.insert(*acc);
-            }
-            Stmt::Loop(l) => l.body.iter().for_each(|s| walk(s, out)),
-            _ => {}
-        }
-    }
-    stmts.iter().for_each(|s| walk(s, &mut out));
-    out
-}
-
-/// Accumulators read by statements' expressions.
-fn stmt_accs(stmts: &[Stmt]) -> BTreeSet<AccId> {
-    fn expr(e: &Expr, out: &mut BTreeSet<AccId>) {
-        e.visit(&mut |x| {
-            if let Expr::Acc(a) = x {
-                out.insert(*a);
-            }
-        });
-    }
-    fn stmt(s: &Stmt, out: &mut BTreeSet<AccId>) {
-        match s {
-            Stmt::Loop(l) => l.body.iter().for_each(|s| stmt(s, out)),
-            Stmt::Let { init, .. } => expr(init, out),
-            Stmt::Update { value, .. } | Stmt::Store { value, .. } => expr(value, out),
-            Stmt::Call(_) => {}
-        }
-    }
-    let mut out = BTreeSet::new();
-    stmts.iter().for_each(|s| stmt(s, &mut out));
-    out
-}
-
-/// Variables used by statements' indices (loops' own variables included).
-fn stmt_vars(stmts: &[Stmt]) -> BTreeSet<VarId> {
-    let mut out = BTreeSet::new();
-    fn expr(e: &Expr, out: &mut BTreeSet<VarId>) {
-        for index in e.indices() {
-            out.extend(index.terms.iter().map(|t| t.0));
-        }
-    }
-    fn stmt(s: &Stmt, out: &mut BTreeSet<VarId>) {
-        match s {
-            Stmt::Loop(l) => l.body.iter().for_each(|s| stmt(s, out)),
-            Stmt::Let { init, .. } => expr(init, out),
-            Stmt::Update { value, .. } => expr(value, out),
-            Stmt::Store { index, value, .. } => {
-                out.extend(index.terms.iter().map(|t| t.0));
-                expr(value, out);
-            }
-            Stmt::Call(_) => {}
-        }
-    }
-    stmts.iter().for_each(|s| stmt(s, &mut out));
-    out
 }
 
 fn un_op(f: UnaryFn) -> UnOp {

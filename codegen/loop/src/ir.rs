@@ -561,6 +561,56 @@ pub enum Stmt {
     Call(LibCall),
 }
 
+impl Stmt {
+    /// Calls `f` on this statement and, for loops, on every statement inside, pre-order.
+    pub fn visit(&self, f: &mut impl FnMut(&Stmt)) {
+        f(self);
+        if let Stmt::Loop(l) = self {
+            l.body.iter().for_each(|s| s.visit(f));
+        }
+    }
+
+    /// The expressions this statement holds itself (not those of statements inside a loop).
+    pub fn exprs(&self) -> Vec<&Expr> {
+        match self {
+            Stmt::Let { init, .. } => vec![init],
+            Stmt::Update { value, .. } | Stmt::Store { value, .. } => vec![value],
+            Stmt::Loop(_) | Stmt::Call(_) => Vec::new(),
+        }
+    }
+
+    /// This statement with its own expressions replaced by `f(expr)` and a store's index by
+    /// `index(index)`; loops and calls are returned unchanged (a shallow map).
+    pub fn map_exprs(
+        &self,
+        f: &mut impl FnMut(&Expr) -> Expr,
+        index: &impl Fn(&Index) -> Index,
+    ) -> Stmt {
+        match self {
+            Stmt::Let { acc, ty, init } => Stmt::Let {
+                acc: *acc,
+                ty: *ty,
+                init: f(init),
+            },
+            Stmt::Update { acc, op, value } => Stmt::Update {
+                acc: *acc,
+                op: *op,
+                value: f(value),
+            },
+            Stmt::Store {
+                buf,
+                index: ix,
+                value,
+            } => Stmt::Store {
+                buf: *buf,
+                index: index(ix),
+                value: f(value),
+            },
+            other => other.clone(),
+        }
+    }
+}
+
 /// Where in the source a kernel comes from, as data: the statement (an index into the typed
 /// program's assignments, when the kernel computes one) and the byte range of the expression
 /// it computes. Reports and backend errors point at source text through it, never by parsing

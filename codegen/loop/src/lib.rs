@@ -2,6 +2,8 @@
 //!
 //! - [`ir`]: the types (buffers, kernels, loops, accumulators, strided loads and stores,
 //!   elementwise expressions, library calls, sparse level iteration, GPU mapping).
+//! - [`passes`]: the program-free rewrites the planner runs on each kernel, listed in order
+//!   ([`passes::KERNEL_PASSES`]); [`walk`]: queries over statements.
 //! - [`print`](mod@print): the stable text form (`tdsl plan`, snapshots, the kernel cache key).
 //! - [`verify`]: well-formedness and bounds, run after planning in debug builds and tests.
 //! - [`backend`]: the seam every backend implements ([`Backend`], [`Executable`], [`Target`]),
@@ -17,10 +19,12 @@ pub mod backend;
 pub mod data;
 pub mod eval;
 pub mod ir;
+pub mod passes;
 pub mod print;
 pub mod scalar;
 pub mod stats;
 pub mod verify;
+pub mod walk;
 
 pub use backend::{Backend, BackendError, EvalBackend, Executable, RunOptions, RunStats, Target};
 pub use data::Data;

@@ -1,0 +1,343 @@
+//! Loop-IR rewrites that need nothing but the loop IR: the planner builds a kernel's loop
+//! nest, then runs [`KERNEL_PASSES`] over it, in order. Each pass is a function from statements
+//! to statements that keeps the kernel's meaning; the evaluator and the JIT see only the result.
+//!
+//! | pass | what it does |
+//! |---|---|
+//! | `unroll-small-loops` | innermost loops of ≤ 4 iterations become straight-line code |
+//! | `fold-accumulators` | an accumulator updated in straight-line code becomes one expression |
+//! | `mark-vector` | innermost loops get the vector hint (lanes of the compute type) |
+//! | `tile-transpose` | a transposing map is cache-blocked (tiles of both axes move outward) |
+
+use crate::ir::{AccId, AccOp, BinOp, ElemType, Expr, Index, Iter, Loop, Stmt, VarId};
+
+/// What a pass may need to know about the kernel it rewrites.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PassContext {
+    /// The compute type of the values the kernel stores (vector lanes follow from it).
+    pub compute: ElemType,
+    /// The first loop variable no statement of the kernel uses (passes that add loops take
+    /// fresh variables from here).
+    pub first_free_var: u32,
+}
+
+/// One named rewrite.
+pub struct Pass {
+    pub name: &'static str,
+    pub run: fn(Vec<Stmt>, &PassContext) -> Vec<Stmt>,
+}
+
+/// The passes run on every fused kernel, in order.
+pub const KERNEL_PASSES: [Pass; 4] = [
+    Pass {
+        name: "unroll-small-loops",
+        run: |b, _| unroll_small_loops(b),
+    },
+    Pass {
+        name: "fold-accumulators",
+        run: |b, _| fold_accumulators(b),
+    },
+    Pass {
+        name: "mark-vector",
+        run: |b, cx| mark_vector(b, lanes(cx.compute)),
+    },
+    Pass {
+        name: "tile-transpose",
+        run: |b, cx| tile_transpose(b, cx.first_free_var),
+    },
+];
+
+/// Runs [`KERNEL_PASSES`] over a kernel body.
+pub fn run_kernel_passes(body: Vec<Stmt>, cx: &PassContext) -> Vec<Stmt> {
+    KERNEL_PASSES.iter().fold(body, |b, p| (p.run)(b, cx))
+}
+
+/// Vector lanes of a 128-bit register for a compute type (f64: 2, else 4).
+pub fn lanes(compute: ElemType) -> u32 {
+    if compute == ElemType::F64 {
+        2
+    } else {
+        4
+    }
+}
+
+/// Cache-blocks a transposing map: when a perfect loop nest ends in one store that is
+/// unit-stride in the innermost variable `v`, while some load walks `v` with a large stride and is
+/// unit-stride in another variable `u`, both `u` and `v` are split into tiles and the
+/// tile loops move outward. Every cache line a tile touches, read or written, is then used whole
+/// before it is evicted. Nests that are not such maps, or whose extents the tile does not
+/// divide, are returned unchanged.
+pub fn tile_transpose(body: Vec<Stmt>, first_free_var: u32) -> Vec<Stmt> {
+    // Peel the perfect nest.
+    let mut loops: Vec<(VarId, u64)> = Vec::new();
+    let mut cur = &body;
+    let store = loop {
+        match cur.as_slice() {
+            [Stmt::Loop(l)] => {
+                let Iter::Range { extent } = l.iter else {
+                    return body;
+                };
+                loops.push((l.var, extent));
+                cur = &l.body;
+            }
+            [s @ Stmt::Store { .. }] => break s.clone(),
+            _ => return body,
+        }
+    };
+    let Stmt::Store { buf, index, value } = store else {
+        return body;
+    };
+    let Some(&(v, v_ext)) = loops.last() else {
+        return body;
+    };
+    if index.stride_of(v) != 1 {
+        return body;
+    }
+    let loads = value.indices();
+    let u = loads.iter().find_map(|ix| {
+        let sv = ix.stride_of(v);
+        if sv == 0 || sv == 1 {
+            return None;
+        }
+        loops
+            .iter()
+            .find(|(w, _)| *w != v && ix.stride_of(*w) == 1)
+            .copied()
+    });
+    let Some((u, u_ext)) = u else { return body };
+    // Tile edges, measured on transpose 4096² and NHWC permutes (bench/RESULTS.md): long runs
+    // along `u`, whose loads are contiguous, and short runs along `v` when `v`'s load stride is
+    // a multiple of 4 KiB — then every row of a tile maps to the same L1 set, and more than 8
+    // rows thrash it.
+    let fit = |e: u64, sizes: &[u64]| {
+        sizes
+            .iter()
+            .copied()
+            .find(|&t| e.is_multiple_of(t) && e >= 2 * t)
+    };
+    let aliasing = loads
+        .iter()
+        .any(|ix| ix.stride_of(v).unsigned_abs().is_multiple_of(1024));
+    let Some(tu) = fit(u_ext, &[256, 128, 64, 32, 16, 8, 4]) else {
+        return body;
+    };
+    let tv = if aliasing {
+        fit(v_ext, &[8, 4])
+    } else {
+        Some(fit(v_ext, &[64, 32, 16, 8]).unwrap_or(v_ext))
+    };
+    let Some(tv) = tv else {
+        return body;
+    };
+    let (uo, ui, vo, vi) = (
+        VarId(first_free_var),
+        VarId(first_free_var + 1),
+        VarId(first_free_var + 2),
+        VarId(first_free_var + 3),
+    );
+    let split = |ix: &Index| -> Index {
+        let mut terms = Vec::new();
+        for &(w, s) in &ix.terms {
+            if w == u {
+                terms.push((uo, s * tu as i64));
+                terms.push((ui, s));
+            } else if w == v {
+                terms.push((vo, s * tv as i64));
+                terms.push((vi, s));
+            } else {
+                terms.push((w, s));
+            }
+        }
+        Index {
+            offset: ix.offset,
+            terms,
+        }
+    };
+    let store = Stmt::Store {
+        buf,
+        index: split(&index),
+        value: value.map_indices(&split),
+    };
+    let mut order: Vec<(VarId, u64)> = loops
+        .iter()
+        .copied()
+        .filter(|(w, _)| *w != u && *w != v)
+        .collect();
+    order.extend([(uo, u_ext / tu), (vo, v_ext / tv), (ui, tu), (vi, tv)]);
+    let mut out = vec![store];
+    let n = order.len();
+    for (d, (w, e)) in order.into_iter().enumerate().rev() {
+        out = vec![Stmt::Loop(Loop {
+            var: w,
+            iter: Iter::Range { extent: e },
+            parallel: d == 0,
+            vector: 1,
+            gpu: None,
+            body: out,
+        })];
+        let _ = n;
+    }
+    out
+}
+
+/// Gives innermost loops (after unrolling) the vector hint; the backend vectorises only where
+/// strides allow.
+pub fn mark_vector(body: Vec<Stmt>, lanes: u32) -> Vec<Stmt> {
+    body.into_iter()
+        .map(|s| match s {
+            Stmt::Loop(mut l) => {
+                l.body = mark_vector(l.body, lanes);
+                if !l.body.iter().any(|s| matches!(s, Stmt::Loop(_))) && l.vector == 1 {
+                    l.vector = lanes;
+                }
+                Stmt::Loop(l)
+            }
+            other => other,
+        })
+        .collect()
+}
+
+/// Loops of at most this many iterations, with no loops inside, are unrolled.
+const UNROLL: u64 = 4;
+
+/// Unrolls short innermost loops (the 2×2 window of a pooling reduce, a unit of 3 colours): each
+/// copy of the body has the loop variable replaced by its value, folded into index offsets.
+pub fn unroll_small_loops(body: Vec<Stmt>) -> Vec<Stmt> {
+    let mut out = Vec::with_capacity(body.len());
+    for s in body {
+        match s {
+            Stmt::Loop(mut l) => {
+                l.body = unroll_small_loops(l.body);
+                let small = match l.iter {
+                    Iter::Range { extent } if extent <= UNROLL => Some(extent),
+                    _ => None,
+                };
+                let leaf = !l
+                    .body
+                    .iter()
+                    .any(|s| matches!(s, Stmt::Loop(_) | Stmt::Let { .. } | Stmt::Call(_)));
+                if let (Some(extent), true, false) = (small, leaf, l.parallel) {
+                    for i in 0..extent {
+                        for st in &l.body {
+                            out.push(subst_var(st, l.var, i as i64));
+                        }
+                    }
+                } else {
+                    out.push(Stmt::Loop(l));
+                }
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// A statement with loop variable `v` replaced by the constant `value`.
+pub fn subst_var(s: &Stmt, v: VarId, value: i64) -> Stmt {
+    let fix = |ix: &Index| -> Index {
+        let mut out = Index {
+            offset: ix.offset,
+            terms: Vec::new(),
+        };
+        for &(w, st) in &ix.terms {
+            if w == v {
+                out.offset += st * value;
+            } else {
+                out.terms.push((w, st));
+            }
+        }
+        out
+    };
+    s.map_exprs(&mut |e| e.map_indices(&fix), &fix)
+}
+
+/// Replaces an accumulator that is declared, updated a few times in straight-line code and then
+/// read by straight-line statements with the expression it computes, so a pooling window becomes
+/// one expression (`max(max(a, b), max(c, d))`) and its loop a plain vectorisable map.
+pub fn fold_accumulators(body: Vec<Stmt>) -> Vec<Stmt> {
+    let mut body: Vec<Stmt> = body
+        .into_iter()
+        .map(|s| match s {
+            Stmt::Loop(mut l) => {
+                l.body = fold_accumulators(l.body);
+                Stmt::Loop(l)
+            }
+            other => other,
+        })
+        .collect();
+    let mut i = 0;
+    while i < body.len() {
+        let Stmt::Let { acc, ty, init } = &body[i] else {
+            i += 1;
+            continue;
+        };
+        let (acc, ty) = (*acc, *ty);
+        let mut expr: Option<Expr> = None;
+        let mut j = i + 1;
+        while let Some(Stmt::Update { acc: a, op, value }) = body.get(j) {
+            if *a != acc || crate::walk::stmt_accs(std::slice::from_ref(&body[j])).contains(&acc) {
+                break;
+            }
+            let prev = expr.take();
+            expr = Some(match (op, prev) {
+                (AccOp::Set, _) => value.clone(),
+                (_, None) if matches!(init, Expr::Const(_)) && is_identity(*op, init) => {
+                    value.clone()
+                }
+                (op, prev) => {
+                    let base = prev.unwrap_or_else(|| init.clone());
+                    let bop = match op {
+                        AccOp::Add => BinOp::Add,
+                        AccOp::Mul => BinOp::Mul,
+                        AccOp::Max => BinOp::Max,
+                        AccOp::Min => BinOp::Min,
+                        AccOp::Set => BinOp::Add,
+                    };
+                    Expr::Binary(bop, Box::new(base), Box::new(value.clone()))
+                }
+            });
+            j += 1;
+        }
+        let Some(folded) = expr else {
+            i += 1;
+            continue;
+        };
+        // Every later reader must be straight-line (not inside a loop, which would recompute).
+        let rest = &body[j..];
+        let in_loops = rest.iter().any(|s| {
+            matches!(s, Stmt::Loop(_))
+                && crate::walk::stmt_accs(std::slice::from_ref(s)).contains(&acc)
+        });
+        let updated_later = rest
+            .iter()
+            .any(|s| matches!(s, Stmt::Update { acc: a, .. } if *a == acc));
+        if in_loops || updated_later {
+            i += 1;
+            continue;
+        }
+        let _ = ty;
+        let replaced: Vec<Stmt> = rest.iter().map(|s| replace_acc(s, acc, &folded)).collect();
+        body.splice(i.., replaced);
+    }
+    body
+}
+
+fn is_identity(op: AccOp, init: &Expr) -> bool {
+    match (op, init) {
+        (AccOp::Add, Expr::Const(c)) => *c == 0.0,
+        (AccOp::Mul, Expr::Const(c)) => *c == 1.0,
+        (AccOp::Max, Expr::Const(c)) => *c == f64::NEG_INFINITY,
+        (AccOp::Min, Expr::Const(c)) => *c == f64::INFINITY,
+        _ => false,
+    }
+}
+
+fn replace_acc(s: &Stmt, acc: AccId, with: &Expr) -> Stmt {
+    fn e(x: &Expr, acc: AccId, with: &Expr) -> Expr {
+        match x {
+            Expr::Acc(a) if *a == acc => with.clone(),
+            other => other.map_children(|y| e(y, acc, with)),
+        }
+    }
+    s.map_exprs(&mut |x| e(x, acc, with), &|ix| ix.clone())
+}

@@ -1,0 +1,53 @@
+//! Queries over statements, written once on `Stmt::visit` / `Stmt::exprs` and `Expr::visit`.
+
+use crate::ir::{AccId, Expr, Stmt, VarId};
+use std::collections::BTreeSet;
+
+/// Accumulators declared (by `Let`) anywhere in statements.
+pub fn stmt_lets(stmts: &[Stmt]) -> BTreeSet<AccId> {
+    let mut out = BTreeSet::new();
+    for s in stmts {
+        s.visit(&mut |s| {
+            if let Stmt::Let { acc, .. } = s {
+                out.insert(*acc);
+            }
+        });
+    }
+    out
+}
+
+/// Accumulators read by statements' expressions.
+pub fn stmt_accs(stmts: &[Stmt]) -> BTreeSet<AccId> {
+    let mut out = BTreeSet::new();
+    for s in stmts {
+        s.visit(&mut |s| {
+            for e in s.exprs() {
+                e.visit(&mut |x| {
+                    if let Expr::Acc(a) = x {
+                        out.insert(*a);
+                    }
+                });
+            }
+        });
+    }
+    out
+}
+
+/// Variables used by statements' indices (stores' and the loads' and iotas' of their
+/// expressions).
+pub fn stmt_vars(stmts: &[Stmt]) -> BTreeSet<VarId> {
+    let mut out = BTreeSet::new();
+    for s in stmts {
+        s.visit(&mut |s| {
+            if let Stmt::Store { index, .. } = s {
+                out.extend(index.terms.iter().map(|t| t.0));
+            }
+            for e in s.exprs() {
+                for index in e.indices() {
+                    out.extend(index.terms.iter().map(|t| t.0));
+                }
+            }
+        });
+    }
+    out
+}
