@@ -1,0 +1,274 @@
+//! Fused loop nests: a materialised value's kernel, with every injective value it reads
+//! inlined as an expression and single-use reductions as accumulators placed where their loop
+//! variables are bound.
+
+use super::*;
+
+impl Planner<'_> {
+    /// Root atoms for a materialised node: one per output slot, split further where the node
+    /// itself is a pattern whose output slots compose several elementary axes.
+    pub(super) fn root_atoms(&self, id: NodeId) -> Vec<Vec<u64>> {
+        let ext = self.extents(id);
+        match &self.p.node(id).kind {
+            NodeKind::Pattern { recipe, .. } => recipe
+                .out_groups
+                .iter()
+                .zip(&ext)
+                .map(|(g, &e)| {
+                    let parts: Vec<u64> = g
+                        .iter()
+                        .map(|o| match *o {
+                            OutElem::In(i) => recipe.in_elems[i],
+                            OutElem::New(n) => n,
+                        })
+                        .filter(|&x| x > 1)
+                        .collect();
+                    if parts.is_empty() {
+                        vec![e]
+                    } else {
+                        parts
+                    }
+                })
+                .collect(),
+            _ => ext.iter().map(|&e| vec![e]).collect(),
+        }
+    }
+
+    pub(super) fn lower_fused(&mut self, id: NodeId) -> Result<(), Retry> {
+        if let Some(kernels) = self.try_outer_reduce(id)? {
+            self.out.kernels.extend(kernels);
+            return Ok(());
+        }
+        let mut atoms = self.root_atoms(id);
+        // Every split adds an atom; more than an axis list can hold means no progress.
+        for _ in 0..MAX_SPLITS {
+            match self.try_fused(id, &atoms) {
+                Ok(k) => {
+                    self.out.kernels.push(k);
+                    return Ok(());
+                }
+                Err(Retry::Split { slot, atom, outer }) => {
+                    let a = atoms[slot][atom];
+                    atoms[slot].splice(atom..=atom, [outer, a / outer]);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(Retry::Split {
+            slot: usize::MAX,
+            atom: 0,
+            outer: 0,
+        })
+    }
+
+    pub(super) fn try_fused(&mut self, id: NodeId, atoms: &[Vec<u64>]) -> Result<Kernel, Retry> {
+        self.next_var = 0;
+        self.next_acc = 0;
+        self.reductions.clear();
+        self.acc_place.clear();
+        let buf = self.mat[&id];
+        let mut coords = Vec::new();
+        let mut vars = Vec::new();
+        self.root_pos.clear();
+        for (si, slot) in atoms.iter().enumerate() {
+            let mut c = Coord::default();
+            for (ai, &e) in slot.iter().enumerate() {
+                if e > 1 {
+                    let v = self.fresh_var();
+                    self.root_pos.insert(v, (si, ai));
+                    c.atoms.push((v, e));
+                    vars.push((v, e));
+                }
+            }
+            coords.push(c);
+        }
+        let n = vars.len();
+        self.env = vec![Nest {
+            vars: vars.clone(),
+            pre: vec![Vec::new(); n + 1],
+        }];
+        let value = self.build(id, &coords, true);
+        let nest = self.env.pop().expect("root nest");
+        let value = value?;
+        // Store index: row-major over slots, each slot row-major over its atoms.
+        let slot_strides = row_major(&self.extents(id));
+        let index = coord_index(&coords, &slot_strides, 0);
+        let dtype = elem_type(self.p.node(id).ty.dtype);
+        let store = Stmt::Store {
+            buf,
+            index,
+            value: cast_to(value, self.expr_ty(id), dtype.compute()),
+        };
+        let body = close_nest(nest, vec![store], true, dtype);
+        let body = passes::run_kernel_passes(
+            body,
+            &passes::PassContext {
+                compute: dtype.compute(),
+                first_free_var: self.next_var,
+            },
+        );
+        Ok(Kernel {
+            name: format!("k{}", self.out.kernels.len()),
+            origin: self.origin(id),
+            source: None,
+            body,
+        })
+    }
+
+    /// Compute type of a node's value inside a kernel.
+    pub(super) fn expr_ty(&self, id: NodeId) -> ElemType {
+        elem_type(self.p.node(id).ty.dtype).compute()
+    }
+
+    /// The expression for node `id` at slot coordinates `coords`. `root` is true for the node
+    /// being materialised by this kernel (which must be computed, not loaded).
+    pub(super) fn build(
+        &mut self,
+        id: NodeId,
+        coords: &[Coord],
+        root: bool,
+    ) -> Result<Expr, Retry> {
+        let id = self.resolve(id);
+        if !root {
+            if let Some(&b) = self.mat.get(&id) {
+                return Ok(self.load(b, id, coords));
+            }
+            if self.must.contains(&id) {
+                // Not planned yet: plan it first.
+                return Err(Retry::Materialise(id));
+            }
+        }
+        let node = self.p.node(id).clone();
+        if node.weak {
+            // Literals and sizes fold to one constant at plan time.
+            if let Some(v) = self.weak_value(id) {
+                return Ok(Expr::Const(v));
+            }
+        }
+        match &node.kind {
+            NodeKind::Input(_) | NodeKind::Var(_) => {
+                let b = self.mat[&id];
+                Ok(self.load(b, id, coords))
+            }
+            NodeKind::Scalar(v) => {
+                // A weak scalar takes the dtype of what it meets; rounding to a narrow dtype
+                // happens where it is combined (see `Binary`).
+                Ok(Expr::Const(*v))
+            }
+            NodeKind::Unary(f, x) => {
+                let xe = self.build_operand(*x, id, coords)?;
+                Ok(Expr::Unary(un_op(*f), Box::new(xe)))
+            }
+            NodeKind::Binary(f, a, b) => {
+                let dtype = node.ty.dtype;
+                let mut ea = self.build_operand(*a, id, coords)?;
+                let mut eb = self.build_operand(*b, id, coords)?;
+                // Weak scalars round to the result's dtype first (NEP 50), as the interpreter.
+                for (e, o) in [(&mut ea, *a), (&mut eb, *b)] {
+                    if self.p.node(self.resolve(o)).weak
+                        && !node.weak
+                        && matches!(dtype, DType::F16 | DType::BF16)
+                    {
+                        *e = Expr::Cast(
+                            elem_type(dtype),
+                            Box::new(std::mem::replace(e, Expr::Const(0.0))),
+                        );
+                    }
+                }
+                Ok(Expr::Binary(bin_op(*f), Box::new(ea), Box::new(eb)))
+            }
+            NodeKind::Cast(x) => {
+                let xe = self.build_operand(*x, id, coords)?;
+                Ok(Expr::Cast(elem_type(node.ty.dtype), Box::new(xe)))
+            }
+            NodeKind::Where(c, a, b) => {
+                let dtype = node.ty.dtype;
+                // The condition keeps its own compute type; only its truth is used.
+                let ec = self.build_operand(*c, *c, coords)?;
+                let mut ea = self.build_operand(*a, id, coords)?;
+                let mut eb = self.build_operand(*b, id, coords)?;
+                for (e, o) in [(&mut ea, *a), (&mut eb, *b)] {
+                    if self.p.node(self.resolve(o)).weak
+                        && !node.weak
+                        && matches!(dtype, DType::F16 | DType::BF16)
+                    {
+                        *e = Expr::Cast(
+                            elem_type(dtype),
+                            Box::new(std::mem::replace(e, Expr::Const(0.0))),
+                        );
+                    }
+                }
+                Ok(Expr::Select(Box::new(ec), Box::new(ea), Box::new(eb)))
+            }
+            NodeKind::AxisIndex { axis } => {
+                let c = coords.get(*axis).cloned().unwrap_or_default();
+                Ok(Expr::Iota(coord_index(&[c], &[1], 0)))
+            }
+            NodeKind::Pattern {
+                reduce, x, recipe, ..
+            } => {
+                let x = self.resolve(*x);
+                self.build_pattern(id, x, recipe, *reduce, coords)
+            }
+            NodeKind::Dense(x) => self.build_operand(*x, id, coords),
+            NodeKind::Einsum { .. } | NodeKind::Sparsify { .. } => Err(Retry::Materialise(id)),
+        }
+    }
+
+    /// The value of a weak scalar expression (literals, sizes and arithmetic on them), computed
+    /// exactly as the reference interpreter does.
+    pub(super) fn weak_value(&self, id: NodeId) -> Option<f64> {
+        let id = self.resolve(id);
+        let n = self.p.node(id);
+        if !n.weak {
+            return None;
+        }
+        match &n.kind {
+            NodeKind::Scalar(v) => Some(*v),
+            NodeKind::Unary(f, x) => Some(crate::interp::unary(*f, self.weak_value(*x)?)),
+            NodeKind::Binary(f, a, b) => Some(crate::interp::binary(
+                *f,
+                self.weak_value(*a)?,
+                self.weak_value(*b)?,
+            )),
+            _ => None,
+        }
+    }
+
+    /// An operand of an elementwise node: right-aligned, numpy broadcasting, converted to the
+    /// consumer's compute type.
+    pub(super) fn build_operand(
+        &mut self,
+        x: NodeId,
+        consumer: NodeId,
+        coords: &[Coord],
+    ) -> Result<Expr, Retry> {
+        let x = self.resolve(x);
+        let xe = self.extents(x);
+        let rank = coords.len();
+        let off = rank - xe.len();
+        let sub: Vec<Coord> = xe
+            .iter()
+            .enumerate()
+            .map(|(k, &e)| {
+                let c = &coords[k + off];
+                if e == 1 && c.extent() != 1 {
+                    Coord::default()
+                } else {
+                    c.clone()
+                }
+            })
+            .collect();
+        let e = self.build(x, &sub, false)?;
+        Ok(cast_to(e, self.expr_ty(x), self.expr_ty(consumer)))
+    }
+
+    /// A load of materialised node `id` at `coords` (row-major buffer).
+    pub(super) fn load(&self, buf: BufId, id: NodeId, coords: &[Coord]) -> Expr {
+        let strides = row_major(&self.extents(id));
+        Expr::Load {
+            buf,
+            index: coord_index(coords, &strides, 0),
+        }
+    }
+}

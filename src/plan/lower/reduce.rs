@@ -1,0 +1,274 @@
+//! Reductions over outer axes, accumulated in the output while the input is read in memory
+//! order, and the small fill and map kernels around them.
+
+use super::*;
+
+impl Planner<'_> {
+    /// A reduction over axes that are not the input's innermost one, where the output's innermost
+    /// axis is the input's innermost: instead of one strided accumulator per output element, the
+    /// output itself accumulates while the loops walk the input in memory order (kept axes, then
+    /// reduced axes, then the innermost axis, vectorised). Three kernels: the identity, the
+    /// accumulation, and for `mean` the division. Only for f32/f64 outputs, which can hold the
+    /// running value without losing precision.
+    pub(super) fn try_outer_reduce(&mut self, id: NodeId) -> Result<Option<Vec<Kernel>>, Retry> {
+        let node = self.p.node(id).clone();
+        let NodeKind::Pattern {
+            reduce: Some(op),
+            x,
+            recipe: r,
+            ..
+        } = &node.kind
+        else {
+            return Ok(None);
+        };
+        if !matches!(node.ty.dtype, DType::F32 | DType::F64) {
+            return Ok(None);
+        }
+        let big = |i: usize| r.in_elems[i] > 1;
+        // The input's innermost elementary axis (of extent > 1).
+        let Some(inner) = r
+            .in_groups
+            .iter()
+            .flatten()
+            .copied()
+            .rev()
+            .find(|&i| big(i))
+        else {
+            return Ok(None);
+        };
+        if r.reduced.contains(&inner) || !r.reduced.iter().any(|&i| big(i)) {
+            return Ok(None);
+        }
+        let out_elems: Vec<usize> = r
+            .out_groups
+            .iter()
+            .flatten()
+            .filter_map(|o| match *o {
+                OutElem::In(i) if big(i) => Some(i),
+                _ => None,
+            })
+            .collect();
+        if out_elems.last() != Some(&inner) || r.in_elems[inner] < 8 {
+            return Ok(None);
+        }
+        let x = self.resolve(*x);
+        let buf = self.mat[&id];
+        let dtype = elem_type(node.ty.dtype);
+        let count: u64 = r.reduced.iter().map(|&i| r.in_elems[i]).product();
+        let (init, bop) = match op {
+            ReduceOp::Sum | ReduceOp::Mean => (0.0, BinOp::Add),
+            ReduceOp::Prod => (1.0, BinOp::Mul),
+            ReduceOp::Max => (f64::NEG_INFINITY, BinOp::Max),
+            ReduceOp::Min => (f64::INFINITY, BinOp::Min),
+        };
+        self.next_var = 0;
+        self.next_acc = 0;
+        self.reductions.clear();
+        self.acc_place.clear();
+        self.root_pos.clear();
+        // Variables: one per elementary axis of extent > 1.
+        let mut var: BTreeMap<usize, (VarId, u64)> = BTreeMap::new();
+        for i in (0..r.in_elems.len()).filter(|&i| big(i)) {
+            let v = self.fresh_var();
+            var.insert(i, (v, r.in_elems[i]));
+        }
+        let coord = |i: usize| Coord {
+            atoms: var.get(&i).map(|&a| vec![a]).unwrap_or_default(),
+        };
+        // Output coordinates (slot → atoms) and the output index.
+        let out_coords: Vec<Coord> = r
+            .out_groups
+            .iter()
+            .map(|g| Coord {
+                atoms: g
+                    .iter()
+                    .filter_map(|o| match *o {
+                        OutElem::In(i) => var.get(&i).copied(),
+                        OutElem::New(_) => None,
+                    })
+                    .collect(),
+            })
+            .collect();
+        let out_index = coord_index(&out_coords, &row_major(&self.extents(id)), 0);
+        // Loop order: kept outer axes, reduced axes, then the innermost axis. With no kept outer
+        // axis, the innermost is tiled so the outermost loop can still be split across threads.
+        let mut order: Vec<(VarId, u64)> = out_elems[..out_elems.len() - 1]
+            .iter()
+            .map(|i| var[i])
+            .collect();
+        let reduced: Vec<(VarId, u64)> = r
+            .reduced
+            .iter()
+            .filter(|&&i| big(i))
+            .map(|i| var[i])
+            .collect();
+        let (iv, ie) = var[&inner];
+        let mut out_index = out_index;
+        let mut inner_loops = vec![(iv, ie)];
+        let mut subst: Option<(VarId, VarId, VarId, u64)> = None;
+        if order.is_empty() && ie.is_multiple_of(64) && ie >= 128 {
+            let (vo, vi) = (self.fresh_var(), self.fresh_var());
+            order.push((vo, ie / 64));
+            inner_loops = vec![(vi, 64)];
+            subst = Some((iv, vo, vi, 64));
+        }
+        let parallel_ok = !order.is_empty();
+        order.extend(reduced);
+        order.extend(inner_loops);
+        let xin: Vec<Coord> = r
+            .in_groups
+            .iter()
+            .map(|g| Coord {
+                atoms: g.iter().flat_map(|&e| coord(e).atoms).collect(),
+            })
+            .collect();
+        let n = order.len();
+        self.env = vec![Nest {
+            vars: order.clone(),
+            pre: vec![Vec::new(); n + 1],
+        }];
+        let xe = self.build(x, &xin, false);
+        let nest = self.env.pop().expect("root nest");
+        let mut xe = cast_to(xe?, self.expr_ty(x), dtype.compute());
+        if let Some((v, vo, vi, t)) = subst {
+            let split = |ix: &Index| -> Index {
+                let mut terms = Vec::new();
+                for &(w, s) in &ix.terms {
+                    if w == v {
+                        terms.push((vo, s * t as i64));
+                        terms.push((vi, s));
+                    } else {
+                        terms.push((w, s));
+                    }
+                }
+                Index {
+                    offset: ix.offset,
+                    terms,
+                }
+            };
+            xe = xe.map_indices(&split);
+            out_index = split(&out_index);
+        }
+        if nest.pre.iter().any(|p| !p.is_empty()) {
+            // Nested reductions inside: leave it to the general path.
+            return Ok(None);
+        }
+        let acc = Stmt::Store {
+            buf,
+            index: out_index.clone(),
+            value: Expr::Binary(
+                bop,
+                Box::new(Expr::Load {
+                    buf,
+                    index: out_index.clone(),
+                }),
+                Box::new(xe),
+            ),
+        };
+        let accumulate = Kernel {
+            name: String::new(),
+            origin: self.origin(id),
+            source: None,
+            // The outermost loop may be split across threads only if it is a kept axis: a
+            // reduced axis outermost would have iterations writing the same outputs.
+            body: close_nest(
+                Nest {
+                    vars: order,
+                    pre: vec![Vec::new(); n + 1],
+                },
+                vec![acc],
+                parallel_ok,
+                dtype,
+            ),
+        };
+        let init_kernel = self.fill_kernel(
+            buf,
+            &self.extents(id),
+            Expr::Const(init),
+            &format!("{} (init)", self.origin(id)),
+        );
+        let mut kernels = vec![init_kernel, accumulate];
+        if *op == ReduceOp::Mean {
+            let ext = self.extents(id);
+            let scale = self.map_kernel(
+                buf,
+                &ext,
+                count as f64,
+                &format!("{} (mean)", self.origin(id)),
+            );
+            kernels.push(scale);
+        }
+        Ok(Some(kernels))
+    }
+
+    /// `buf[...] = value` over a row-major buffer of extents `ext`.
+    pub(super) fn fill_kernel(
+        &mut self,
+        buf: BufId,
+        ext: &[u64],
+        value: Expr,
+        origin: &str,
+    ) -> Kernel {
+        self.next_var = 0;
+        let (nest, coords) = self.plain_nest(ext);
+        let index = coord_index(&coords, &row_major(ext), 0);
+        let ty = self.out.buffers[buf.0 as usize].ty;
+        Kernel {
+            name: String::new(),
+            origin: origin.to_string(),
+            source: None,
+            body: close_nest(nest, vec![Stmt::Store { buf, index, value }], true, ty),
+        }
+    }
+
+    /// `buf[...] /= divisor` over a row-major buffer of extents `ext`.
+    pub(super) fn map_kernel(
+        &mut self,
+        buf: BufId,
+        ext: &[u64],
+        divisor: f64,
+        origin: &str,
+    ) -> Kernel {
+        self.next_var = 0;
+        let (nest, coords) = self.plain_nest(ext);
+        let index = coord_index(&coords, &row_major(ext), 0);
+        let ty = self.out.buffers[buf.0 as usize].ty;
+        let value = Expr::Binary(
+            BinOp::Div,
+            Box::new(Expr::Load {
+                buf,
+                index: index.clone(),
+            }),
+            Box::new(Expr::Const(divisor)),
+        );
+        Kernel {
+            name: String::new(),
+            origin: origin.to_string(),
+            source: None,
+            body: close_nest(nest, vec![Stmt::Store { buf, index, value }], true, ty),
+        }
+    }
+
+    /// A loop per extent above 1, in order, and the slot coordinates they give.
+    pub(super) fn plain_nest(&mut self, ext: &[u64]) -> (Nest, Vec<Coord>) {
+        let mut vars = Vec::new();
+        let mut coords = Vec::new();
+        for &e in ext {
+            let mut c = Coord::default();
+            if e > 1 {
+                let v = self.fresh_var();
+                c.atoms.push((v, e));
+                vars.push((v, e));
+            }
+            coords.push(c);
+        }
+        let n = vars.len();
+        (
+            Nest {
+                vars,
+                pre: vec![Vec::new(); n + 1],
+            },
+            coords,
+        )
+    }
+}
