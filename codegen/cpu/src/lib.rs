@@ -13,9 +13,10 @@
 //!   balanced by nonzeros; `simd.rs`: AVX2/AVX-512 micro-kernels chosen at run time, the only
 //!   `unsafe` besides `jit.rs`; `tests.rs` against a brute-force decoder).
 //!
-//! Each kernel is cut at its top-level library calls into *segments*; every other segment is one
-//! generated function `extern "C" fn(bufs, lo, hi)`. A segment that is a single parallel `Range`
-//! loop runs iterations `lo..hi`, so [`Executable::run`] splits it across rayon tasks.
+//! Each kernel is cut into the launch units of the loop IR (`tdsl_loop::launch`): every run of
+//! statements between library calls is one generated function `extern "C" fn(bufs, lo, hi)`. A
+//! unit with a `Split` (a single parallel, race-free `Range` loop) runs iterations `lo..hi`, so
+//! [`Executable::run`] splits it across rayon tasks.
 
 #![deny(unsafe_code)]
 
@@ -40,7 +41,8 @@ use cranelift_frontend::FunctionBuilderContext;
 use cranelift_jit::JITModule;
 use cranelift_module::{FuncId, Linkage, Module};
 use rayon::prelude::*;
-use tdsl_loop::{Data, Expr, Iter, Kernel, LibCall, LoopProgram, Stmt};
+use tdsl_loop::launch::{launch_units, LaunchUnit, Split};
+use tdsl_loop::{Data, Kernel, LibCall, LoopProgram, Stmt};
 
 pub use error::{CodegenError, RuntimeError};
 
@@ -81,13 +83,6 @@ impl Default for CpuOptions {
             fma: true,
         }
     }
-}
-
-/// What a generated function's split loop looks like, to choose a task count.
-#[derive(Debug, Clone, Copy)]
-struct Split {
-    extent: u64,
-    work_per_iter: u64,
 }
 
 enum Segment {
@@ -137,121 +132,6 @@ pub struct RunStats {
     pub sparse_calls: usize,
     /// Wall time of each kernel, in order.
     pub kernel_times: Vec<Duration>,
-}
-
-/// How a kernel is cut into segments: runs of statements between top-level library calls.
-fn segment_ranges(k: &Kernel) -> Vec<(usize, usize, bool)> {
-    let mut out = Vec::new();
-    let mut start = 0;
-    for (i, s) in k.body.iter().enumerate() {
-        if matches!(s, Stmt::Call(_)) {
-            if start < i {
-                out.push((start, i, false));
-            }
-            out.push((i, i + 1, true));
-            start = i + 1;
-        }
-    }
-    if start < k.body.len() {
-        out.push((start, k.body.len(), false));
-    }
-    out
-}
-
-/// Element operations of one run of `stmts` (a rough count for choosing a task count).
-fn work(stmts: &[Stmt]) -> u64 {
-    fn expr_size(e: &Expr) -> u64 {
-        let mut n = 0;
-        e.visit(&mut |_| n += 1);
-        n
-    }
-    stmts
-        .iter()
-        .map(|s| match s {
-            Stmt::Loop(l) => {
-                let body = work(&l.body).max(1);
-                match l.iter {
-                    Iter::Range { extent } => extent.saturating_mul(body),
-                    Iter::Singleton { .. } => body,
-                    Iter::TwoFour { groups, .. } => groups.saturating_mul(2).saturating_mul(body),
-                    Iter::Compressed { .. } => body.saturating_mul(16),
-                }
-            }
-            Stmt::Let { init: e, .. } | Stmt::Update { value: e, .. } => expr_size(e),
-            Stmt::Store { value, .. } => expr_size(value),
-            Stmt::Call(LibCall::Gemm { m, n, k, batch, .. }) => batch
-                .iter()
-                .fold(m.saturating_mul(*n).saturating_mul(*k), |a, b| {
-                    a.saturating_mul(*b)
-                }),
-            Stmt::Call(LibCall::SpMM { m, n, k, .. }) => m.saturating_mul(*n).saturating_mul(*k),
-            Stmt::Call(LibCall::Sparsify { out: s, .. } | LibCall::Densify { s, .. }) => {
-                s.shape.iter().product()
-            }
-        })
-        .fold(0u64, |a, b| a.saturating_add(b))
-}
-
-/// Whether distinct iterations of `l` store to distinct elements, so that its iterations can
-/// run on different threads: every buffer is stored at one index, and in every store the stride
-/// of the loop's variable exceeds the span of all the other terms (whose variables need static
-/// extents).
-fn race_free(l: &tdsl_loop::Loop) -> bool {
-    use std::collections::HashMap;
-    use tdsl_loop::VarId;
-    fn block(stmts: &[Stmt], var: VarId, ext: &mut HashMap<VarId, Option<u64>>) -> bool {
-        stmts.iter().all(|s| match s {
-            Stmt::Loop(inner) => {
-                let bound: Vec<(VarId, Option<u64>)> = match &inner.iter {
-                    Iter::Range { extent } => vec![(inner.var, Some(*extent))],
-                    Iter::TwoFour { groups, coord, .. } => vec![
-                        (inner.var, Some(groups.saturating_mul(2))),
-                        (*coord, Some(groups.saturating_mul(4))),
-                    ],
-                    Iter::Compressed { coord, .. } => vec![(inner.var, None), (*coord, None)],
-                    Iter::Singleton { .. } => vec![(inner.var, None)],
-                };
-                ext.extend(bound.iter().copied());
-                let ok = block(&inner.body, var, ext);
-                for (v, _) in bound {
-                    ext.remove(&v);
-                }
-                ok
-            }
-            Stmt::Store { index, .. } => {
-                let stride = (index.stride_of(var) as i128).abs();
-                let mut span = 0i128;
-                for (v, st) in &index.terms {
-                    if *v == var || *st == 0 {
-                        continue;
-                    }
-                    match ext.get(v).copied().flatten() {
-                        Some(e) => span += (*st as i128).abs() * (e.max(1) as i128 - 1),
-                        None => return false,
-                    }
-                }
-                stride > span
-            }
-            Stmt::Call(_) => false,
-            Stmt::Let { .. } | Stmt::Update { .. } => true,
-        })
-    }
-    // Two stores to one buffer at different indices could meet across iterations.
-    fn stores<'a>(stmts: &'a [Stmt], out: &mut Vec<(tdsl_loop::BufId, &'a tdsl_loop::Index)>) {
-        for s in stmts {
-            match s {
-                Stmt::Loop(inner) => stores(&inner.body, out),
-                Stmt::Store { buf, index, .. } => out.push((*buf, index)),
-                _ => {}
-            }
-        }
-    }
-    let mut all = Vec::new();
-    stores(&l.body, &mut all);
-    let single_index = all
-        .iter()
-        .all(|(b, i)| all.iter().all(|(b2, i2)| b != b2 || i == i2));
-    single_index && block(&l.body, l.var, &mut HashMap::new())
 }
 
 fn kernel_signature(module: &JITModule) -> Signature {
@@ -389,11 +269,14 @@ impl CpuBackend {
         let mut ctx = module.make_context();
         let sig = kernel_signature(module);
         let mut plan = Vec::new();
-        for (start, end, is_call) in segment_ranges(k) {
-            if is_call {
-                plan.push(PlannedSegment::Call { stmt: start });
-                continue;
-            }
+        for unit in launch_units(k) {
+            let (start, end, split) = match unit {
+                LaunchUnit::Call { stmt } => {
+                    plan.push(PlannedSegment::Call { stmt });
+                    continue;
+                }
+                LaunchUnit::Loops { start, end, split } => (start, end, split),
+            };
             let stmts = &k.body[start..end];
             let name = format!("tdsl_fn{}", ids.len());
             let id = module
@@ -407,15 +290,6 @@ impl CpuBackend {
                 .map_err(|e| cranelift_err(k, format!("{e:?}")))?;
             module.clear_context(&mut ctx);
             ids.push(id);
-            let split = lower::split_loop(stmts)
-                .filter(|l| race_free(l))
-                .map(|l| Split {
-                    extent: match l.iter {
-                        Iter::Range { extent } => extent,
-                        _ => 1,
-                    },
-                    work_per_iter: work(&l.body).max(1),
-                });
             plan.push(PlannedSegment::Jit { split });
         }
         Ok(plan)
@@ -459,14 +333,17 @@ impl CpuBackend {
         let mut fctx = FunctionBuilderContext::new();
         let mut ctx = module.make_context();
         let sig = kernel_signature(module);
-        for (n, (start, end, is_call)) in segment_ranges(k).into_iter().enumerate() {
-            if is_call {
-                out.push_str(&format!(
-                    "; segment {n}: library call {:?}\n\n",
-                    k.body[start]
-                ));
-                continue;
-            }
+        for (n, unit) in launch_units(k).into_iter().enumerate() {
+            let (start, end) = match unit {
+                LaunchUnit::Call { stmt } => {
+                    out.push_str(&format!(
+                        "; segment {n}: library call {:?}\n\n",
+                        k.body[stmt]
+                    ));
+                    continue;
+                }
+                LaunchUnit::Loops { start, end, .. } => (start, end),
+            };
             let stmts = &k.body[start..end];
             let name = format!("{}_s{n}", k.name);
             ctx.func.signature = sig.clone();

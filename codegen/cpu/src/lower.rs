@@ -85,10 +85,7 @@ fn join(a: Option<Ct>, b: Option<Ct>) -> Option<Ct> {
 /// The loop of a segment that runs only `lo..hi`: the segment's single statement, when it is a
 /// parallel `Range` loop.
 pub(crate) fn split_loop(stmts: &[Stmt]) -> Option<&Loop> {
-    match stmts {
-        [Stmt::Loop(l)] if l.parallel && matches!(l.iter, Iter::Range { .. }) => Some(l),
-        _ => None,
-    }
+    tdsl_loop::launch::split_loop(stmts)
 }
 
 fn is_innermost(l: &Loop) -> bool {

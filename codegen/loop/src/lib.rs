@@ -2,6 +2,8 @@
 //!
 //! - [`ir`]: the types (buffers, kernels, loops, accumulators, strided loads and stores,
 //!   elementwise expressions, library calls, sparse level iteration, GPU mapping).
+//! - [`launch`]: launch units, the cut of a kernel every backend launches (runs of loops
+//!   between library calls, with the parallel split of each).
 //! - [`passes`]: the program-free rewrites the planner runs on each kernel, listed in order
 //!   ([`passes::KERNEL_PASSES`]); [`walk`]: queries over statements.
 //! - [`print`](mod@print): the stable text form (`tdsl plan`, snapshots, the kernel cache key).
@@ -19,6 +21,7 @@ pub mod backend;
 pub mod data;
 pub mod eval;
 pub mod ir;
+pub mod launch;
 pub mod passes;
 pub mod print;
 pub mod scalar;
