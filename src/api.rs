@@ -859,7 +859,7 @@ impl Program {
                 (
                     name,
                     Provided {
-                        tensor: t.into_tensor(),
+                        tensor: t.into_tensor().into(),
                         source,
                     },
                 )
@@ -871,17 +871,17 @@ impl Program {
                 provided.insert(
                     input.name.clone(),
                     Provided {
-                        tensor: t.clone(),
+                        tensor: t.clone().into(),
                         source: "its initialiser".to_string(),
                     },
                 );
             }
         }
-        let tensors = bind_inputs(program, provided)?;
         let outputs = if engine == Engine::Interp {
-            crate::interp::run(program, &tensors)
+            crate::interp::run(program, &bind_inputs(program, provided)?)
         } else {
-            c.compiled.run(tensors, &Default::default())?.0
+            let values = crate::bind::bind_values(program, provided)?;
+            c.compiled.run(values, &Default::default())?.0
         };
         Ok(Outputs {
             names: program.outputs.iter().map(|o| o.name.clone()).collect(),

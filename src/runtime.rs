@@ -4,6 +4,7 @@
 //! temporaries start zeroed); the backend only runs kernels over them. Every backend is checked
 //! against the reference interpreter (`crate::interp`).
 
+use crate::bind::Value;
 use crate::diag::{Code, Diagnostic};
 use crate::plan::lower::Plan;
 use crate::tensor::{Storage, Tensor};
@@ -153,67 +154,62 @@ pub fn run_jit(
     Ok(run_jit_timed(plan, inputs, shapes, threads)?.0)
 }
 
-/// Buffers for a plan with `inputs` (one per program input) moved in: dense data without a
-/// copy, sparse inputs compressed into their layout's arrays.
-pub fn bind_owned(plan: &Plan, inputs: Vec<Tensor>) -> Result<Vec<Data>, Diagnostic> {
-    let mut data: Vec<Option<Storage>> = Vec::with_capacity(inputs.len());
-    let mut sparse: Vec<Tensor> = Vec::with_capacity(inputs.len());
-    for (i, t) in inputs.into_iter().enumerate() {
-        if plan.input_layouts.get(i).is_some_and(Option::is_some) {
-            data.push(None);
-            sparse.push(t);
-        } else {
-            data.push(Some(t.data));
-            sparse.push(Tensor::new(Vec::new(), Storage::F32(vec![0.0])));
-        }
-    }
-    bind_buffers(plan, data, &sparse)
-}
-
-/// Buffers for a plan, with the inputs bound: sparse inputs are compressed into their
-/// layout's arrays here (the one conversion per run; kernels see only compressed storage).
-pub fn buffers(plan: &Plan, inputs: &[Tensor]) -> Result<Vec<Data>, Diagnostic> {
-    bind_buffers(
-        plan,
-        inputs.iter().map(|t| Some(t.data.clone())).collect(),
-        inputs,
-    )
-}
-
-/// Like [`buffers`], moving dense input data in without a copy (`data[i]` is taken); only
-/// the sparse inputs are read from `inputs` (and compressed).
-pub fn bind_buffers(
-    plan: &Plan,
-    mut data: Vec<Option<Storage>>,
-    inputs: &[Tensor],
-) -> Result<Vec<Data>, Diagnostic> {
-    let mut compressed: Vec<Option<[Option<Data>; 3]>> = Vec::new();
-    for (i, layout) in plan.input_layouts.iter().enumerate() {
-        compressed.push(match layout {
-            Some(l) => {
-                let t = inputs
-                    .get(i)
-                    .ok_or_else(|| internal(format!("input {i} has no data")))?;
-                let s = crate::sparse::compress(t, *l).map_err(|e| {
-                    Diagnostic::new(
-                        Code::SparseData,
-                        format!("input {i} cannot be stored sparse: {e}"),
-                    )
-                })?;
-                Some([
+/// Buffers for a plan with `inputs` (one value per program input) moved in: dense data without
+/// a copy; sparse inputs as the arrays of their layout, taken as they are when the value is
+/// already stored in that layout (read from a file), else compressed from dense data (the one
+/// conversion per run; kernels see only compressed storage).
+pub fn bind_owned(plan: &Plan, inputs: Vec<Value>) -> Result<Vec<Data>, Diagnostic> {
+    let bad = |i: usize, e: String| {
+        Diagnostic::new(
+            Code::SparseData,
+            format!("input {i} cannot be stored sparse: {e}"),
+        )
+    };
+    let mut dense: Vec<Option<Storage>> = Vec::with_capacity(inputs.len());
+    let mut parts: Vec<Option<[Option<Data>; 3]>> = Vec::with_capacity(inputs.len());
+    for (i, v) in inputs.into_iter().enumerate() {
+        match plan.input_layouts.get(i).copied().flatten() {
+            None => {
+                dense.push(Some(v.into_dense().map_err(|e| bad(i, e))?.data));
+                parts.push(None);
+            }
+            Some(layout) => {
+                let s = match v {
+                    Value::Sparse(s) if s.layout == layout => s,
+                    other => {
+                        let t = other.into_dense().map_err(|e| bad(i, e))?;
+                        crate::sparse::compress(&t, layout).map_err(|e| bad(i, e))?
+                    }
+                };
+                dense.push(None);
+                parts.push(Some([
                     Some(Data::I32(s.ptr)),
                     Some(Data::I32(s.idx)),
                     Some(Data::from(s.values)),
-                ])
+                ]));
             }
-            None => None,
-        });
+        }
     }
+    assemble(plan, dense, parts)
+}
+
+/// Buffers for a plan with dense `inputs` (copied; sparse inputs compressed).
+pub fn buffers(plan: &Plan, inputs: &[Tensor]) -> Result<Vec<Data>, Diagnostic> {
+    bind_owned(plan, inputs.iter().cloned().map(Value::Dense).collect())
+}
+
+/// The plan's buffer set: input buffers from `dense` (taken) and sparse input arrays from
+/// `parts` (taken, padded to capacity where the plan says so); outputs and temporaries zeroed.
+fn assemble(
+    plan: &Plan,
+    mut dense: Vec<Option<Storage>>,
+    mut parts: Vec<Option<[Option<Data>; 3]>>,
+) -> Result<Vec<Data>, Diagnostic> {
     let mut out = Vec::with_capacity(plan.loops.buffers.len());
     for b in &plan.loops.buffers {
         out.push(match b.role {
             Role::Input(i) => {
-                let s = data
+                let s = dense
                     .get_mut(i as usize)
                     .and_then(Option::take)
                     .ok_or_else(|| internal(format!("input buffer {i} is bound twice")))?;
@@ -225,10 +221,10 @@ pub fn bind_buffers(
                     Part::Idx => 1,
                     Part::Values => 2,
                 };
-                let d = compressed
+                let d = parts
                     .get_mut(input as usize)
                     .and_then(Option::as_mut)
-                    .and_then(|parts| parts[k].take())
+                    .and_then(|p| p[k].take())
                     .ok_or_else(|| internal(format!("sparse input {input} is not bound")))?;
                 let pad = plan.padded_inputs.get(input as usize) == Some(&true);
                 if pad && part != Part::Ptr {

@@ -11,7 +11,7 @@
 //! let pipe = Pipeline::new(Options { engine: Engine::Eval, ..Options::default() });
 //! let script = pipe.parse("input x: f32[n=3] = arange\ny = x * 2\noutput y")?;
 //! let program = pipe.check(&script, &Default::default())?;
-//! let inputs = tdsl::bind::bind_inputs(&program, Default::default())?;
+//! let inputs = tdsl::bind::bind_values(&program, Default::default())?;
 //! let compiled = pipe.compile(program)?;
 //! let (out, _) = compiled.run(inputs, &Default::default())?;
 //! assert_eq!(out[0].to_f64(), vec![0.0, 2.0, 4.0]);
@@ -22,6 +22,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use crate::bind::Value;
 use crate::check::{Binding, NodeId, Program};
 use crate::diag::{Code, Diagnostic, Diagnostics};
 use crate::machine::Machine;
@@ -365,14 +366,20 @@ impl Compiled {
         &self.shapes
     }
 
-    /// Runs on `inputs` (one tensor per program input, in declaration order; dense data moves
-    /// into the kernels' buffers without a copy) and returns the outputs in `output` order.
+    /// Runs on `inputs` (one value per program input, in declaration order; dense data moves
+    /// into the kernels' buffers without a copy, sparse data stored in the input's layout is
+    /// bound as it is) and returns the outputs in `output` order.
     pub fn run(
         &self,
-        inputs: Vec<Tensor>,
+        inputs: Vec<Value>,
         opts: &RunOptions,
     ) -> Result<(Vec<Tensor>, RunStats), Diagnostic> {
         let Some((plan, exe)) = &self.kernels else {
+            let inputs = inputs
+                .into_iter()
+                .map(Value::into_dense)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| Diagnostic::new(Code::SparseData, e))?;
             let t = Instant::now();
             let out = crate::interp::run(&self.program, &inputs);
             let stats = RunStats {

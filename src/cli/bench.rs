@@ -2,11 +2,11 @@
 //! ceilings (peak FLOP/s and bandwidth, measured once and cached by [`machine_ceilings`]).
 
 use super::report::{duration, group};
+use crate::bind::Value;
 use crate::check::Program;
 use crate::machine::Machine;
 use crate::plan::lower::Plan;
 use crate::runtime;
-use crate::tensor::Tensor;
 use std::fmt::Write;
 use std::time::{Duration, Instant};
 
@@ -44,7 +44,7 @@ fn median(v: &mut [Duration]) -> Duration {
 pub fn bench(
     program: &Program,
     plan: &Plan,
-    inputs: &[Tensor],
+    inputs: &[Value],
     front: Front,
     o: &Options,
 ) -> Result<String, crate::Diagnostic> {
@@ -58,7 +58,7 @@ pub fn bench(
     let cached = t.elapsed();
     drop(exe2);
     debug_assert_eq!(n_again, 0);
-    let mut bufs = runtime::buffers(plan, inputs)?;
+    let mut bufs = runtime::bind_owned(plan, inputs.to_vec())?;
     let threads = o.threads.max(1);
     let run = |bufs: &mut Vec<tdsl_loop::Data>| {
         exe.run(bufs, &tdsl_loop::RunOptions { threads })
@@ -86,7 +86,7 @@ pub fn bench(
             .inputs
             .iter()
             .zip(inputs)
-            .map(|(i, t)| crate::plan::cost::stored(&i.ty, Some(t)))
+            .map(|(i, t)| crate::plan::cost::stored_value(&i.ty, Some(t)))
             .collect::<Vec<_>>(),
     );
     let flops = cost.total_flops();

@@ -10,7 +10,7 @@ pub mod render;
 pub mod repl;
 mod report;
 
-use crate::bind::{bind_available, Provided};
+use crate::bind::{bind_available, Provided, Value};
 use crate::check::{Binding, Program};
 use crate::diag::{Code, Diagnostic, Diagnostics};
 use crate::io;
@@ -259,7 +259,7 @@ fn execute(cmd: &Cmd, text: &str, out: &mut dyn Write) -> Result<(), Failure> {
             let t1 = Instant::now();
             let plan = pipe.plan(&program)?;
             let plan_time = t1.elapsed();
-            let inputs: Vec<Tensor> = inputs.into_iter().flatten().collect();
+            let inputs: Vec<Value> = inputs.into_iter().flatten().collect();
             let opts = bench::Options {
                 engine: backend.engine(),
                 runs: *runs,
@@ -299,7 +299,7 @@ fn execute(cmd: &Cmd, text: &str, out: &mut dyn Write) -> Result<(), Failure> {
                 .help("add `output NAME` naming the tensors to produce")
                 .into());
             }
-            let inputs: Vec<Tensor> = inputs.into_iter().flatten().collect();
+            let inputs: Vec<Value> = inputs.into_iter().flatten().collect();
             let t1 = Instant::now();
             let compiled = pipe.compile(program)?;
             let (outputs, _) = compiled.run(inputs, &Default::default())?;
@@ -334,9 +334,8 @@ fn execute(cmd: &Cmd, text: &str, out: &mut dyn Write) -> Result<(), Failure> {
         } => {
             let pipe = pipeline(Engine::Jit);
             let (program, inputs) = load(&pipe, text, data, Need::Sparse)?;
-            let data: Vec<Option<&Tensor>> = inputs.iter().map(|t| t.as_ref()).collect();
-            let stored = stored_inputs(&program, &data);
-            let cost = pipe.cost(&program, &stored, &data);
+            let stored = stored_inputs(&program, &inputs);
+            let cost = pipe.cost(&program, &stored, &dense_data(&inputs));
             if let Some(path) = plot {
                 let machine = bench::machine_ceilings();
                 let measured = vec![None; cost.statements.len()];
@@ -371,7 +370,7 @@ fn load(
     text: &str,
     data: &DataArgs,
     need: Need,
-) -> Result<(Program, Vec<Option<Tensor>>), Failure> {
+) -> Result<(Program, Vec<Option<Value>>), Failure> {
     let script = pipe.parse(text)?;
     let decl_span = |name: &str| -> Option<Span> {
         script.stmts.iter().find_map(|s| match &s.kind {
@@ -399,7 +398,7 @@ fn load(
                             provided.insert(
                                 n.clone(),
                                 Provided {
-                                    tensor: t,
+                                    tensor: Value::Dense(t),
                                     source: format!("{}:{n}", w.display()),
                                 },
                             );
@@ -464,7 +463,7 @@ fn load(
                 k.clone(),
                 Binding {
                     dtype: p.tensor.dtype(),
-                    shape: p.tensor.shape.clone(),
+                    shape: p.tensor.shape().to_vec(),
                     source: p.source.clone(),
                 },
             )
@@ -517,8 +516,8 @@ fn load(
     }
     let inputs = bind_available(&program_for_bind, provided, need_all)?;
     let mut program = program;
-    let data: Vec<Option<&Tensor>> = inputs.iter().map(|t| t.as_ref()).collect();
-    let stored = stored_inputs(&program, &data);
+    let stored = stored_inputs(&program, &inputs);
+    let data = dense_data(&inputs);
     pipe.resolve_auto(&mut program, &stored, &data);
     Ok((program, inputs))
 }
@@ -548,12 +547,21 @@ fn counted_input(p: &Program, n: usize) -> bool {
     small && pruned
 }
 
-/// Stored entries of every input, counted from `data` where there is some.
-fn stored_inputs(p: &Program, data: &[Option<&Tensor>]) -> Vec<crate::plan::cost::Stored> {
+/// Stored entries of every input, counted from its data where there is some.
+fn stored_inputs(p: &Program, data: &[Option<Value>]) -> Vec<crate::plan::cost::Stored> {
     p.inputs
         .iter()
         .enumerate()
-        .map(|(i, inp)| crate::plan::cost::stored(&inp.ty, data.get(i).copied().flatten()))
+        .map(|(i, inp)| {
+            crate::plan::cost::stored_value(&inp.ty, data.get(i).and_then(Option::as_ref))
+        })
+        .collect()
+}
+
+/// The dense data among `data` (what pruning counts need to read).
+fn dense_data(data: &[Option<Value>]) -> Vec<Option<&Tensor>> {
+    data.iter()
+        .map(|v| v.as_ref().and_then(Value::as_dense))
         .collect()
 }
 
@@ -568,23 +576,19 @@ pub(crate) fn pipeline(engine: Engine) -> Pipeline {
 
 /// Reads `FILE.npy`, a scipy sparse `FILE.npz`, or `FILE.safetensors:TENSOR` (a dense tensor,
 /// or a sparse one stored under the `TENSOR.values`, … naming convention of spec/formats.md).
-/// Sparse data is validated, then bound by its dense values; the runtime compresses it into the
-/// input's declared format.
-fn read_tensor_file(file: &str) -> Result<Tensor, Diagnostic> {
-    let expand = |s: tdsl_sparse::SparseTensor| {
-        crate::sparse::decompress(&s)
-            .map_err(|e| Diagnostic::new(Code::SparseData, format!("`{file}`: {e}")))
-    };
+/// Sparse data is validated and stays compressed: it is expanded only where something needs
+/// its dense values (the reference interpreter, an input declared in another format).
+fn read_tensor_file(file: &str) -> Result<Value, Diagnostic> {
     if let Some((path, tensor)) = file.rsplit_once(':') {
         if path.ends_with(".safetensors") {
             if let Some(s) = io::safetensors::read_sparse_safetensors(Path::new(path), tensor)? {
-                return expand(s);
+                return Ok(Value::Sparse(s));
             }
-            return io::safetensors::read_safetensors(Path::new(path), tensor);
+            return io::safetensors::read_safetensors(Path::new(path), tensor).map(Value::Dense);
         }
     }
     if file.ends_with(".npz") {
-        return expand(io::npz::read_npz(Path::new(file))?);
+        return Ok(Value::Sparse(io::npz::read_npz(Path::new(file))?));
     }
     if file.ends_with(".safetensors") {
         return Err(Diagnostic::new(
@@ -592,7 +596,7 @@ fn read_tensor_file(file: &str) -> Result<Tensor, Diagnostic> {
             format!("`{file}` is a .safetensors file: name the tensor as `{file}:TENSOR`"),
         ));
     }
-    io::npy::read_npy(Path::new(file))
+    io::npy::read_npy(Path::new(file)).map(Value::Dense)
 }
 
 /// Writes every output to `dir/NAME.npy`: all of them to temporary names first, then renamed,

@@ -1087,7 +1087,7 @@ impl Session {
                 (
                     k.clone(),
                     crate::bind::Provided {
-                        tensor: t.clone(),
+                        tensor: t.clone().into(),
                         source: "its initialiser".into(),
                     },
                 )

@@ -73,6 +73,43 @@ pub fn stored(ty: &TensorType, data: Option<&Tensor>) -> Stored {
     }
 }
 
+/// [`stored`] of bound data: dense data is counted as [`stored`] counts it; sparse data stored
+/// in the format of `ty` is counted from its arrays (no expansion), other sparse data from its
+/// dense values.
+pub fn stored_value(ty: &TensorType, data: Option<&crate::bind::Value>) -> Stored {
+    use crate::bind::Value;
+    let s = match data {
+        None => return stored(ty, None),
+        Some(Value::Dense(t)) => return stored(ty, Some(t)),
+        Some(Value::Sparse(s)) => s,
+    };
+    let same_layout =
+        crate::sparse::layout(ty.format, ty.shape.rank()).is_some_and(|l| l == s.layout);
+    if !same_layout {
+        return match crate::sparse::decompress(s) {
+            Ok(t) => stored(ty, Some(&t)),
+            Err(_) => stored(ty, None),
+        };
+    }
+    let values = s.values.as_ref().to_f64();
+    match ty.format {
+        Format::Bsr { rows, cols } => {
+            let block = (rows * cols) as usize;
+            let blocks = values
+                .chunks(block.max(1))
+                .filter(|b| b.iter().any(|&x| x != 0.0))
+                .count() as u64;
+            stored_count(ty, blocks.saturating_mul(rows * cols), true)
+        }
+        Format::Coo | Format::Csr | Format::Csc => stored_count(
+            ty,
+            values.iter().filter(|&&x| x != 0.0).count() as u64,
+            true,
+        ),
+        Format::Dense | Format::TwoFour { .. } => stored(ty, None),
+    }
+}
+
 /// Storage of `values` stored values in `ty`'s format (for BSR a multiple of the block size;
 /// for dense and 2:4 the count is fixed by the shape and `values` is ignored).
 pub fn stored_count(ty: &TensorType, values: u64, measured: bool) -> Stored {

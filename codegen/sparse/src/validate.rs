@@ -36,6 +36,11 @@ pub fn validate(s: SparseRef) -> Result<(), String> {
 pub fn canonicalize(s: SparseTensor) -> Result<SparseTensor, String> {
     let r = s.as_ref();
     r.layout.check_shape(r.shape)?;
+    // Data already canonical (what scipy writes after `sum_duplicates`/`sort_indices`, and
+    // what tdsl writes) is returned as it is: no copy, no per-entry bookkeeping.
+    if unpadded(&r) && validate(r).is_ok() {
+        return Ok(s);
+    }
     // For each output slot: the input entries summed into it, and the output index arrays.
     let mut groups: Vec<Vec<usize>> = Vec::new();
     let mut ptr: Vec<i32>;
@@ -112,6 +117,25 @@ pub fn canonicalize(s: SparseTensor) -> Result<SparseTensor, String> {
     };
     validate(out.as_ref())?;
     Ok(out)
+}
+
+/// Whether the index and value arrays hold exactly the stored entries (no capacity padding).
+fn unpadded(r: &SparseRef) -> bool {
+    let per_entry = match r.layout {
+        Layout::Bsr { br, bc } => br.saturating_mul(bc),
+        _ => 1,
+    };
+    match r.layout {
+        Layout::TwoFour { .. } => true,
+        Layout::Coo => {
+            let nnz = r.ptr.get(1).map_or(0, |&n| n.max(0) as usize);
+            r.idx.len() == nnz.saturating_mul(r.shape.len()) && r.values.len() == nnz
+        }
+        _ => {
+            let nnz = r.ptr.last().map_or(0, |&n| n.max(0) as usize);
+            r.idx.len() == nnz && r.values.len() == nnz.saturating_mul(per_entry)
+        }
+    }
 }
 
 /// Checks `indptr` of length `outer + 1`; returns the last offset.
