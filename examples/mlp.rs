@@ -64,7 +64,7 @@ fn main() -> Result {
     }
     let per_run = t0.elapsed() / n_runs;
     let stats = tdsl::jit_stats();
-    println!("MLP forward: x [{TOKENS}, {MODEL}] -> y {:?}", y.shape);
+    println!("MLP forward: x [{TOKENS}, {MODEL}] -> y {:?}", y.shape());
     println!(
         "  first pass {:.1} ms, then {:.2} ms per pass; {} plans and {} kernels compiled for {} calls",
         first.as_secs_f64() * 1e3,

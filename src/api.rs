@@ -152,6 +152,14 @@ element!(f64, F64);
 element!(f16, F16);
 element!(bf16, BF16);
 
+/// `n` default values, or `None` where the allocation fails (no abort).
+fn zeroed<T: Clone + Default>(n: usize) -> Option<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).ok()?;
+    v.resize(n, T::default());
+    Some(v)
+}
+
 fn check_len(shape: &[usize], n: usize) -> Result<(), Diagnostic> {
     let want = shape.iter().try_fold(1usize, |a, &e| a.checked_mul(e));
     if want == Some(n) {
@@ -172,7 +180,7 @@ impl Tensor {
     ///
     /// ```
     /// let t = tdsl::Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3]).unwrap();
-    /// assert_eq!(t.shape, [2, 3]);
+    /// assert_eq!(t.shape(), [2, 3]);
     /// assert_eq!(t.dtype(), tdsl::DType::F32);
     /// assert!(tdsl::Tensor::from_vec(vec![1.0f32; 5], &[2, 3]).is_err());
     /// ```
@@ -199,10 +207,39 @@ impl Tensor {
         })
     }
 
-    /// A tensor of zeros.
-    pub fn zeros(dtype: DType, shape: &[usize]) -> Tensor {
-        let n: usize = shape.iter().product();
-        Tensor::from_f64(dtype, shape.to_vec(), &vec![0.0; n])
+    /// A tensor of zeros. Its memory is reserved fallibly: a shape whose element count
+    /// overflows, or that this machine cannot allocate, is `tdsl::io::too_large`, never an
+    /// abort.
+    ///
+    /// ```
+    /// let t = tdsl::Tensor::zeros(tdsl::DType::F16, &[2, 3]).unwrap();
+    /// assert_eq!(t.shape(), [2, 3]);
+    /// let err = tdsl::Tensor::zeros(tdsl::DType::F32, &[1_000_000; 3]).unwrap_err();
+    /// assert_eq!(err.code, tdsl::Code::TooLarge);
+    /// ```
+    pub fn zeros(dtype: DType, shape: &[usize]) -> Result<Tensor, Diagnostic> {
+        let too_large = |why: &str| {
+            Diagnostic::new(
+                Code::TooLarge,
+                format!("a {dtype} tensor of shape {shape:?} {why}"),
+            )
+            .help("reduce the extents")
+        };
+        let n = shape
+            .iter()
+            .try_fold(1usize, |a, &e| a.checked_mul(e))
+            .ok_or_else(|| too_large("has more elements than usize can count"))?;
+        let no_memory = || too_large("does not fit in this machine's memory");
+        let data = match dtype {
+            DType::F32 => Storage::F32(zeroed(n).ok_or_else(no_memory)?),
+            DType::F64 => Storage::F64(zeroed(n).ok_or_else(no_memory)?),
+            DType::F16 => Storage::F16(zeroed(n).ok_or_else(no_memory)?),
+            DType::BF16 => Storage::BF16(zeroed(n).ok_or_else(no_memory)?),
+        };
+        Ok(Tensor {
+            shape: shape.to_vec(),
+            data,
+        })
     }
 
     /// A rank-0 tensor.
@@ -470,6 +507,8 @@ impl Outputs {
 
 impl std::ops::Index<usize> for Outputs {
     type Output = Tensor;
+    /// Panics if `i` is not below [`Outputs::len`] (Rust's `Index` convention; use
+    /// [`Outputs::iter`] or `into_vec` to avoid it).
     fn index(&self, i: usize) -> &Tensor {
         &self.tensors[i]
     }
@@ -556,6 +595,9 @@ enum State {
 /// The input signature a cached plan is valid for: bound names (sorted), dtypes and shapes.
 type Signature = Vec<(String, DType, Vec<usize>)>;
 
+/// A signature's cache entry: built once (successfully or not).
+type CacheCell = std::sync::OnceLock<Result<Arc<Compiled>, Diagnostics>>;
+
 /// Everything a run with one signature needs, built once by the pipeline.
 struct Compiled {
     compiled: crate::session::Compiled,
@@ -569,7 +611,9 @@ struct Inner {
     state: State,
     /// The pipeline every signature is checked, planned and compiled by.
     pipe: Pipeline,
-    cache: Mutex<HashMap<Signature, Arc<Compiled>>>,
+    /// One cell per signature: the first run with it builds the entry, and runs on other threads
+    /// that arrive meanwhile wait for that build instead of compiling the same kernels again.
+    cache: Mutex<HashMap<Signature, Arc<CacheCell>>>,
     runs: AtomicUsize,
     plans: AtomicUsize,
     kernels: AtomicUsize,
@@ -690,15 +734,20 @@ impl Program {
     ///
     /// ```
     /// use tdsl::session::{Engine, MachineModel, Options};
-    /// let opts = Options { engine: Engine::Eval, machine: MachineModel::Nominal };
+    /// let opts = Options { engine: Engine::Eval, machine: MachineModel::Nominal, ..Options::default() };
     /// let p = tdsl::Program::compile_with("input x: f32[n=2] = ones\ny = x + 1\noutput y", opts)?;
     /// assert_eq!(p.runner().run()?["y"].as_slice::<f32>(), Some(&[2.0, 2.0][..]));
     /// # Ok::<(), tdsl::Diagnostics>(())
     /// ```
     pub fn compile_with(source: &str, opts: Options) -> Result<Program, Diagnostics> {
+        Program::compile_inner(source, opts).map_err(|d| d.with_source("<program>", source))
+    }
+
+    fn compile_inner(source: &str, opts: Options) -> Result<Program, Diagnostics> {
         let pipe = Pipeline::new(opts);
         let script = pipe.parse(source)?;
-        let state = match pipe.check(&script, &BTreeMap::new()) {
+        // Nothing is bound yet: the plain checker (no binding root causes), API help lines.
+        let state = match check::check_script_for(&script, &BTreeMap::new(), check::Entry::Api) {
             Ok(p) => State::Checked(Box::new(p)),
             Err(d) if extents_from_data(&script, &d) => {
                 let patterns = pattern_diagnostics(&script);
@@ -826,7 +875,17 @@ impl Program {
         }
     }
 
+    /// Runs with `args` on `engine`; errors carry the program's source for rendering.
     fn run_args(
+        &self,
+        args: Vec<(String, TensorArg<'_>)>,
+        engine: Engine,
+    ) -> Result<Outputs, Diagnostics> {
+        self.run_inner(args, engine)
+            .map_err(|d| d.with_source("<program>", &self.inner.source))
+    }
+
+    fn run_inner(
         &self,
         args: Vec<(String, TensorArg<'_>)>,
         engine: Engine,
@@ -896,17 +955,19 @@ impl Program {
 
     /// The cached check, plan and kernels for `sig`, built on a miss.
     fn compiled(&self, sig: Signature) -> Result<Arc<Compiled>, Diagnostics> {
-        let cache = |inner: &Inner| {
-            inner
-                .cache
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .get(&sig)
-                .cloned()
-        };
-        if let Some(c) = cache(&self.inner) {
-            return Ok(c);
-        }
+        let cell = self
+            .inner
+            .cache
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(sig.clone())
+            .or_default()
+            .clone();
+        cell.get_or_init(|| self.build(&sig)).clone()
+    }
+
+    /// Checks, plans and compiles the program for `sig` (once per signature: see `compiled`).
+    fn build(&self, sig: &Signature) -> Result<Arc<Compiled>, Diagnostics> {
         let bound: BTreeMap<String, Binding> = sig
             .iter()
             .map(|(name, dtype, shape)| {
@@ -921,7 +982,7 @@ impl Program {
             })
             .collect();
         let pipe = &self.inner.pipe;
-        let mut program = pipe.check(&self.inner.script, &bound)?;
+        let mut program = pipe.check_all_bound(&self.inner.script, &bound)?;
         pipe.check_memory(&program, MemoryUse::Run)?;
         // `auto` formats are chosen as `tdsl run` chooses them: the same pipeline, machine
         // and stored-entry counts (no data is bound yet, so counts come from the types).
@@ -973,13 +1034,7 @@ impl Program {
             s.plans += 1;
             s.kernels_compiled += n_compiled;
         });
-        let compiled = Arc::new(Compiled { compiled, defaults });
-        let mut map = self
-            .inner
-            .cache
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        Ok(map.entry(sig).or_insert(compiled).clone())
+        Ok(Arc::new(Compiled { compiled, defaults }))
     }
 }
 
@@ -1021,12 +1076,12 @@ mod ndarray_impls {
     use super::{AsInput, Element, TensorArg, TensorView};
     use crate::diag::{Code, Diagnostic};
     use crate::tensor::Tensor;
-    use ndarray::{ArrayBase, ArrayD, ArrayViewD, Dimension, IxDyn};
+    use ndarray::{Array, ArrayBase, ArrayD, ArrayView, Dimension, IxDyn};
 
     /// Takes the array's buffer without copying when it is in standard (row-major, contiguous)
-    /// layout; otherwise copies the elements in row-major order.
-    impl<T: Element> From<ArrayD<T>> for Tensor {
-        fn from(a: ArrayD<T>) -> Tensor {
+    /// layout; otherwise copies the elements in row-major order. Any rank: `Array2`, `ArrayD`, …
+    impl<T: Element, D: Dimension> From<Array<T, D>> for Tensor {
+        fn from(a: Array<T, D>) -> Tensor {
             let shape = a.shape().to_vec();
             let n = a.len();
             let data = if a.is_standard_layout() {
@@ -1047,11 +1102,12 @@ mod ndarray_impls {
         }
     }
 
-    /// Borrows a view without copying; fails unless it is in standard (row-major, contiguous)
-    /// layout (use `.as_standard_layout()` first).
-    impl<'a, T: Element> TryFrom<ArrayViewD<'a, T>> for TensorView<'a> {
+    /// Borrows a view of any rank without copying; fails unless it is in standard (row-major,
+    /// contiguous) layout (use `.as_standard_layout()` first, or pass `&array` to
+    /// `Program::run`, which copies only what is not row-major).
+    impl<'a, T: Element, D: Dimension> TryFrom<ArrayView<'a, T, D>> for TensorView<'a> {
         type Error = Diagnostic;
-        fn try_from(v: ArrayViewD<'a, T>) -> Result<TensorView<'a>, Diagnostic> {
+        fn try_from(v: ArrayView<'a, T, D>) -> Result<TensorView<'a>, Diagnostic> {
             let shape = v.shape().to_vec();
             match v.to_slice() {
                 Some(s) => TensorView::new(s, &shape),
@@ -1085,7 +1141,57 @@ mod ndarray_impls {
         }
     }
 
+    /// `&array` as a program input: borrowed when row-major and contiguous, else copied once in
+    /// row-major order. (Kernels read inputs row-major, so a strided view is packed.)
+    impl<'a, S, D, T> From<&'a ArrayBase<S, D>> for TensorArg<'a>
+    where
+        S: ndarray::Data<Elem = T>,
+        D: Dimension,
+        T: Element,
+    {
+        fn from(a: &'a ArrayBase<S, D>) -> TensorArg<'a> {
+            a.as_input()
+        }
+    }
+
+    /// An owned array as a program input: moved into the kernel's buffer when row-major.
+    impl<'a, T: Element, D: Dimension> From<Array<T, D>> for TensorArg<'a> {
+        fn from(a: Array<T, D>) -> TensorArg<'a> {
+            TensorArg::Owned(Tensor::from(a))
+        }
+    }
+
     impl Tensor {
+        /// A copy as an ndarray array of a static rank (`Ix2`, …, or `IxDyn`); `None` if `T`
+        /// is not the dtype or the rank is not `D`'s.
+        ///
+        /// ```
+        /// use ndarray::{array, Ix2};
+        /// let p = tdsl::Program::compile("input a: f32[i, j]\ny = a * 2\noutput y")?;
+        /// let a = array![[1.0f32, 2.0], [3.0, 4.0]];
+        /// let out = p.run([("a", &a)])?;                 // arrays bind as they are
+        /// let y = out["y"].to_array::<f32, Ix2>().unwrap();
+        /// assert_eq!(y, array![[2.0f32, 4.0], [6.0, 8.0]]);
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        pub fn to_array<T: Element, D: Dimension>(&self) -> Option<Array<T, D>> {
+            self.to_ndarray::<T>()?.into_dimensionality::<D>().ok()
+        }
+
+        /// The tensor as an array of static rank `D`, without copying; the tensor back if `T`
+        /// is not the dtype or the rank is not `D`'s.
+        pub fn into_array<T: Element, D: Dimension>(self) -> Result<Array<T, D>, Tensor> {
+            if D::NDIM.is_some_and(|n| n != self.rank()) {
+                return Err(self);
+            }
+            let a = self.into_ndarray::<T>()?;
+            // The rank was checked above.
+            a.into_dimensionality::<D>().map_err(|_| Tensor {
+                shape: Vec::new(),
+                data: T::into_storage(Vec::new()),
+            })
+        }
+
         /// A copy as an ndarray array; `None` if `T` is not the dtype.
         ///
         /// ```
@@ -1097,7 +1203,7 @@ mod ndarray_impls {
         /// assert_eq!(sums.as_slice(), Some(&[6.0, 15.0][..]));
         /// // An owned array becomes a tensor: moved when row-major, else copied in row-major order.
         /// let t = tdsl::Tensor::from(a.t().to_owned());
-        /// assert_eq!(t.shape, [3, 2]);
+        /// assert_eq!(t.shape(), [3, 2]);
         /// assert_eq!(t.as_slice::<f32>(), Some(&[1.0, 4.0, 2.0, 5.0, 3.0, 6.0][..]));
         /// let v = tdsl::TensorView::try_from(a.view())?;
         /// assert_eq!(v.as_slice::<f32>().map(|s| s.as_ptr()), Some(a.as_ptr()));
@@ -1111,13 +1217,9 @@ mod ndarray_impls {
         /// The tensor as an ndarray array, without copying; the tensor back if `T` is not the
         /// dtype.
         pub fn into_ndarray<T: Element>(self) -> Result<ArrayD<T>, Tensor> {
-            if self.shape.iter().product::<usize>() != self.len() {
-                // Only reachable through the public fields; hand the tensor back.
-                return Err(self);
-            }
             let shape = self.shape.clone();
             let v = self.into_vec::<T>()?;
-            // The element count was checked above, so the shape fits.
+            // Tensors always hold the product of their extents, so the shape fits.
             ArrayD::from_shape_vec(IxDyn(&shape), v).map_err(|_| Tensor {
                 shape: Vec::new(),
                 data: T::into_storage(Vec::new()),
@@ -1135,7 +1237,7 @@ mod ndarray_impls {
                 ArrayD::from_shape_vec(IxDyn(&[2, 3]), (0..6).map(|i| i as f32).collect()).unwrap();
             let ptr = a.as_ptr();
             let t = Tensor::from(a);
-            assert_eq!(t.shape, [2, 3]);
+            assert_eq!(t.shape(), [2, 3]);
             assert_eq!(t.as_slice::<f32>().map(|s| s.as_ptr()), Some(ptr));
             let back = t.into_ndarray::<f32>().unwrap();
             assert_eq!(back.as_ptr(), ptr);
@@ -1345,7 +1447,9 @@ pub mod __private {
                 d.0.into_iter()
                     .map(|d| self.locate(d, Some(pattern_at)))
                     .collect(),
+                None,
             )
+            .with_source(&format!("{} pattern", self.macro_name), self.pattern)
         }
 
         fn locate(&self, mut d: Diagnostic, pattern_at: Option<usize>) -> Diagnostic {

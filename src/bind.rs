@@ -134,8 +134,8 @@ pub fn bind_available(
                         )
                         .label(input.span, "no data bound")
                         .help(format!(
-                            "pass `--input {}=FILE.npy`, or give it an initialiser such as `= randn(seed=0)`",
-                            input.name
+                            "{}, or give it an initialiser such as `= randn(seed=0)`",
+                            crate::check::Entry::Cli.bind_hint(&input.name)
                         )),
                     );
                     continue;

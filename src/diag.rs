@@ -149,10 +149,34 @@ impl fmt::Display for Diagnostic {
 impl std::error::Error for Diagnostic {}
 
 /// Several diagnostics at once: the checker reports everything it finds, not just the first.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct Diagnostics(pub Vec<Diagnostic>);
+#[derive(Clone, PartialEq, Default)]
+pub struct Diagnostics(
+    pub Vec<Diagnostic>,
+    pub(crate) Option<std::sync::Arc<Source>>,
+);
+
+/// The text diagnostics point into, for rendering: a name (`<program>`, a file) and the text.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Source {
+    pub name: String,
+    pub text: String,
+}
 
 impl Diagnostics {
+    /// The same diagnostics, rendered against `text` (called `name`) by `Display` and `Debug`.
+    pub fn with_source(mut self, name: &str, text: &str) -> Diagnostics {
+        self.1 = Some(std::sync::Arc::new(Source {
+            name: name.to_string(),
+            text: text.to_string(),
+        }));
+        self
+    }
+
+    /// The source they point into, when one is attached.
+    pub fn source(&self) -> Option<&Source> {
+        self.1.as_deref()
+    }
+
     pub fn push(&mut self, d: Diagnostic) {
         self.0.push(d);
     }
@@ -166,19 +190,49 @@ impl Diagnostics {
 
 impl From<Diagnostic> for Diagnostics {
     fn from(d: Diagnostic) -> Self {
-        Diagnostics(vec![d])
+        Diagnostics(vec![d], None)
     }
 }
 
+/// Every diagnostic as the CLI prints it: code, message, the source line with the offending
+/// text underlined (when a source is attached), and the help line.
 impl fmt::Display for Diagnostics {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, d) in self.0.iter().enumerate() {
-            if i > 0 {
-                writeln!(f)?;
-            }
-            write!(f, "error[{}]: {}", d.code, d.message)?;
+        let (name, text) = match &self.1 {
+            Some(s) => (s.name.as_str(), s.text.as_str()),
+            None => ("<input>", ""),
+        };
+        for d in &self.0 {
+            let d = if text.is_empty() {
+                // No source: keep the help, drop labels that cannot be shown.
+                Diagnostic {
+                    labels: Vec::new(),
+                    ..d.clone()
+                }
+            } else {
+                d.clone()
+            };
+            f.write_str(&crate::render::render(
+                &d,
+                name,
+                text,
+                crate::render::Color::Never,
+            ))?;
+        }
+        if self.0.len() > 1 {
+            writeln!(f, "{} errors", self.0.len())?;
         }
         Ok(())
+    }
+}
+
+/// The rendered form, as `Display` (so `?` out of `main` shows the report, not the struct).
+impl fmt::Debug for Diagnostics {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if f.alternate() {
+            return f.debug_tuple("Diagnostics").field(&self.0).finish();
+        }
+        fmt::Display::fmt(self, f)
     }
 }
 

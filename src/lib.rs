@@ -38,7 +38,9 @@
 //! only, duplicate axes, reduce op names, operand counts: `compile_error!`s that give the line
 //! and column inside the string) and check extents when they run, against the operands' shapes.
 //! Each call site compiles its kernel once per operand signature, so a call in a loop pays for
-//! the JIT once. They return `Result<Tensor, Diagnostics>`.
+//! the JIT once. They return `Result<Tensor, Diagnostics>`. Operands of different dtypes promote
+//! as in scripts (spec/language.md): `einsum!` of an `f32` and an `f64` tensor is `f64`, of
+//! `f16` and `f32` is `f32`; cast an operand first to keep the narrow type.
 //!
 //! ```
 //! let a = tdsl::Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0], &[2, 2])?;
@@ -50,7 +52,7 @@
 //! let s = tdsl::reduce!(t, "i j -> j", sum)?;
 //! assert_eq!(s.as_slice::<f32>(), Some(&[4.0, 10.0][..]));
 //! let r = tdsl::repeat!(s, "j -> j c", c = 2)?;
-//! assert_eq!(r.shape, [2, 2]);
+//! assert_eq!(r.shape(), [2, 2]);
 //! let p = tdsl::program!(r#"
 //!     input x: f32[n]
 //!     y = x * 2
@@ -71,12 +73,18 @@ pub mod interp;
 pub mod io;
 pub mod machine;
 pub mod plan;
+pub mod render;
 pub mod runtime;
 pub mod session;
 pub mod sparse;
 pub mod tensor;
 
 pub use diag::{Code, Diagnostic, Diagnostics};
+
+/// README.md's Rust examples, compiled and run as doc-tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
 pub use dtype::DType;
 pub use tensor::{Storage, Tensor};
 

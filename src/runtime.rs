@@ -233,7 +233,19 @@ fn assemble(
                     d
                 }
             }
-            Role::Output(_) | Role::Temp => Data::zeros(b.ty, b.elems as usize),
+            Role::Output(_) | Role::Temp => usize::try_from(b.elems)
+                .ok()
+                .and_then(|n| Data::try_zeros(b.ty, n))
+                .ok_or_else(|| {
+                    Diagnostic::new(
+                        Code::TooLarge,
+                        format!(
+                            "buffer `{}` ({} elements of {}) does not fit in this machine's memory",
+                            b.name, b.elems, b.ty
+                        ),
+                    )
+                    .help("reduce the extents, or look at `tdsl cost` to see where the bytes go")
+                })?,
         });
     }
     Ok(out)

@@ -23,7 +23,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::bind::Value;
-use crate::check::{Binding, NodeId, Program};
+use crate::check::{Binding, Entry, NodeId, Program};
 use crate::diag::{Code, Diagnostic, Diagnostics};
 use crate::machine::Machine;
 use crate::plan::cost::{program_cost_with, CostInputs, ProgramCost, Stored, NOMINAL_MACHINE};
@@ -97,11 +97,25 @@ pub enum MachineModel {
     Given(Machine),
 }
 
-/// How a [`Pipeline`] checks, plans and runs.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+/// How a [`Pipeline`] checks, plans and runs. The default is the Rust API's: the JIT, this
+/// machine's measured ceilings, help lines that say `program.bind`.
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Options {
     pub machine: MachineModel,
     pub engine: Engine,
+    /// Whose words help lines use (`--input NAME=FILE` or `program.bind("NAME", &t)`), and how
+    /// binding mistakes are reported (see [`Pipeline::check`]).
+    pub entry: Entry,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            machine: MachineModel::default(),
+            engine: Engine::default(),
+            entry: Entry::Api,
+        }
+    }
 }
 
 /// How much of a program's data a command needs in memory (see [`Pipeline::check_memory`]).
@@ -115,10 +129,16 @@ pub enum MemoryUse {
 
 /// The pipeline: see the module docs. Cheap to build; the measured machine is found on first
 /// need and kept.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Pipeline {
     opts: Options,
     machine: OnceLock<Machine>,
+}
+
+impl Default for Pipeline {
+    fn default() -> Pipeline {
+        Pipeline::new(Options::default())
+    }
 }
 
 impl Pipeline {
@@ -149,7 +169,23 @@ impl Pipeline {
         script: &Script,
         bound: &BTreeMap<String, Binding>,
     ) -> Result<Program, Diagnostics> {
-        crate::check::check_script(script, bound)
+        crate::check::check_script_for(script, bound, self.opts.entry)
+    }
+
+    /// [`Pipeline::check`] for a call that binds every input at once (a `Program::run`):
+    /// binding mistakes are reported by their root cause and alone (a name that is no input,
+    /// with a did-you-mean; an input neither bound nor initialised; a tensor of the wrong
+    /// rank), not the unknown extents and mismatches that follow from them.
+    pub fn check_all_bound(
+        &self,
+        script: &Script,
+        bound: &BTreeMap<String, Binding>,
+    ) -> Result<Program, Diagnostics> {
+        let causes = binding_causes(script, bound);
+        if !causes.is_empty() {
+            return Err(causes);
+        }
+        self.check(script, bound)
     }
 
     /// The machine of [`Options::machine`] (measured on first call, when that is the model).
@@ -278,6 +314,79 @@ impl Pipeline {
             compile_time: t.elapsed(),
         })
     }
+}
+
+/// The binding mistakes of an API call: names that are no input, inputs without data or
+/// initialiser, tensors whose rank is not the declared one.
+fn binding_causes(script: &Script, bound: &BTreeMap<String, Binding>) -> Diagnostics {
+    use tdsl_syntax::ast::StmtKind;
+    let inputs: Vec<&tdsl_syntax::ast::InputDecl> = script
+        .stmts
+        .iter()
+        .filter_map(|s| match &s.kind {
+            StmtKind::Input(d) => Some(d),
+            _ => None,
+        })
+        .collect();
+    let names: Vec<&str> = inputs.iter().map(|d| d.name.name.as_str()).collect();
+    let list = names
+        .iter()
+        .map(|n| format!("`{n}`"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut out = Diagnostics::default();
+    // A misspelled name and the input it was meant for are one mistake: reported once.
+    let mut meant: Vec<&str> = Vec::new();
+    for name in bound.keys() {
+        if names.contains(&name.as_str()) {
+            continue;
+        }
+        let guess =
+            crate::check::closest(name, names.iter().copied()).filter(|n| !bound.contains_key(*n));
+        meant.extend(guess);
+        let help = match guess {
+            Some(n) => format!("did you mean `{n}`?"),
+            None => format!("bind tensors by the names of the script's inputs: {list}"),
+        };
+        out.push(
+            Diagnostic::new(
+                Code::UnknownInput,
+                format!("`{name}` is not an input of this program; its inputs are {list}"),
+            )
+            .help(help),
+        );
+    }
+    for d in &inputs {
+        let name = &d.name.name;
+        match bound.get(name) {
+            None if d.init.is_none() && !meant.contains(&name.as_str()) => out.push(
+                Diagnostic::new(
+                    Code::MissingInput,
+                    format!("`{name}` is not bound; the inputs are {list}"),
+                )
+                .label(d.name.span, "no tensor bound")
+                .help(format!(
+                    "{}, or give it an initialiser such as `= randn(seed=0)`",
+                    Entry::Api.bind_hint(name)
+                )),
+            ),
+            Some(b) if b.shape.len() != d.axes.len() => out.push(
+                Diagnostic::new(
+                    Code::ShapeMismatch,
+                    format!(
+                        "input `{name}` is declared with rank {} but the tensor bound to it has shape {:?} (rank {})",
+                        d.axes.len(),
+                        b.shape,
+                        b.shape.len()
+                    ),
+                )
+                .label(d.name.span, format!("rank {}", d.axes.len()))
+                .help("bind a tensor with one extent per declared axis (rearrange it first if its axes are grouped differently)"),
+            ),
+            _ => {}
+        }
+    }
+    out
 }
 
 fn elems(n: Option<u64>) -> u128 {

@@ -17,10 +17,15 @@ pub enum Storage {
 }
 
 /// A dense, C-contiguous (row-major) tensor. `shape` is empty for a scalar.
+///
+/// The fields are private so the one invariant (the element count equals the product of the
+/// extents) always holds: build tensors with the checked constructors (`Tensor::from_vec`,
+/// `Tensor::from_slice`, `Tensor::zeros`, …) and read them with [`Tensor::shape`] and
+/// [`Tensor::storage`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct Tensor {
-    pub shape: Vec<usize>,
-    pub data: Storage,
+    pub(crate) shape: Vec<usize>,
+    pub(crate) data: Storage,
 }
 
 impl Storage {
@@ -48,8 +53,9 @@ impl Storage {
 }
 
 impl Tensor {
-    /// Builds a tensor; panics if `shape` does not match the element count (a caller bug).
-    pub fn new(shape: Vec<usize>, data: Storage) -> Tensor {
+    /// Builds a tensor; panics if `shape` does not match the element count (a bug of the
+    /// caller inside tdsl: public constructors check and return errors).
+    pub(crate) fn new(shape: Vec<usize>, data: Storage) -> Tensor {
         let n: usize = shape.iter().product();
         assert_eq!(
             n,
@@ -74,6 +80,21 @@ impl Tensor {
 
     pub fn dtype(&self) -> DType {
         self.data.dtype()
+    }
+
+    /// The extents, outermost first (empty for a scalar).
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// The typed elements, row-major.
+    pub fn storage(&self) -> &Storage {
+        &self.data
+    }
+
+    /// The extents and the elements.
+    pub fn into_parts(self) -> (Vec<usize>, Storage) {
+        (self.shape, self.data)
     }
 
     /// Number of elements.

@@ -41,7 +41,7 @@ fn wavy(shape: &[usize], seed: u32) -> Tensor {
 }
 
 fn close(a: &Tensor, b: &Tensor) {
-    assert_eq!(a.shape, b.shape);
+    assert_eq!(a.shape(), b.shape());
     assert_eq!(a.dtype(), b.dtype());
     for (x, y) in a.to_f64().iter().zip(b.to_f64()) {
         assert!((x - y).abs() <= 1e-4 * (1.0 + y.abs()), "{x} vs {y}");
@@ -53,7 +53,7 @@ fn einsum_matmul_by_hand() -> Result {
     let a = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3])?;
     let b = Tensor::from_slice(&[1.0f32, 0.0, 0.0, 1.0, 1.0, 1.0], &[3, 2])?;
     let c = tdsl::einsum!("i k, k j -> i j", a, b)?;
-    assert_eq!(c.shape, [2, 2]);
+    assert_eq!(c.shape(), [2, 2]);
     assert_eq!(c.as_slice::<f32>(), Some(&[4.0, 5.0, 10.0, 11.0][..]));
     // Operands may be references and views.
     let view = TensorView::new(b.as_slice::<f32>().unwrap_or_default(), &[3, 2])?;
@@ -91,17 +91,17 @@ fn einsum_matches_the_interpreter() -> Result {
 fn rearrange_splits_and_merges() -> Result {
     let x = arange(&[2, 6]);
     let y = tdsl::rearrange!(x, "b (h d) -> b h d", h = 3)?;
-    assert_eq!(y.shape, [2, 3, 2]);
+    assert_eq!(y.shape(), [2, 3, 2]);
     assert_eq!(y.as_slice::<f32>(), x.as_slice::<f32>());
     let t = tdsl::rearrange!(y, "b h d -> d (b h)")?;
-    assert_eq!(t.shape, [2, 6]);
+    assert_eq!(t.shape(), [2, 6]);
     assert_eq!(
         t.as_slice::<f32>(),
         Some(&[0.0, 2.0, 4.0, 6.0, 8.0, 10.0, 1.0, 3.0, 5.0, 7.0, 9.0, 11.0][..])
     );
     // Axis lengths are any integer expressions.
-    let z = tdsl::rearrange!(x, "b (h d) -> b h d", h = x.shape[1] / 3)?;
-    assert_eq!(z.shape, [2, 2, 3]);
+    let z = tdsl::rearrange!(x, "b (h d) -> b h d", h = x.shape()[1] / 3)?;
+    assert_eq!(z.shape(), [2, 2, 3]);
     Ok(())
 }
 
@@ -121,7 +121,7 @@ fn reduce_ops_by_hand() -> Result {
         Some(&[3.0, 5.0, 7.0, 15.0, 17.0, 19.0][..])
     );
     let total = tdsl::reduce!(x, "b s d -> ", sum)?;
-    assert_eq!(total.shape, Vec::<usize>::new());
+    assert_eq!(total.shape(), Vec::<usize>::new());
     assert_eq!(total.as_slice::<f32>(), Some(&[66.0][..]));
     Ok(())
 }
@@ -130,7 +130,7 @@ fn reduce_ops_by_hand() -> Result {
 fn repeat_adds_axes() -> Result {
     let x = arange(&[2, 2]);
     let y = tdsl::repeat!(x, "h w -> h w c", c = 3)?;
-    assert_eq!(y.shape, [2, 2, 3]);
+    assert_eq!(y.shape(), [2, 2, 3]);
     assert_eq!(
         y.as_slice::<f32>(),
         Some(&[0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 3.0, 3.0, 3.0][..])
@@ -202,7 +202,7 @@ fn programs_cache_per_signature() -> Result {
     assert_eq!(p.stats().plans, 1);
     assert_eq!(p.stats().runs, 10);
     let out = p.run([("x", arange(&[4, 3]))])?;
-    assert_eq!(out["y"].shape, [4]);
+    assert_eq!(out["y"].shape(), [4]);
     assert_eq!(out.ty("y").map(|t| t.to_string()), Some("f32[b=4]".into()));
     assert_eq!(p.stats().plans, 2);
     // Clones share the cache.
@@ -351,7 +351,7 @@ fn outputs_by_name_and_in_order() -> Result {
     let reference = p.runner().run_reference()?;
     assert_eq!(out, reference);
     let s = out.remove("s").expect("s");
-    assert_eq!(s.shape, [3]);
+    assert_eq!(s.shape(), [3]);
     assert_eq!(out.into_vec().len(), 1);
     Ok(())
 }

@@ -31,12 +31,42 @@ pub struct Binding {
     pub source: String,
 }
 
+/// Which entry point is checking, so that help lines say how *its* user binds data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Entry {
+    /// `tdsl run|check|…` and the REPL: `--input NAME=FILE`.
+    #[default]
+    Cli,
+    /// The Rust API: `program.bind("NAME", &tensor)`.
+    Api,
+}
+
+impl Entry {
+    /// How to bind data to input `name`, as a help line fragment.
+    pub fn bind_hint(self, name: &str) -> String {
+        match self {
+            Entry::Cli => format!("pass `--input {name}=FILE.npy`"),
+            Entry::Api => format!("bind a tensor to it: `program.bind(\"{name}\", &tensor)`"),
+        }
+    }
+}
+
 /// Checks a parsed script. `bound` maps input names to the data bound to them.
 pub fn check_script(
     script: &ast::Script,
     bound: &BTreeMap<String, Binding>,
 ) -> Result<Program, Diagnostics> {
+    check_script_for(script, bound, Entry::Cli)
+}
+
+/// [`check_script`] with help lines for entry point `entry`.
+pub fn check_script_for(
+    script: &ast::Script,
+    bound: &BTreeMap<String, Binding>,
+    entry: Entry,
+) -> Result<Program, Diagnostics> {
     let mut c = Checker::new(bound.clone());
+    c.entry = entry;
     c.collect_extents(&script.stmts);
     for stmt in &script.stmts {
         c.stmt(stmt);
@@ -58,12 +88,10 @@ pub fn check_script(
                         "data was given for `{name}`, but the script declares no input `{name}`"
                     ),
                 )
-                .help(
-                    match closest(name, c.prog.inputs.iter().map(|i| i.name.as_str())) {
-                        Some(n) => format!("did you mean `{n}`?"),
-                        None => "declare it with `input NAME: DTYPE[AXES]`".to_string(),
-                    },
-                ),
+                .help(match closest(name, declared.iter().copied()) {
+                    Some(n) => format!("did you mean `{n}`?"),
+                    None => "declare it with `input NAME: DTYPE[AXES]`".to_string(),
+                }),
             );
         }
     }
@@ -87,6 +115,8 @@ pub struct Checker {
     axes: BTreeMap<String, (u64, Span)>,
     names: HashMap<String, NameRef>,
     diags: Diagnostics,
+    /// Whose help lines to write (`--input` or `program.bind`).
+    pub entry: Entry,
 }
 
 impl Checker {
@@ -349,10 +379,18 @@ impl Checker {
                                 format!("the extent of axis `{}` is not known", n.name),
                             )
                             .label(n.span, "extent unknown")
-                            .help(format!(
-                                "give it with `{}=N` here, `let {} = N`, or bind data with `--input {}=FILE`",
-                                n.name, n.name, name.name
-                            )),
+                            .help(match self.entry {
+                                Entry::Cli => format!(
+                                    "give it with `{}=N` here, `let {} = N`, or bind data with `--input {}=FILE`",
+                                    n.name, n.name, name.name
+                                ),
+                                Entry::Api => format!(
+                                    "give it with `{}=N` here or `let {} = N`, or {}",
+                                    n.name,
+                                    n.name,
+                                    Entry::Api.bind_hint(&name.name)
+                                ),
+                            }),
                         );
                     }
                 },

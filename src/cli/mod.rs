@@ -6,7 +6,6 @@
 
 mod bench;
 pub mod plot;
-pub mod render;
 pub mod repl;
 mod report;
 
@@ -14,10 +13,10 @@ use crate::bind::{bind_available, Provided, Value};
 use crate::check::{Binding, Program};
 use crate::diag::{Code, Diagnostic, Diagnostics};
 use crate::io;
+use crate::render::{self, Color};
 use crate::session::{Engine, MemoryUse, Options, Pipeline};
 use crate::tensor::Tensor;
 use clap::{Parser, Subcommand, ValueEnum};
-use render::Color;
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -570,6 +569,7 @@ fn dense_data(data: &[Option<Value>]) -> Vec<Option<&Tensor>> {
 pub(crate) fn pipeline(engine: Engine) -> Pipeline {
     Pipeline::new(Options {
         engine,
+        entry: crate::check::Entry::Cli,
         ..Options::default()
     })
 }

@@ -18,7 +18,6 @@
 //! by line with the same continuation rule, output is plain text without prompts or colours, and
 //! the exit status is 1 if any input failed.
 
-use super::render::{self, Color};
 use super::report::{bytes, duration, group, table};
 use crate::check::{
     format_name, type_summary, Assign, Checker, Format, Init, InitKind, NodeKind, Output, Program,
@@ -28,6 +27,7 @@ use crate::diag::{Code, Diagnostic, Diagnostics};
 use crate::dtype::DType;
 use crate::machine::Machine;
 use crate::plan::cost::{program_cost, stored, ProgramCost, Stored};
+use crate::render::{self, Color};
 use crate::session::{Engine, MemoryUse, Pipeline};
 use crate::tensor::Tensor;
 use rustyline::completion::{Completer, FilenameCompleter, Pair};

@@ -206,11 +206,11 @@ fn run_writes_npy_outputs_and_reads_npy_inputs() {
     assert_eq!(out.code, 0, "{}", out.stderr);
     assert_eq!(out.stdout, "");
     let y = read_npy(&dir.path().join("out/nested/y.npy")).unwrap();
-    assert_eq!(y.shape, vec![3, 2]);
+    assert_eq!(y.shape(), vec![3, 2]);
     assert_eq!(y.to_f64(), vec![1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
     let s = read_npy(&dir.path().join("out/nested/s.npy")).unwrap();
     assert_eq!(
-        s.shape,
+        s.shape(),
         Vec::<usize>::new(),
         "a scalar is written with shape ()"
     );

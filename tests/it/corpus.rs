@@ -154,10 +154,10 @@ fn run_case(path: &std::path::Path) -> Result<(), String> {
         for (name, want) in &case.expect {
             let (t, dtype) = find(name)?;
             let (shape, vals) = flatten(want);
-            if t.shape != shape {
+            if t.shape() != shape {
                 return Err(format!(
                     "[{backend}] {name}: shape {:?}, expected {shape:?}",
-                    t.shape
+                    t.shape()
                 ));
             }
             let got = t.to_f64();
@@ -171,10 +171,10 @@ fn run_case(path: &std::path::Path) -> Result<(), String> {
         }
         for (name, want) in &case.shapes {
             let (t, _) = find(name)?;
-            if &t.shape != want {
+            if t.shape() != want {
                 return Err(format!(
                     "[{backend}] {name}: shape {:?}, expected {want:?}",
-                    t.shape
+                    t.shape()
                 ));
             }
         }

@@ -166,14 +166,14 @@ fn differ(script: &str, wide: &str, low: DType) -> Result<bool, String> {
             .map_err(|e| format!("[{backend}] failed: {e}"))?;
         for (k, o) in p.outputs.iter().enumerate() {
             let (g, w, r) = (&got[k], &want[k], &reference[k]);
-            if g.shape != w.shape || g.dtype() != w.dtype() {
+            if g.shape() != w.shape() || g.dtype() != w.dtype() {
                 return Err(format!(
                     "[{backend}] output `{}`: {} {:?}, the interpreter gives {} {:?}",
                     o.name,
                     g.dtype(),
-                    g.shape,
+                    g.shape(),
                     w.dtype(),
-                    w.shape
+                    w.shape()
                 ));
             }
             let (g, w, r) = (g.to_f64(), w.to_f64(), r.to_f64());
@@ -1888,7 +1888,7 @@ fn diff_script() {
         eprintln!(
             "{} interp {:?}: {:?}",
             o.name,
-            want[k].shape,
+            want[k].shape(),
             want[k].to_f64()
         );
     }

@@ -479,7 +479,7 @@ fn check_case(case: &Case) -> Result<(), TestCaseError> {
     let xs = input_values(&script);
     let (shape, exact, mag) = oracle(case, &xs);
     let out = run(&script).map_err(|e| TestCaseError::fail(format!("{e}\nscript:\n{script}")))?;
-    prop_assert_eq!(&out[0].shape, &shape, "script:\n{}", script);
+    prop_assert_eq!(&out[0].shape(), &shape, "script:\n{}", script);
     let dtype = case.dtype();
     prop_assert_eq!(out[0].dtype(), dtype, "script:\n{}", script);
     let got = out[0].to_f64();

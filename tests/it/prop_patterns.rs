@@ -304,7 +304,7 @@ fn check_values(
 ) -> Result<(), TestCaseError> {
     let out = run(script).map_err(|d| TestCaseError::fail(format!("{d}\nscript:\n{script}")))?;
     prop_assert_eq!(out.len(), 1);
-    prop_assert_eq!(&out[0].shape, &shape.to_vec(), "script:\n{}", script);
+    prop_assert_eq!(&out[0].shape(), &shape.to_vec(), "script:\n{}", script);
     prop_assert_eq!(out[0].dtype(), dtype);
     let got = out[0].to_f64();
     prop_assert_eq!(got.len(), exact.len());
@@ -586,7 +586,7 @@ proptest! {
         );
         let x = input_values(&script);
         let out = run(&script).map_err(|e| TestCaseError::fail(format!("{e}\n{script}")))?;
-        prop_assert_eq!(&out[0].shape, &case.in_shape(), "script:\n{}", script);
+        prop_assert_eq!(&out[0].shape(), &case.in_shape(), "script:\n{}", script);
         prop_assert_eq!(out[0].to_f64(), x, "script:\n{}", script);
     }
 
@@ -700,7 +700,7 @@ proptest! {
         let without = script(&explicit(left, &names), &explicit(right, &names));
         let a = run(&with).map_err(|e| TestCaseError::fail(format!("{e}\n{with}")))?;
         let b = run(&without).map_err(|e| TestCaseError::fail(format!("{e}\n{without}")))?;
-        prop_assert_eq!(&a[0].shape, &b[0].shape, "{}\nvs\n{}", with, without);
+        prop_assert_eq!(&a[0].shape(), &b[0].shape(), "{}\nvs\n{}", with, without);
         let (ga, gb) = (a[0].to_f64(), b[0].to_f64());
         for (x, y) in ga.iter().zip(&gb) {
             prop_assert!(

@@ -227,13 +227,13 @@ fn loosest(src: &str, dt: DType) -> DType {
 }
 
 fn close(name: &str, want: &Tensor, got: &Tensor, tol_dt: DType) -> Result<(), String> {
-    if want.shape != got.shape || want.dtype() != got.dtype() {
+    if want.shape() != got.shape() || want.dtype() != got.dtype() {
         return Err(format!(
             "{name}: {:?} {:?} vs {:?} {:?}",
             want.dtype(),
-            want.shape,
+            want.shape(),
             got.dtype(),
-            got.shape
+            got.shape()
         ));
     }
     let (w, g) = (want.to_f64(), got.to_f64());
@@ -251,7 +251,7 @@ fn check_case(src: &str) -> Result<(), String> {
     let p = tdsl::compile(src, &Default::default()).map_err(|d| format!("{d:?}"))?;
     let inputs = tdsl::bind::bind_inputs(&p, Default::default()).map_err(|d| format!("{d:?}"))?;
     let want = tdsl::interp::run(&p, &inputs);
-    let shapes: Vec<Vec<usize>> = want.iter().map(|t| t.shape.clone()).collect();
+    let shapes: Vec<Vec<usize>> = want.iter().map(|t| t.shape().to_vec()).collect();
     let plan = tdsl::plan::lower::plan_program(&p).map_err(|d| d.to_string())?;
     let text = tdsl_loop::print::print_program(&plan.loops);
     let product = text.contains("spmm ");

@@ -18,6 +18,7 @@ fn nominal(engine: Engine) -> Options {
     Options {
         engine,
         machine: MachineModel::Nominal,
+        ..Options::default()
     }
 }
 

@@ -644,10 +644,10 @@ fn scipy_fixtures_match_their_dense_arrays() {
         let s = read_npz(&npz_path).unwrap_or_else(|d| panic!("{stem}: {d}"));
         let dense = tdsl::io::read_npy(&dir.join(format!("{stem}.dense.npy")))
             .unwrap_or_else(|d| panic!("{stem}: {d}"));
-        assert_eq!(s.shape, dense.shape, "{stem}");
+        assert_eq!(s.shape, dense.shape(), "{stem}");
         assert_eq!(
             s.values.dtype_name(),
-            dense.data.dtype().to_string(),
+            dense.storage().dtype().to_string(),
             "{stem}"
         );
         assert_eq!(to_dense_f64(s.as_ref()).unwrap(), dense.to_f64(), "{stem}");

@@ -1,6 +1,6 @@
 //! An axis length written as the literal 0 is rejected at compile time.
 
 fn main() {
-    let x = tdsl::Tensor::zeros(tdsl::DType::F32, &[2, 16]);
+    let x = tdsl::Tensor::zeros(tdsl::DType::F32, &[2, 16]).unwrap();
     let _ = tdsl::rearrange!(x, "b (h d) -> b h d", h = 0);
 }

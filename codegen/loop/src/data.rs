@@ -15,6 +15,23 @@ pub enum Data {
 }
 
 impl Data {
+    /// `n` zeros of type `ty`, or `None` when the memory cannot be reserved (no abort).
+    pub fn try_zeros(ty: ElemType, n: usize) -> Option<Data> {
+        fn z<T: Clone + Default>(n: usize) -> Option<Vec<T>> {
+            let mut v = Vec::new();
+            v.try_reserve_exact(n).ok()?;
+            v.resize(n, T::default());
+            Some(v)
+        }
+        Some(match ty {
+            ElemType::F32 => Data::F32(z(n)?),
+            ElemType::F64 => Data::F64(z(n)?),
+            ElemType::F16 => Data::F16(z(n)?),
+            ElemType::BF16 => Data::BF16(z(n)?),
+            ElemType::I32 => Data::I32(z(n)?),
+        })
+    }
+
     /// `n` zeros of type `ty`.
     pub fn zeros(ty: ElemType, n: usize) -> Data {
         match ty {

@@ -1,6 +1,7 @@
 //! Renders diagnostics for people: miette's graphical report with the script's source, the
-//! stable code, labelled spans and the help line. Only the CLI and the REPL render; the library
-//! hands out plain [`Diagnostic`] data.
+//! stable code, labelled spans and the help line. The CLI and the REPL render every diagnostic
+//! here; the Rust API's errors ([`crate::Diagnostics`] with their source attached) render the
+//! same way through `Display` and `Debug`. Diagnostics themselves stay plain data.
 
 use crate::diag::Diagnostic;
 use miette::{GraphicalReportHandler, GraphicalTheme, LabeledSpan, NamedSource, SourceCode};
