@@ -274,7 +274,7 @@ impl Pipeline {
             .iter()
             .max_by_key(|i| i.ty.shape.n_elems())
             .map(|i| (i.span, "largest input"));
-        fits(inputs + values, inputs, extra, largest)
+        fits(inputs + values, inputs, extra, largest, self.opts.entry)
     }
 
     /// Plans `p`: the loop IR, checked by the verifier (in every build). A plan the verifier
@@ -303,7 +303,8 @@ impl Pipeline {
             .iter()
             .map(|b| b.elems as u128 * b.ty.size_bytes() as u128)
             .sum();
-        fits(buffers, 0, Some(" in the plan's buffers".into()), None)?;
+        let extra = Some(" in the plan's buffers".into());
+        fits(buffers, 0, extra, None, self.opts.entry)?;
         let t = Instant::now();
         let (exe, n_compiled) = crate::runtime::compile(engine, &plan)?;
         Ok(Compiled {
@@ -399,6 +400,7 @@ fn fits(
     inputs: u128,
     extra: Option<String>,
     label: Option<(tdsl_syntax::Span, &str)>,
+    entry: Entry,
 ) -> Result<(), Diagnostic> {
     let have = crate::machine::physical_memory() as u128;
     if need <= have {
@@ -417,7 +419,10 @@ fn fits(
             crate::machine::bytes_text(have)
         ),
     )
-    .help("reduce the extents, or look at `tdsl cost` to see where the bytes go");
+    .help(match entry {
+        Entry::Cli => "reduce the extents, or look at `tdsl cost` to see where the bytes go",
+        Entry::Api => "reduce the extents of the inputs or of the values the program computes",
+    });
     Err(match label {
         Some((span, text)) => d.label(span, text),
         None => d,
