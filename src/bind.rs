@@ -47,7 +47,7 @@ impl Value {
     }
 
     /// The dense tensor (expanding sparse data).
-    pub fn to_dense(&self) -> Result<Tensor, String> {
+    pub fn to_dense(&self) -> Result<Tensor, tdsl_sparse::SparseError> {
         match self {
             Value::Dense(t) => Ok(t.clone()),
             Value::Sparse(s) => crate::sparse::decompress(s),
@@ -55,7 +55,7 @@ impl Value {
     }
 
     /// The dense tensor, moving dense data without a copy.
-    pub fn into_dense(self) -> Result<Tensor, String> {
+    pub fn into_dense(self) -> Result<Tensor, tdsl_sparse::SparseError> {
         match self {
             Value::Dense(t) => Ok(t),
             Value::Sparse(s) => crate::sparse::decompress(&s),
@@ -96,7 +96,7 @@ pub fn bind_inputs(
         .into_iter()
         .map(|v| v.into_dense())
         .collect::<Result<_, _>>()
-        .map_err(|e| Diagnostic::new(Code::SparseData, e).into())
+        .map_err(|e| Diagnostic::from(e).into())
 }
 
 /// One value per input of `program`, in declaration order, sparse data kept compressed.
@@ -177,8 +177,7 @@ pub fn bind_available(
                 Value::Sparse(s) => match crate::sparse::decompress(s) {
                     Ok(t) => Some(std::borrow::Cow::Owned(t)),
                     Err(e) => {
-                        let d =
-                            Diagnostic::new(Code::SparseData, e).label(input.span, "bound here");
+                        let d = Diagnostic::from(e).label(input.span, "bound here");
                         diags.push(d);
                         continue;
                     }

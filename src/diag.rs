@@ -94,6 +94,23 @@ impl fmt::Display for Code {
     }
 }
 
+/// A storage-crate error as a diagnostic, its kind choosing the code: malformed data is
+/// `tdsl::data::sparse`, a size past the formats' limits `tdsl::io::too_large`, a shape that
+/// does not fit `tdsl::io::shape_mismatch`, a bad pruning request `tdsl::check::bad_argument`.
+impl From<tdsl_sparse::SparseError> for Diagnostic {
+    fn from(e: tdsl_sparse::SparseError) -> Diagnostic {
+        use tdsl_sparse::SparseErrorKind as K;
+        let code = match e.kind {
+            K::Invalid => Code::SparseData,
+            K::TooLarge => Code::TooLarge,
+            K::Shape => Code::ShapeMismatch,
+            K::Select => Code::BadArgument,
+            K::Internal => Code::Internal,
+        };
+        Diagnostic::new(code, e.message)
+    }
+}
+
 /// One labelled span of a diagnostic. The first label of a diagnostic is the primary one.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Label {

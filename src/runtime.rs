@@ -159,11 +159,10 @@ pub fn run_jit(
 /// already stored in that layout (read from a file), else compressed from dense data (the one
 /// conversion per run; kernels see only compressed storage).
 pub fn bind_owned(plan: &Plan, inputs: Vec<Value>) -> Result<Vec<Data>, Diagnostic> {
-    let bad = |i: usize, e: String| {
-        Diagnostic::new(
-            Code::SparseData,
-            format!("input {i} cannot be stored sparse: {e}"),
-        )
+    let bad = |i: usize, e: tdsl_sparse::SparseError| {
+        let mut d = Diagnostic::from(e);
+        d.message = format!("input {i} cannot be stored sparse: {}", d.message);
+        d
     };
     let mut dense: Vec<Option<Storage>> = Vec::with_capacity(inputs.len());
     let mut parts: Vec<Option<[Option<Data>; 3]>> = Vec::with_capacity(inputs.len());

@@ -493,7 +493,7 @@ impl Compiled {
                 .into_iter()
                 .map(Value::into_dense)
                 .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| Diagnostic::new(Code::SparseData, e))?;
+                .map_err(Diagnostic::from)?;
             let t = Instant::now();
             let out = crate::interp::run(&self.program, &inputs);
             let stats = RunStats {

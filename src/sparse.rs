@@ -3,7 +3,7 @@
 
 use crate::check::Format;
 use crate::tensor::{Storage, Tensor};
-use tdsl_sparse::{prune, Layout, SparseTensor, Values, ValuesRef};
+use tdsl_sparse::{prune, Layout, SparseError, SparseTensor, Values, ValuesRef};
 
 /// The storage layout of a format on a tensor of rank `rank`; `None` for dense.
 pub fn layout(f: Format, rank: usize) -> Option<Layout> {
@@ -33,12 +33,12 @@ pub fn values_ref(t: &Tensor) -> ValuesRef<'_> {
 
 /// Compresses dense data into `layout`, keeping every nonzero (every block with a nonzero;
 /// for 2:4, data already validated to hold at most 2 nonzeros per group).
-pub fn compress(t: &Tensor, layout: Layout) -> Result<SparseTensor, String> {
+pub fn compress(t: &Tensor, layout: Layout) -> Result<SparseTensor, SparseError> {
     prune::sparsify(values_ref(t), &t.shape, layout, prune::Select::All)
 }
 
 /// The dense tensor a sparse one stands for.
-pub fn decompress(s: &SparseTensor) -> Result<Tensor, String> {
+pub fn decompress(s: &SparseTensor) -> Result<Tensor, SparseError> {
     let data = match prune::to_dense(s.as_ref())? {
         Values::F32(v) => Storage::F32(v),
         Values::F64(v) => Storage::F64(v),

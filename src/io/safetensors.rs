@@ -292,7 +292,7 @@ pub fn read_sparse_safetensors(
         {
             Some(axis) => {
                 let layout = Layout::TwoFour { axis };
-                layout.check_shape(&shape).map_err(&bad)?;
+                layout.check_shape(&shape).map_err(|e| bad(e.to_string()))?;
                 let mut other: Vec<usize> = shape.clone();
                 let ext = other.remove(axis);
                 let mut want_values = other.clone();
@@ -326,7 +326,7 @@ pub fn read_sparse_safetensors(
         idx,
         values,
     };
-    tdsl_sparse::validate::validate(s.as_ref()).map_err(bad)?;
+    tdsl_sparse::validate::validate(s.as_ref()).map_err(|e| bad(e.to_string()))?;
     Ok(Some(s))
 }
 

@@ -79,14 +79,15 @@ pub(crate) fn run(call: &LibCall, bufs: &mut [Data], _threads: usize) -> Result<
                 .get(src.0 as usize)
                 .and_then(Data::as_values)
                 .ok_or("sparsify source is not a float buffer")?;
-            let t = tdsl_sparse::prune::sparsify(src, &shape, out.layout, *select)?;
+            let t = tdsl_sparse::prune::sparsify(src, &shape, out.layout, *select)
+                .map_err(|e| e.to_string())?;
             data::store_sparse(&t, out, bufs)
         }
         LibCall::Densify { s, dst } => {
             let shape: Vec<usize> = s.shape.iter().map(|&e| e as usize).collect();
-            let dense = Data::from(tdsl_sparse::prune::to_dense(data::sparse_ref(
-                s, bufs, &shape,
-            )?)?);
+            let dense = tdsl_sparse::prune::to_dense(data::sparse_ref(s, bufs, &shape)?)
+                .map_err(|e| e.to_string())?;
+            let dense = Data::from(dense);
             let target = bufs
                 .get_mut(dst.0 as usize)
                 .ok_or("densify destination does not exist")?;

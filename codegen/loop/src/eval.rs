@@ -203,10 +203,10 @@ struct Machine<'a> {
 type Result<T> = std::result::Result<T, EvalError>;
 
 impl Machine<'_> {
-    fn invalid(&self, message: String) -> EvalError {
+    fn invalid(&self, message: impl ToString) -> EvalError {
         EvalError::Invalid {
             kernel: self.kernel.to_string(),
-            message,
+            message: message.to_string(),
         }
     }
 
@@ -504,7 +504,7 @@ impl Machine<'_> {
             }
             Expr::Cast(ty, x) => {
                 if *ty == ElemType::I32 {
-                    return Err(self.invalid("cast to i32".into()));
+                    return Err(self.invalid("cast to i32"));
                 }
                 let t = self.ty(x).unwrap_or(ty.compute());
                 round(*ty, self.expr(x, t)?)

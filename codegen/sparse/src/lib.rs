@@ -11,8 +11,10 @@
 
 #![forbid(unsafe_code)]
 
+pub mod error;
 pub mod prune;
 pub mod storage;
 pub mod validate;
 
+pub use error::{SparseError, SparseErrorKind};
 pub use storage::{Layout, SparseRef, SparseTensor, Values, ValuesMut, ValuesRef};

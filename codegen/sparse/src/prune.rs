@@ -11,6 +11,7 @@
 //! * zeros are never stored for `All` and `Threshold` (except as 2:4 padding); `Density`
 //!   stores exactly `round(d · count)` entries, zeros included if they rank that high.
 
+use crate::error::SparseError;
 use crate::storage::{
     element_count, Layout, SparseRef, SparseTensor, TwoFourDims, Values, ValuesMut, ValuesRef,
 };
@@ -31,17 +32,19 @@ pub enum Select {
 /// The largest count an `i32` offset can hold.
 const I32_MAX: usize = i32::MAX as usize;
 
-fn check_select(select: Select, layout: Layout) -> Result<(), String> {
+fn check_select(select: Select, layout: Layout) -> Result<(), SparseError> {
     match select {
         Select::All => Ok(()),
-        Select::Threshold(t) if t.is_nan() => Err("the pruning threshold is NaN".into()),
+        Select::Threshold(t) if t.is_nan() => {
+            Err(SparseError::select("the pruning threshold is NaN"))
+        }
         Select::Threshold(_) => Ok(()),
-        Select::Density(_) if matches!(layout, Layout::TwoFour { .. }) => {
-            Err("2:4 sparsity fixes the density at 1/2; select by density is not allowed".into())
-        }
-        Select::Density(d) if !(0.0..=1.0).contains(&d) => {
-            Err(format!("the density {d} is not between 0 and 1"))
-        }
+        Select::Density(_) if matches!(layout, Layout::TwoFour { .. }) => Err(SparseError::select(
+            "2:4 sparsity fixes the density at 1/2; select by density is not allowed",
+        )),
+        Select::Density(d) if !(0.0..=1.0).contains(&d) => Err(SparseError::select(format!(
+            "the density {d} is not between 0 and 1"
+        ))),
         Select::Density(_) => Ok(()),
     }
 }
@@ -81,21 +84,23 @@ pub fn sparsify(
     shape: &[usize],
     layout: Layout,
     select: Select,
-) -> Result<SparseTensor, String> {
+) -> Result<SparseTensor, SparseError> {
     layout.check_shape(shape)?;
     let count = element_count(shape)?;
     if dense.len() != count {
-        return Err(format!(
+        return Err(SparseError::shape(format!(
             "shape {shape:?} has {count} elements but the data has {}",
             dense.len()
-        ));
+        )));
     }
     check_select(select, layout)?;
     match layout {
         Layout::Coo | Layout::Csr | Layout::Csc => elementwise(dense, shape, layout, select),
         Layout::Bsr { br, bc } => blocks(dense, shape, br, bc, select),
         Layout::TwoFour { .. } => {
-            let dims = layout.two_four_dims(shape).ok_or("2:4 axis out of range")?;
+            let dims = layout
+                .two_four_dims(shape)
+                .ok_or_else(|| SparseError::shape("2:4 axis out of range"))?;
             two_four(dense, shape, layout, dims, select)
         }
     }
@@ -107,14 +112,14 @@ pub fn from_dense_exact(
     dense: ValuesRef,
     shape: &[usize],
     layout: Layout,
-) -> Result<SparseTensor, String> {
+) -> Result<SparseTensor, SparseError> {
     if let Layout::TwoFour { axis } = layout {
         layout.check_shape(shape)?;
         if let Some(at) = two_four_violation(&dense.to_f64(), shape, axis)? {
-            return Err(format!(
+            return Err(SparseError::invalid(format!(
                 "the group of 4 along axis {axis} starting at flat index {at} has more than 2 \
                  nonzeros, so the tensor is not 2:4 sparse"
-            ));
+            )));
         }
     }
     sparsify(dense, shape, layout, Select::All)
@@ -127,17 +132,19 @@ pub fn two_four_violation(
     dense: &[f64],
     shape: &[usize],
     axis: usize,
-) -> Result<Option<usize>, String> {
+) -> Result<Option<usize>, SparseError> {
     let layout = Layout::TwoFour { axis };
     layout.check_shape(shape)?;
     let count = element_count(shape)?;
     if dense.len() != count {
-        return Err(format!(
+        return Err(SparseError::shape(format!(
             "shape {shape:?} has {count} elements but the data has {}",
             dense.len()
-        ));
+        )));
     }
-    let d = layout.two_four_dims(shape).ok_or("2:4 axis out of range")?;
+    let d = layout
+        .two_four_dims(shape)
+        .ok_or_else(|| SparseError::shape("2:4 axis out of range"))?;
     // Row-major order of first elements: o, then group, then i.
     for o in 0..d.outer {
         for g in 0..d.ext / 4 {
@@ -178,7 +185,7 @@ fn elementwise(
     shape: &[usize],
     layout: Layout,
     select: Select,
-) -> Result<SparseTensor, String> {
+) -> Result<SparseTensor, SparseError> {
     let count = dense.len();
     let kept: Vec<usize> = match select {
         Select::All => flat_where(dense, |v| v != 0.0),
@@ -190,13 +197,15 @@ fn elementwise(
     };
     let nnz = kept.len();
     if nnz > I32_MAX {
-        return Err(format!("{nnz} stored entries do not fit in i32 offsets"));
+        return Err(SparseError::too_large(format!(
+            "{nnz} stored entries do not fit in i32 offsets"
+        )));
     }
     for (axis, &e) in shape.iter().enumerate() {
         if e > I32_MAX + 1 {
-            return Err(format!(
+            return Err(SparseError::too_large(format!(
                 "extent {e} of axis {axis} is too large for i32 indices"
-            ));
+            )));
         }
     }
     match layout {
@@ -260,7 +269,9 @@ fn elementwise(
                 values: dense.gather(&picks),
             })
         }
-        _ => Err(format!("internal: {layout} is not elementwise")),
+        _ => Err(SparseError::internal(format!(
+            "internal: {layout} is not elementwise"
+        ))),
     }
 }
 
@@ -271,7 +282,7 @@ fn blocks(
     br: usize,
     bc: usize,
     select: Select,
-) -> Result<SparseTensor, String> {
+) -> Result<SparseTensor, SparseError> {
     let (rows, cols) = (shape[0], shape[1]);
     let (nbr, nbc) = (rows / br, cols / bc);
     let nblocks = nbr * nbc;
@@ -294,10 +305,14 @@ fn blocks(
     };
     let nnzb = kept.len();
     if nnzb > I32_MAX {
-        return Err(format!("{nnzb} stored blocks do not fit in i32 offsets"));
+        return Err(SparseError::too_large(format!(
+            "{nnzb} stored blocks do not fit in i32 offsets"
+        )));
     }
     if nbc > I32_MAX + 1 {
-        return Err(format!("{nbc} block columns do not fit in i32 indices"));
+        return Err(SparseError::too_large(format!(
+            "{nbc} block columns do not fit in i32 indices"
+        )));
     }
     let mut ptr = vec![0i32; nbr + 1];
     let mut idx = Vec::with_capacity(nnzb);
@@ -366,7 +381,7 @@ fn two_four(
     layout: Layout,
     d: TwoFourDims,
     select: Select,
-) -> Result<SparseTensor, String> {
+) -> Result<SparseTensor, SparseError> {
     let rows = d.rows();
     let words = d.words();
     let half = d.ext / 2;
@@ -424,11 +439,15 @@ pub fn capacity(
     shape: &[usize],
     layout: Layout,
     select: Select,
-) -> Result<(usize, usize, usize), String> {
+) -> Result<(usize, usize, usize), SparseError> {
     layout.check_shape(shape)?;
     check_select(select, layout)?;
     let count = element_count(shape)?;
-    let overflow = || format!("the capacity for shape {shape:?} as {layout} overflows");
+    let overflow = || {
+        SparseError::too_large(format!(
+            "the capacity for shape {shape:?} as {layout} overflows"
+        ))
+    };
     let stored = |n: usize| match select {
         Select::Density(d) => density_count(d, n),
         _ => n,
@@ -462,20 +481,20 @@ pub fn write_padded(
     ptr: &mut [i32],
     idx: &mut [i32],
     mut values: ValuesMut,
-) -> Result<(), String> {
+) -> Result<(), SparseError> {
     if ptr.len() != s.ptr.len() {
-        return Err(format!(
+        return Err(SparseError::shape(format!(
             "the offsets buffer has {} entries, the tensor {}",
             ptr.len(),
             s.ptr.len()
-        ));
+        )));
     }
     if idx.len() < s.idx.len() {
-        return Err(format!(
+        return Err(SparseError::shape(format!(
             "the index buffer has {} entries, fewer than the tensor's {}",
             idx.len(),
             s.idx.len()
-        ));
+        )));
     }
     values.fill_padded(s.values.as_ref())?;
     ptr.copy_from_slice(&s.ptr);
@@ -549,14 +568,14 @@ fn entries(s: SparseRef) -> Vec<(usize, usize)> {
 /// The dense row-major tensor (same dtype) a sparse one stands for. Validates first (so bad
 /// data is an error, never a panic); entries past `ptr`'s last offset (capacity padding) are
 /// ignored.
-pub fn to_dense(s: SparseRef) -> Result<Values, String> {
+pub fn to_dense(s: SparseRef) -> Result<Values, SparseError> {
     validate(s)?;
     let count = element_count(s.shape)?;
     Ok(s.values.scatter(count, &entries(s)))
 }
 
 /// [`to_dense`] widened to f64.
-pub fn to_dense_f64(s: SparseRef) -> Result<Vec<f64>, String> {
+pub fn to_dense_f64(s: SparseRef) -> Result<Vec<f64>, SparseError> {
     validate(s)?;
     let count = element_count(s.shape)?;
     let mut out = vec![0.0; count];
@@ -569,15 +588,15 @@ pub fn to_dense_f64(s: SparseRef) -> Result<Vec<f64>, String> {
 /// The same matrix in the other compressed layout: CSR of `A` -> CSC of `A`, and CSC -> CSR
 /// (the arrays of one are those of the other for `Aᵀ`). Validates first; other layouts are an
 /// error. Capacity padding is dropped.
-pub fn transpose(s: SparseRef) -> Result<SparseTensor, String> {
+pub fn transpose(s: SparseRef) -> Result<SparseTensor, SparseError> {
     validate(s)?;
     let (to, outer_new) = match s.layout {
         Layout::Csr => (Layout::Csc, s.shape[1]),
         Layout::Csc => (Layout::Csr, s.shape[0]),
         other => {
-            return Err(format!(
+            return Err(SparseError::shape(format!(
                 "only csr and csc convert into each other, not {other}"
-            ))
+            )))
         }
     };
     let outer_old = s.ptr.len() - 1;
@@ -973,7 +992,7 @@ mod tests {
         let m = [1.0, 0.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0];
         assert_eq!(two_four_violation(&m, &[4, 2], 0), Ok(Some(0)));
         let err = from_dense_exact(ValuesRef::F64(&d), &[8], Layout::TwoFour { axis: 0 });
-        assert!(err.unwrap_err().contains("flat index 4"));
+        assert!(err.unwrap_err().message.contains("flat index 4"));
         assert!(two_four_violation(&d, &[8], 1).is_err());
         assert!(two_four_violation(&d, &[2, 4], 1).is_ok());
         assert!(two_four_violation(&d, &[6], 0).is_err());
@@ -984,8 +1003,13 @@ mod tests {
     #[test]
     fn bad_arguments_are_errors() {
         let d = ValuesRef::F64(&[1.0; 8]);
-        let e = |r: Result<SparseTensor, String>| r.unwrap_err();
+        let e = |r: Result<SparseTensor, SparseError>| r.unwrap_err().message;
         assert!(e(sparsify(d, &[2, 3], Layout::Csr, Select::All)).contains("6 elements"));
+        let kind = |r: Result<SparseTensor, SparseError>| r.unwrap_err().kind;
+        use crate::error::SparseErrorKind as K;
+        assert_eq!(kind(sparsify(d, &[8], Layout::Csr, Select::All)), K::Shape);
+        let nan = Select::Threshold(f64::NAN);
+        assert_eq!(kind(sparsify(d, &[2, 4], Layout::Csr, nan)), K::Select);
         assert!(e(sparsify(d, &[8], Layout::Csr, Select::All)).contains("rank 2"));
         assert!(e(sparsify(d, &[], Layout::Coo, Select::All)).contains("rank"));
         assert!(e(sparsify(

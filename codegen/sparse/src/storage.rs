@@ -13,6 +13,7 @@
 //! Capacity: a tensor produced by pruning with a threshold may have `idx`/`values` longer than
 //! its stored entries; `ptr` (its last offset) is the truth and the tail is zero.
 
+use crate::error::SparseError;
 use half::{bf16, f16};
 
 /// The values of a sparse tensor, in its dtype.
@@ -160,14 +161,14 @@ impl ValuesMut<'_> {
     }
     /// Copies `src` to the front and zeroes the rest. Errors if the dtypes differ or `src` is
     /// longer than `self`.
-    pub fn fill_padded(&mut self, src: ValuesRef) -> Result<(), String> {
-        fn fill<T: Copy + Default>(dst: &mut [T], src: &[T]) -> Result<(), String> {
+    pub fn fill_padded(&mut self, src: ValuesRef) -> Result<(), SparseError> {
+        fn fill<T: Copy + Default>(dst: &mut [T], src: &[T]) -> Result<(), SparseError> {
             if src.len() > dst.len() {
-                return Err(format!(
+                return Err(SparseError::shape(format!(
                     "{} values do not fit in a buffer of {}",
                     src.len(),
                     dst.len()
-                ));
+                )));
             }
             dst[..src.len()].copy_from_slice(src);
             dst[src.len()..].fill(T::default());
@@ -178,11 +179,11 @@ impl ValuesMut<'_> {
             (ValuesMut::F64(d), ValuesRef::F64(s)) => fill(d, s),
             (ValuesMut::F16(d), ValuesRef::F16(s)) => fill(d, s),
             (ValuesMut::BF16(d), ValuesRef::BF16(s)) => fill(d, s),
-            (d, s) => Err(format!(
+            (d, s) => Err(SparseError::invalid(format!(
                 "values of dtype {} cannot be written to a {} buffer",
                 s.dtype_name(),
                 d.dtype_name()
-            )),
+            ))),
         }
     }
 }
@@ -281,11 +282,15 @@ impl std::fmt::Display for Layout {
 }
 
 /// The number of elements of `shape`, or an error if it overflows `usize`.
-pub fn element_count(shape: &[usize]) -> Result<usize, String> {
+pub fn element_count(shape: &[usize]) -> Result<usize, SparseError> {
     shape
         .iter()
         .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-        .ok_or_else(|| format!("shape {shape:?} has more elements than fit in memory"))
+        .ok_or_else(|| {
+            SparseError::too_large(format!(
+                "shape {shape:?} has more elements than fit in memory"
+            ))
+        })
 }
 
 /// A 2:4 tensor seen as `outer × ext × inner` (the axis in the middle): its rows are the
@@ -315,45 +320,49 @@ impl TwoFourDims {
 impl Layout {
     /// Checks that `shape` fits this layout: the rank, block extents that divide the shape,
     /// a 2:4 axis in range whose extent is a multiple of 4, an element count that fits `usize`.
-    pub fn check_shape(&self, shape: &[usize]) -> Result<(), String> {
+    pub fn check_shape(&self, shape: &[usize]) -> Result<(), SparseError> {
         element_count(shape)?;
         match *self {
             Layout::Coo => {
                 if shape.is_empty() {
-                    return Err("a coo tensor needs rank >= 1, not a scalar".into());
+                    return Err(SparseError::shape(
+                        "a coo tensor needs rank >= 1, not a scalar",
+                    ));
                 }
             }
             Layout::Csr | Layout::Csc | Layout::Bsr { .. } => {
                 if shape.len() != 2 {
-                    return Err(format!(
+                    return Err(SparseError::shape(format!(
                         "a {self} tensor has rank 2, but the shape {shape:?} has rank {}",
                         shape.len()
-                    ));
+                    )));
                 }
             }
             Layout::TwoFour { axis } => {
                 if axis >= shape.len() {
-                    return Err(format!(
+                    return Err(SparseError::shape(format!(
                         "2:4 axis {axis} is out of range for shape {shape:?} (rank {})",
                         shape.len()
-                    ));
+                    )));
                 }
                 if !shape[axis].is_multiple_of(4) {
-                    return Err(format!(
+                    return Err(SparseError::shape(format!(
                         "the 2:4 axis {axis} has extent {}, which is not a multiple of 4",
                         shape[axis]
-                    ));
+                    )));
                 }
             }
         }
         if let Layout::Bsr { br, bc } = *self {
             if br == 0 || bc == 0 {
-                return Err(format!("bsr blocks must not be empty, got {br}x{bc}"));
+                return Err(SparseError::shape(format!(
+                    "bsr blocks must not be empty, got {br}x{bc}"
+                )));
             }
             if !shape[0].is_multiple_of(br) || !shape[1].is_multiple_of(bc) {
-                return Err(format!(
+                return Err(SparseError::shape(format!(
                     "bsr blocks of {br}x{bc} do not divide the shape {shape:?}"
-                ));
+                )));
             }
         }
         Ok(())

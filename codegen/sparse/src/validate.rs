@@ -5,6 +5,7 @@
 //! array as the format's spec does (`indptr`, `indices`, `coords`, `meta`, `values`) and the
 //! first bad position.
 
+use crate::error::SparseError;
 use crate::storage::{Layout, SparseRef, SparseTensor, Values};
 
 /// Checks a sparse tensor's arrays against its shape and layout.
@@ -17,7 +18,7 @@ use crate::storage::{Layout, SparseRef, SparseTensor, Values};
 ///   coordinates sorted row-major and unique;
 /// * 2:4: `values` is `rows × ext/2`, `meta` is `rows × ceil(ext/32)` words, and every group's
 ///   two 2-bit positions strictly increase. Unused bits of a row's last word may be anything.
-pub fn validate(s: SparseRef) -> Result<(), String> {
+pub fn validate(s: SparseRef) -> Result<(), SparseError> {
     s.layout.check_shape(s.shape)?;
     match s.layout {
         Layout::Coo => coo(s, true),
@@ -33,7 +34,7 @@ pub fn validate(s: SparseRef) -> Result<(), String> {
 /// rounded once to the dtype (entries without duplicates are kept bit for bit). Capacity
 /// padding is dropped. Offsets and index ranges are checked first (errors as `validate`'s);
 /// 2:4 tensors are only validated. The result passes `validate`.
-pub fn canonicalize(s: SparseTensor) -> Result<SparseTensor, String> {
+pub fn canonicalize(s: SparseTensor) -> Result<SparseTensor, SparseError> {
     let r = s.as_ref();
     r.layout.check_shape(r.shape)?;
     // Data already canonical (what scipy writes after `sum_duplicates`/`sort_indices`, and
@@ -139,63 +140,73 @@ fn unpadded(r: &SparseRef) -> bool {
 }
 
 /// Checks `indptr` of length `outer + 1`; returns the last offset.
-fn offsets(ptr: &[i32], outer: usize, idx_cap: usize) -> Result<usize, String> {
+fn offsets(ptr: &[i32], outer: usize, idx_cap: usize) -> Result<usize, SparseError> {
     if ptr.len() != outer + 1 {
-        return Err(format!(
+        return Err(SparseError::invalid(format!(
             "indptr has {} entries, but {outer} rows (of the compressed axis) need {}",
             ptr.len(),
             outer + 1
-        ));
+        )));
     }
     if ptr[0] != 0 {
-        return Err(format!("indptr[0] = {} is not 0", ptr[0]));
+        return Err(SparseError::invalid(format!(
+            "indptr[0] = {} is not 0",
+            ptr[0]
+        )));
     }
     for k in 1..ptr.len() {
         if ptr[k] < ptr[k - 1] {
-            return Err(format!(
+            return Err(SparseError::invalid(format!(
                 "indptr[{k}] = {} is less than indptr[{}] = {}",
                 ptr[k],
                 k - 1,
                 ptr[k - 1]
-            ));
+            )));
         }
     }
     let last = ptr[outer] as usize; // >= ptr[0] = 0
     if last > idx_cap {
-        return Err(format!(
+        return Err(SparseError::invalid(format!(
             "indptr[{outer}] = {last} exceeds the {idx_cap} entries of indices"
-        ));
+        )));
     }
     Ok(last)
 }
 
 /// The geometry of a compressed layout: outer and inner extents, values per stored index,
 /// and the names of both axes for messages.
-fn geometry(s: &SparseRef) -> Result<(usize, usize, usize, &'static str, &'static str), String> {
+fn geometry(
+    s: &SparseRef,
+) -> Result<(usize, usize, usize, &'static str, &'static str), SparseError> {
     Ok(match s.layout {
         Layout::Csr => (s.shape[0], s.shape[1], 1, "row", "column"),
         Layout::Csc => (s.shape[1], s.shape[0], 1, "column", "row"),
         Layout::Bsr { br, bc } => (
             s.shape[0] / br,
             s.shape[1] / bc,
-            br.checked_mul(bc)
-                .ok_or_else(|| format!("bsr blocks of {br}x{bc} are too large"))?,
+            br.checked_mul(bc).ok_or_else(|| {
+                SparseError::too_large(format!("bsr blocks of {br}x{bc} are too large"))
+            })?,
             "block row",
             "block column",
         ),
-        other => return Err(format!("internal: {other} is not a compressed layout")),
+        other => {
+            return Err(SparseError::internal(format!(
+                "internal: {other} is not a compressed layout"
+            )))
+        }
     })
 }
 
 /// CSR, CSC and BSR (`per_entry = br·bc` values per stored block). With `sorted` false, only
 /// the offsets and index ranges are checked.
-fn compressed(s: SparseRef, sorted: bool) -> Result<(), String> {
+fn compressed(s: SparseRef, sorted: bool) -> Result<(), SparseError> {
     let (outer, inner, per_entry, outer_name, inner_name) = geometry(&s)?;
     let cap = s.idx.len();
     match cap.checked_mul(per_entry) {
         Some(n) if n == s.values.len() => {}
         _ => {
-            return Err(format!(
+            return Err(SparseError::invalid(format!(
                 "values has {} entries, but indices has {cap}{}",
                 s.values.len(),
                 if per_entry == 1 {
@@ -203,7 +214,7 @@ fn compressed(s: SparseRef, sorted: bool) -> Result<(), String> {
                 } else {
                     format!(" blocks of {per_entry} values")
                 }
-            ))
+            )))
         }
     }
     offsets(s.ptr, outer, cap)?;
@@ -212,104 +223,110 @@ fn compressed(s: SparseRef, sorted: bool) -> Result<(), String> {
         for e in start..end {
             let i = s.idx[e];
             if i < 0 || i as usize >= inner {
-                return Err(format!(
+                return Err(SparseError::invalid(format!(
                     "indices[{e}] = {i} is out of range for {inner} {inner_name}s \
                      ({outer_name} {o})"
-                ));
+                )));
             }
             if sorted && e > start && i <= s.idx[e - 1] {
-                return Err(format!(
+                return Err(SparseError::invalid(format!(
                     "indices[{e}] = {i} does not come after indices[{}] = {} in {outer_name} \
                      {o} (indices must be sorted and unique within a {outer_name})",
                     e - 1,
                     s.idx[e - 1]
-                ));
+                )));
             }
         }
     }
     Ok(())
 }
 
-fn coo(s: SparseRef, sorted: bool) -> Result<(), String> {
+fn coo(s: SparseRef, sorted: bool) -> Result<(), SparseError> {
     let rank = s.shape.len();
     if s.ptr.len() != 2 {
-        return Err(format!(
+        return Err(SparseError::invalid(format!(
             "indptr has {} entries, but a coo tensor has exactly 2: [0, nnz]",
             s.ptr.len()
-        ));
+        )));
     }
     if s.ptr[0] != 0 {
-        return Err(format!("indptr[0] = {} is not 0", s.ptr[0]));
+        return Err(SparseError::invalid(format!(
+            "indptr[0] = {} is not 0",
+            s.ptr[0]
+        )));
     }
     if s.ptr[1] < 0 {
-        return Err(format!("indptr[1] = {} is negative", s.ptr[1]));
+        return Err(SparseError::invalid(format!(
+            "indptr[1] = {} is negative",
+            s.ptr[1]
+        )));
     }
     let cap = s.values.len();
     if cap.checked_mul(rank) != Some(s.idx.len()) {
-        return Err(format!(
+        return Err(SparseError::invalid(format!(
             "coords has {} entries, but values has {cap} (coords needs {rank} per value)",
             s.idx.len()
-        ));
+        )));
     }
     let nnz = s.ptr[1] as usize;
     if nnz > cap {
-        return Err(format!(
+        return Err(SparseError::invalid(format!(
             "indptr[1] = {nnz} exceeds the {cap} entries of values"
-        ));
+        )));
     }
     for e in 0..nnz {
         let c = &s.idx[e * rank..(e + 1) * rank];
         for (k, (&x, &n)) in c.iter().zip(s.shape).enumerate() {
             if x < 0 || x as usize >= n {
-                return Err(format!(
+                return Err(SparseError::invalid(format!(
                     "coords[{}] = {x} (entry {e}) is out of range for axis {k} of extent {n}",
                     e * rank + k
-                ));
+                )));
             }
         }
         if sorted && e > 0 {
             let prev = &s.idx[(e - 1) * rank..e * rank];
             if c <= prev {
-                return Err(format!(
+                return Err(SparseError::invalid(format!(
                     "coo entry {e} at {c:?} does not come after entry {} at {prev:?} \
                      (entries must be sorted row-major and unique)",
                     e - 1
-                ));
+                )));
             }
         }
     }
     Ok(())
 }
 
-fn two_four(s: SparseRef) -> Result<(), String> {
+fn two_four(s: SparseRef) -> Result<(), SparseError> {
     let d = s
         .layout
         .two_four_dims(s.shape)
-        .ok_or("2:4 axis out of range")?;
+        .ok_or_else(|| SparseError::shape("2:4 axis out of range"))?;
     if !s.ptr.is_empty() {
-        return Err(format!(
+        return Err(SparseError::invalid(format!(
             "indptr has {} entries, but a 2:4 tensor has none",
             s.ptr.len()
-        ));
+        )));
     }
     let (rows, words, half) = (d.rows(), d.words(), d.ext / 2);
     // rows × ext fits: it is the element count (checked by check_shape).
     if s.values.len() != rows * half {
-        return Err(format!(
+        return Err(SparseError::invalid(format!(
             "values has {} entries, but {rows} rows of {} along the 2:4 axis keep {}",
             s.values.len(),
             d.ext,
             rows * half
-        ));
+        )));
     }
     let need = rows
         .checked_mul(words)
-        .ok_or("the 2:4 metadata size overflows")?;
+        .ok_or_else(|| SparseError::too_large("the 2:4 metadata size overflows"))?;
     if s.idx.len() != need {
-        return Err(format!(
+        return Err(SparseError::invalid(format!(
             "meta has {} words, but {rows} rows need {words} each ({need})",
             s.idx.len()
-        ));
+        )));
     }
     for row in 0..rows {
         for g in 0..d.ext / 4 {
@@ -317,10 +334,10 @@ fn two_four(s: SparseRef) -> Result<(), String> {
             let bits = ((s.idx[w] as u32) >> (4 * (g % 8))) & 0xf;
             let (p0, p1) = (bits & 3, bits >> 2);
             if p0 >= p1 {
-                return Err(format!(
+                return Err(SparseError::invalid(format!(
                     "meta[{w}]: group {g} of row {row} keeps positions {p0} and {p1}, which do \
                      not strictly increase"
-                ));
+                )));
             }
         }
     }
@@ -343,7 +360,7 @@ mod tests {
     }
 
     fn err(s: SparseRef) -> String {
-        validate(s).expect_err("expected invalid")
+        validate(s).expect_err("expected invalid").message
     }
 
     #[test]
@@ -470,7 +487,10 @@ mod tests {
         };
         assert_eq!(long(&words), Ok(()));
         words[1] = 0;
-        assert!(long(&words).unwrap_err().contains("meta[1]: group 8"));
+        assert!(long(&words)
+            .unwrap_err()
+            .message
+            .contains("meta[1]: group 8"));
     }
 
     #[test]
@@ -518,6 +538,9 @@ mod tests {
             idx: vec![1, 4],
             values: Values::F32(vec![1.0, 1.0]),
         };
-        assert!(canonicalize(bad).unwrap_err().contains("indices[1] = 4"));
+        assert!(canonicalize(bad)
+            .unwrap_err()
+            .message
+            .contains("indices[1] = 4"));
     }
 }
