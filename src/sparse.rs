@@ -50,11 +50,5 @@ pub fn decompress(s: &SparseTensor) -> Result<Tensor, SparseError> {
 
 /// The dtype of stored sparse values.
 pub fn values_dtype(v: &Values) -> crate::dtype::DType {
-    use crate::dtype::DType;
-    match v {
-        Values::F32(_) => DType::F32,
-        Values::F64(_) => DType::F64,
-        Values::F16(_) => DType::F16,
-        Values::BF16(_) => DType::BF16,
-    }
+    v.dtype()
 }

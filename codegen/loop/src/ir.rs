@@ -11,8 +11,9 @@
 //! or broadcast view is only a different set of strides.
 
 use std::fmt;
+use tdsl_sparse::DType;
 
-/// Element types of buffers. `I32` holds sparse indices and offsets; float types hold values.
+/// Element types of buffers: a value [`DType`], or `I32` for sparse indices and offsets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ElemType {
     F32,
@@ -23,29 +24,39 @@ pub enum ElemType {
 }
 
 impl ElemType {
-    pub fn name(self) -> &'static str {
+    /// The value dtype of a float buffer type (`None` for `i32`): the facts of element types
+    /// (names, sizes, the compute rule) live once, on `DType`.
+    pub fn dtype(self) -> Option<DType> {
         match self {
-            ElemType::F32 => "f32",
-            ElemType::F64 => "f64",
-            ElemType::F16 => "f16",
-            ElemType::BF16 => "bf16",
-            ElemType::I32 => "i32",
+            ElemType::F32 => Some(DType::F32),
+            ElemType::F64 => Some(DType::F64),
+            ElemType::F16 => Some(DType::F16),
+            ElemType::BF16 => Some(DType::BF16),
+            ElemType::I32 => None,
         }
+    }
+
+    pub fn name(self) -> &'static str {
+        self.dtype().map_or("i32", DType::name)
     }
 
     pub fn size_bytes(self) -> u64 {
-        match self {
-            ElemType::F16 | ElemType::BF16 => 2,
-            ElemType::F32 | ElemType::I32 => 4,
-            ElemType::F64 => 8,
-        }
+        self.dtype().map_or(4, DType::size_bytes)
     }
 
-    /// The type arithmetic on loaded values runs in: f64 for f64, f32 for everything else.
+    /// The type arithmetic on loaded values runs in ([`DType::compute`]; f32 for indices).
     pub fn compute(self) -> ElemType {
-        match self {
-            ElemType::F64 => ElemType::F64,
-            _ => ElemType::F32,
+        self.dtype().map_or(ElemType::F32, |d| d.compute().into())
+    }
+}
+
+impl From<DType> for ElemType {
+    fn from(d: DType) -> ElemType {
+        match d {
+            DType::F32 => ElemType::F32,
+            DType::F64 => ElemType::F64,
+            DType::F16 => ElemType::F16,
+            DType::BF16 => ElemType::BF16,
         }
     }
 }

@@ -11,10 +11,12 @@
 
 #![forbid(unsafe_code)]
 
+pub mod dtype;
 pub mod error;
 pub mod prune;
 pub mod storage;
 pub mod validate;
 
+pub use dtype::DType;
 pub use error::{SparseError, SparseErrorKind};
 pub use storage::{Layout, SparseRef, SparseTensor, Values, ValuesMut, ValuesRef};

@@ -13,6 +13,7 @@
 //! Capacity: a tensor produced by pruning with a threshold may have `idx`/`values` longer than
 //! its stored entries; `ptr` (its last offset) is the truth and the tail is zero.
 
+use crate::dtype::DType;
 use crate::error::SparseError;
 use half::{bf16, f16};
 
@@ -150,14 +151,17 @@ impl ValuesMut<'_> {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    pub fn dtype(&self) -> DType {
+        match self {
+            ValuesMut::F32(_) => DType::F32,
+            ValuesMut::F64(_) => DType::F64,
+            ValuesMut::F16(_) => DType::F16,
+            ValuesMut::BF16(_) => DType::BF16,
+        }
+    }
     /// The dtype's name (`f32`, `f64`, `f16`, `bf16`).
     pub fn dtype_name(&self) -> &'static str {
-        match self {
-            ValuesMut::F32(_) => "f32",
-            ValuesMut::F64(_) => "f64",
-            ValuesMut::F16(_) => "f16",
-            ValuesMut::BF16(_) => "bf16",
-        }
+        self.dtype().name()
     }
     /// Copies `src` to the front and zeroes the rest. Errors if the dtypes differ or `src` is
     /// longer than `self`.
@@ -189,6 +193,9 @@ impl ValuesMut<'_> {
 }
 
 impl Values {
+    pub fn dtype(&self) -> DType {
+        self.as_ref().dtype()
+    }
     /// The dtype's name (`f32`, `f64`, `f16`, `bf16`).
     pub fn dtype_name(&self) -> &'static str {
         self.as_ref().dtype_name()
@@ -209,14 +216,17 @@ impl Values {
 }
 
 impl<'a> ValuesRef<'a> {
+    pub fn dtype(&self) -> DType {
+        match self {
+            ValuesRef::F32(_) => DType::F32,
+            ValuesRef::F64(_) => DType::F64,
+            ValuesRef::F16(_) => DType::F16,
+            ValuesRef::BF16(_) => DType::BF16,
+        }
+    }
     /// The dtype's name (`f32`, `f64`, `f16`, `bf16`).
     pub fn dtype_name(&self) -> &'static str {
-        match self {
-            ValuesRef::F32(_) => "f32",
-            ValuesRef::F64(_) => "f64",
-            ValuesRef::F16(_) => "f16",
-            ValuesRef::BF16(_) => "bf16",
-        }
+        self.dtype().name()
     }
     /// All values widened to f64 (exact).
     pub fn to_f64(&self) -> Vec<f64> {

@@ -78,12 +78,7 @@ pub struct Plan {
 
 /// The loop-IR element type of a dtype.
 pub fn elem_type(d: DType) -> ElemType {
-    match d {
-        DType::F32 => ElemType::F32,
-        DType::F64 => ElemType::F64,
-        DType::F16 => ElemType::F16,
-        DType::BF16 => ElemType::BF16,
-    }
+    ElemType::from(d)
 }
 
 /// Plans a checked program. The loop IR is checked by `tdsl_loop::verify` before it is
