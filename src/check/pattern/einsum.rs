@@ -1,0 +1,846 @@
+//! tdsl's einsum patterns (numpy's einsum over named labels, with composition) resolved against
+//! the operands' shapes.
+
+use super::*;
+
+// ---------------------------------------------------------------------------------------------
+// einsum
+// ---------------------------------------------------------------------------------------------
+
+/// Where a label's extent was learned: operand number and pattern position.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Seen {
+    extent: u64,
+    op: usize,
+    pos: Pos,
+}
+
+/// One slot range of an einsum operand: group `group` covers slots `first..first + count`.
+pub(super) struct OpSlots {
+    group: usize,
+    first: usize,
+    count: usize,
+}
+
+/// Resolves an einsum pattern (`"b h i d, b h j d -> b h i j"`) against operand shapes.
+pub fn resolve_einsum(
+    pattern: &str,
+    pattern_span: Span,
+    operands: &[Shape],
+    kwargs: &[(String, u64, Span)],
+) -> Result<EinsumSpec, Diagnostic> {
+    let ranks: Vec<usize> = operands.iter().map(Shape::rank).collect();
+    let (spaced, map) = match numpy_subscripts(pattern, &ranks) {
+        Some((text, map)) => (text, Some(map)),
+        None => (pattern.to_string(), None),
+    };
+    let pattern = spaced.as_str();
+    let ctx = Ctx {
+        pattern,
+        base: pattern_span,
+        map,
+    };
+    let arrow = find_arrow(&ctx)?;
+    let in_end = arrow.unwrap_or(pattern.len());
+
+    // Operands, split at commas.
+    let mut ops: Vec<Side> = Vec::new();
+    let mut start = 0usize;
+    let commas: Vec<usize> = pattern
+        .get(..in_end)
+        .unwrap_or("")
+        .match_indices(',')
+        .map(|(i, _)| i)
+        .collect();
+    for end in commas.iter().copied().chain(std::iter::once(in_end)) {
+        let pos = Pos::new(start, end);
+        if ctx.text(pos).trim_matches(' ').is_empty() {
+            let at = if pos.lo < pos.hi {
+                pos
+            } else if end < in_end {
+                Pos::new(end, end + 1)
+            } else if start > 0 {
+                Pos::new(start - 1, start)
+            } else if let Some(a) = arrow {
+                Pos::new(a, a + 2)
+            } else {
+                pos
+            };
+            return Err(ctx
+                .err(
+                    Code::PatternSyntax,
+                    at,
+                    format!("einsum operand {} has no axes", ops.len() + 1),
+                    "empty operand",
+                )
+                .help("write the operand's axis labels; scalar operands are not supported"));
+        }
+        let side = parse_side(&ctx, pos, EINSUM_IN)?;
+        if let Some((g, a)) = side.ellipsis() {
+            if side.groups.get(g).is_some_and(|g| g.paren) {
+                return Err(ctx
+                    .err(
+                        Code::PatternEllipsis,
+                        a.pos,
+                        "`...` inside parentheses in an einsum operand".to_string(),
+                        "`...` in a group",
+                    )
+                    .help("in an operand `...` must stand alone; it may be grouped in the output: `-> b (...)`"));
+            }
+        }
+        ops.push(side);
+        start = end + 1;
+    }
+    let Some(arrow) = arrow else {
+        return Err(ctx
+            .err(
+                Code::PatternMissingArrow,
+                ctx.whole(),
+                format!("einsum pattern `{pattern}` has no `->`"),
+                "no `->` here",
+            )
+            .help(format!(
+                "write it with an explicit output: \"{}\"",
+                implicit_pattern(&ctx, &ops)
+            )));
+    };
+    let out = parse_side(&ctx, Pos::new(arrow + 2, pattern.len()), EINSUM_OUT)?;
+
+    if ops.len() != operands.len() {
+        let p = ctx.trim(Pos::new(0, arrow));
+        return Err(ctx.err(
+            Code::PatternOperands,
+            p,
+            format!(
+                "einsum pattern has {} operand{} but {} {} passed",
+                ops.len(),
+                if ops.len() == 1 { "" } else { "s" },
+                operands.len(),
+                if operands.len() == 1 { "was" } else { "were" },
+            ),
+            &format!(
+                "{} operand{}",
+                ops.len(),
+                if ops.len() == 1 { "" } else { "s" }
+            ),
+        ));
+    }
+
+    for (n, a) in out.names() {
+        if !ops.iter().any(|s| s.has_name(n)) {
+            return Err(ctx
+                .err(
+                    Code::PatternAxisOneSide,
+                    a.pos,
+                    format!("output label `{n}` appears in no operand"),
+                    "not in any operand",
+                )
+                .help("every output label must come from an operand"));
+        }
+    }
+
+    // Ranks and ellipsis widths.
+    let mut layouts: Vec<Vec<OpSlots>> = Vec::new();
+    let mut ell_width: Vec<usize> = Vec::new();
+    for (k, (side, shape)) in ops.iter().zip(operands).enumerate() {
+        let ell = side.ellipsis().map(|(g, _)| g);
+        let n_other = side.groups.len() - usize::from(ell.is_some());
+        let rank = shape.rank();
+        let width = match ell {
+            Some(_) if rank >= n_other => rank - n_other,
+            None if rank == n_other => 0,
+            _ => {
+                let p = ctx.trim(side.pos);
+                let message = if ell.is_some() {
+                    format!(
+                        "einsum operand {} `{}` needs rank at least {n_other}, but it has rank {rank}: {shape}",
+                        k + 1,
+                        ctx.text(p)
+                    )
+                } else {
+                    format!(
+                        "einsum operand {} `{}` has {n_other} axes, but the operand has rank {rank}: {shape}",
+                        k + 1,
+                        ctx.text(p)
+                    )
+                };
+                return Err(ctx
+                    .err(Code::PatternRank, p, message, "operand axes")
+                    .help("write one label (or group) per axis, or `...` for the remaining axes"));
+            }
+        };
+        let mut slots = Vec::new();
+        let mut first = 0usize;
+        for (gi, g) in side.groups.iter().enumerate() {
+            let count = if g.is_bare_ellipsis() { width } else { 1 };
+            slots.push(OpSlots {
+                group: gi,
+                first,
+                count,
+            });
+            first += count;
+        }
+        layouts.push(slots);
+        ell_width.push(width);
+    }
+    let n_ell = ell_width.iter().copied().max().unwrap_or(0);
+    if n_ell > 0 && out.ellipsis().is_none() {
+        let p = ctx.trim(out.pos);
+        let p = if p.lo == p.hi {
+            Pos::new(arrow, arrow + 2)
+        } else {
+            p
+        };
+        return Err(ctx
+            .err(
+                Code::PatternEllipsis,
+                p,
+                format!(
+                    "the operands' `...` covers {n_ell} ax{}, but the output has no `...`",
+                    if n_ell == 1 { "is" } else { "es" }
+                ),
+                "no `...` in the output",
+            )
+            .help(
+                "add `...` to the output (numpy requires it), or name those axes to sum over them",
+            ));
+    }
+
+    // Broadcast the `...` axes, right-aligned (numpy rules).
+    let mut ell_ext: Vec<Option<(u64, usize)>> = vec![None; n_ell];
+    for (k, side) in ops.iter().enumerate() {
+        let Some((g, a)) = side.ellipsis() else {
+            continue;
+        };
+        let width = ell_width.get(k).copied().unwrap_or(0);
+        let first = layouts.get(k).and_then(|l| l.get(g)).map_or(0, |s| s.first);
+        for j in 0..width {
+            let x = slot_extent(operand(operands, k), first + j);
+            let gi = n_ell - width + j;
+            if x == 1 {
+                continue;
+            }
+            match ell_ext.get(gi).copied().flatten() {
+                None => {
+                    if let Some(e) = ell_ext.get_mut(gi) {
+                        *e = Some((x, k));
+                    }
+                }
+                Some((y, other)) if y != x => {
+                    let other_pos = ops
+                        .get(other)
+                        .and_then(|s| s.ellipsis())
+                        .map_or(a.pos, |(_, a)| a.pos);
+                    return Err(ctx
+                        .err(
+                            Code::BroadcastMismatch,
+                            a.pos,
+                            format!(
+                                "cannot broadcast the `...` axes of einsum operand {} against operand {}: extent {x} against {y}",
+                                k + 1,
+                                other + 1
+                            ),
+                            &format!("extent {x}"),
+                        )
+                        .label(ctx.span(other_pos), format!("extent {y}"))
+                        .help(format!(
+                            "broadcast axes must be equal or 1; shapes are {} and {}",
+                            operand(operands, other), operand(operands, k)
+                        )));
+                }
+                Some(_) => {}
+            }
+        }
+    }
+
+    // Label table: named labels in first-appearance order, `...` labels where `...` first appears.
+    let mut names: Vec<String> = Vec::new();
+    let mut seen: Vec<Option<Seen>> = Vec::new();
+    let mut ell_base: Option<usize> = None;
+    for side in &ops {
+        for a in side.atoms() {
+            match &a.kind {
+                AtomKind::Name(n) if !names.contains(n) => {
+                    names.push(n.clone());
+                    seen.push(None);
+                }
+                AtomKind::Ellipsis if ell_base.is_none() && n_ell > 0 => {
+                    ell_base = Some(names.len());
+                    for (g, e) in ell_ext.iter().enumerate() {
+                        names.push(format!("...{g}"));
+                        seen.push(Some(Seen {
+                            extent: e.map_or(1, |(x, _)| x),
+                            op: 0,
+                            pos: a.pos,
+                        }));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    let label_id = |name: &str| names.iter().position(|l| l == name);
+
+    check_einsum_kwargs(&ctx, &names, kwargs)?;
+
+    // Plain slots give extents directly.
+    for (k, (side, shape)) in ops.iter().zip(operands).enumerate() {
+        for s in layouts.get(k).into_iter().flatten() {
+            let Some(g) = side.groups.get(s.group) else {
+                continue;
+            };
+            if g.is_bare_ellipsis() {
+                continue;
+            }
+            let [a] = g.atoms.as_slice() else {
+                continue;
+            };
+            let Some((name, l)) = a.name().and_then(|n| Some((n, label_id(n)?))) else {
+                continue;
+            };
+            let now = Seen {
+                extent: slot_extent(shape, s.first),
+                op: k,
+                pos: a.pos,
+            };
+            match seen.get_mut(l) {
+                Some(entry @ None) => *entry = Some(now),
+                Some(Some(prev)) => unify(&ctx, name, prev, &now)?,
+                None => {}
+            }
+        }
+    }
+
+    // Axis lengths given as keyword arguments (`h=4`), as rearrange takes them.
+    for (name, value, span) in kwargs {
+        let Some(l) = label_id(name) else { continue };
+        let first = ops
+            .iter()
+            .flat_map(|s| s.atoms())
+            .find(|a| a.name() == Some(name.as_str()))
+            .map_or(Pos::new(0, 0), |a| a.pos);
+        match seen.get_mut(l) {
+            Some(entry @ None) => {
+                *entry = Some(Seen {
+                    extent: *value,
+                    op: 0,
+                    pos: first,
+                })
+            }
+            Some(Some(prev)) if prev.extent != *value => {
+                return Err(Diagnostic::new(
+                    Code::ExtentMismatch,
+                    format!(
+                        "axis length `{name}={value}` disagrees with einsum operand {}, where `{name}` has extent {}",
+                        prev.op + 1,
+                        prev.extent
+                    ),
+                )
+                .label(*span, format!("{value}"))
+                .label(ctx.span(prev.pos), format!("extent {}", prev.extent))
+                .help(format!("remove `{name}=` or give it {}", prev.extent)));
+            }
+            _ => {}
+        }
+    }
+
+    // Composed groups: infer one unknown label per group, to a fixed point.
+    let composed: Vec<(usize, &Group, u64, usize)> = ops
+        .iter()
+        .enumerate()
+        .flat_map(|(k, side)| {
+            layouts.get(k).into_iter().flatten().filter_map(move |s| {
+                let g = side.groups.get(s.group)?;
+                (!g.is_bare_ellipsis() && g.atoms.len() != 1)
+                    .then(|| (k, g, slot_extent(operand(operands, k), s.first), s.first))
+            })
+        })
+        .collect();
+    loop {
+        let mut changed = false;
+        for &(k, g, extent, slot) in &composed {
+            let ids: Vec<usize> = g
+                .atoms
+                .iter()
+                .filter_map(|a| a.name().and_then(label_id))
+                .collect();
+            let unknown: Vec<usize> = ids
+                .iter()
+                .copied()
+                .filter(|&l| seen.get(l).is_some_and(Option::is_none))
+                .collect();
+            let [u] = unknown.as_slice() else {
+                continue;
+            };
+            let known = group_known(&ctx, g, &ids, &seen)?;
+            let text = ctx.text(g.pos);
+            let here = format!("axis {slot} of einsum operand {}", k + 1);
+            let uname = names.get(*u).map_or("", String::as_str);
+            if known == 0 {
+                let d = if extent == 0 {
+                    ctx.err(
+                        Code::ZeroExtent,
+                        g.pos,
+                        format!(
+                            "cannot infer `{uname}` in `{text}`: the other labels of the group have extent 0"
+                        ),
+                        "cannot infer",
+                    )
+                } else {
+                    ctx.err(
+                        Code::ExtentMismatch,
+                        g.pos,
+                        format!(
+                            "`{text}` has extent 0 (its other labels have extent 0), but {here} has extent {extent}"
+                        ),
+                        "extent 0",
+                    )
+                };
+                return Err(d);
+            }
+            if !extent.is_multiple_of(known) {
+                return Err(ctx
+                    .err(
+                        Code::PatternIndivisible,
+                        g.pos,
+                        format!(
+                            "cannot split {here} of extent {extent} as `{text}`: {extent} is not divisible by {known}, the extent of the labels other than `{uname}`"
+                        ),
+                        &format!("{extent} is not divisible by {known}"),
+                    )
+                    .help(format!("shape of operand {} is {}", k + 1, operand(operands, k))));
+            }
+            if let Some(entry) = seen.get_mut(*u) {
+                *entry = Some(Seen {
+                    extent: extent / known,
+                    op: k,
+                    pos: g.pos,
+                });
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    for &(k, g, extent, slot) in &composed {
+        let ids: Vec<usize> = g
+            .atoms
+            .iter()
+            .filter_map(|a| a.name().and_then(label_id))
+            .collect();
+        let unknown: Vec<&str> = ids
+            .iter()
+            .filter(|&&l| seen.get(l).is_some_and(Option::is_none))
+            .filter_map(|&l| names.get(l))
+            .map(String::as_str)
+            .collect();
+        let text = ctx.text(g.pos);
+        if !unknown.is_empty() && used_whole(&ops, &out, g) {
+            // The group's labels only ever appear together, in this order: no split is needed
+            // and every split gives the same result, so the first label takes the whole extent.
+            for (j, &l) in ids.iter().enumerate() {
+                if let Some(entry @ None) = seen.get_mut(l) {
+                    *entry = Some(Seen {
+                        extent: if j == 0 { extent } else { 1 },
+                        op: k,
+                        pos: g.pos,
+                    });
+                }
+            }
+            continue;
+        }
+        if !unknown.is_empty() {
+            let list = unknown
+                .iter()
+                .map(|n| format!("`{n}`"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            return Err(ctx
+                .err(
+                    Code::PatternTwoUnknowns,
+                    g.pos,
+                    format!(
+                        "cannot infer the extents of {list} in `{text}`: at most one label of a group may be unknown"
+                    ),
+                    "several unknown extents",
+                )
+                .help("give all but one of them a plain axis of their own in some operand"));
+        }
+        let known = group_known(&ctx, g, &ids, &seen)?;
+        if known != extent {
+            let factors: Vec<String> = ids
+                .iter()
+                .filter_map(|&l| Some((names.get(l)?, seen.get(l)?.as_ref()?)))
+                .map(|(n, s)| format!("{n}={}", s.extent))
+                .collect();
+            return Err(ctx
+                .err(
+                    Code::ExtentMismatch,
+                    g.pos,
+                    format!(
+                        "`{text}` has extent {}, but axis {slot} of einsum operand {} has extent {extent}",
+                        product_text(&factors, known),
+                        k + 1
+                    ),
+                    &format!("extent {known}, operand has {extent}"),
+                )
+                .help(format!("shape of operand {} is {}", k + 1, operand(operands, k))));
+        }
+    }
+
+    // Assemble.
+    let ell_label = |g: usize| ell_base.unwrap_or(0) + g;
+    let mut spec_ops: Vec<Vec<EinsumSlot>> = Vec::new();
+    for (k, side) in ops.iter().enumerate() {
+        let width = ell_width.get(k).copied().unwrap_or(0);
+        let mut slots = Vec::new();
+        for s in layouts.get(k).into_iter().flatten() {
+            let Some(g) = side.groups.get(s.group) else {
+                continue;
+            };
+            if g.is_bare_ellipsis() {
+                for j in 0..s.count {
+                    let gi = n_ell - width + j;
+                    let label_extent = ell_ext.get(gi).copied().flatten().map_or(1, |(x, _)| x);
+                    let x = slot_extent(operand(operands, k), s.first + j);
+                    slots.push(EinsumSlot {
+                        labels: vec![ell_label(gi)],
+                        broadcast: x == 1 && label_extent != 1,
+                    });
+                }
+            } else {
+                slots.push(EinsumSlot {
+                    labels: g
+                        .atoms
+                        .iter()
+                        .filter_map(|a| a.name().and_then(label_id))
+                        .collect(),
+                    broadcast: false,
+                });
+            }
+        }
+        spec_ops.push(slots);
+    }
+    let mut output: Vec<Vec<usize>> = Vec::new();
+    for g in &out.groups {
+        if g.is_bare_ellipsis() {
+            output.extend((0..n_ell).map(|gi| vec![ell_label(gi)]));
+            continue;
+        }
+        let mut ids = Vec::new();
+        for a in &g.atoms {
+            match &a.kind {
+                AtomKind::Name(n) => ids.extend(label_id(n)),
+                AtomKind::Ellipsis => ids.extend((0..n_ell).map(ell_label)),
+                AtomKind::Number(_) => {}
+            }
+        }
+        let extent = checked_product(
+            ids.iter()
+                .map(|&l| seen.get(l).copied().flatten().map_or(1, |s| s.extent)),
+        );
+        if extent.is_none() {
+            return Err(ctx.err(
+                Code::SizeOverflow,
+                g.pos,
+                format!(
+                    "output axis `{}` has more than 2^64 elements",
+                    ctx.text(g.pos)
+                ),
+                "overflows u64",
+            ));
+        }
+        output.push(ids);
+    }
+    let spec = EinsumSpec {
+        labels: names
+            .iter()
+            .zip(&seen)
+            .map(|(n, s)| (n.clone(), s.map_or(1, |s| s.extent)))
+            .collect(),
+        operands: spec_ops,
+        output,
+    };
+    if total_elems(&spec.out_extents()).is_none() {
+        return Err(ctx.err(
+            Code::SizeOverflow,
+            ctx.trim(out.pos),
+            "the einsum output has more than 2^64 elements".to_string(),
+            "overflows u64",
+        ));
+    }
+    Ok(spec)
+}
+
+/// Whether the labels of group `g` appear only in groups identical to `g` (same labels in the
+/// same order), in every operand and in the output: `"b (h d), (h d) o -> b o"`.
+pub(super) fn used_whole(ops: &[Side], out: &Side, g: &Group) -> bool {
+    let labels = |g: &Group| -> Vec<String> {
+        g.atoms
+            .iter()
+            .filter_map(|a| a.name().map(String::from))
+            .collect()
+    };
+    let mine = labels(g);
+    if mine.len() < 2 || mine.len() != g.atoms.len() {
+        return false;
+    }
+    ops.iter()
+        .chain([out])
+        .flat_map(|s| s.groups.iter())
+        .all(|h| {
+            let theirs = labels(h);
+            theirs == mine || theirs.iter().all(|n| !mine.contains(n))
+        })
+}
+
+/// Keyword axis lengths of an einsum: each names a label of the pattern and is positive.
+pub(super) fn check_einsum_kwargs(
+    ctx: &Ctx,
+    labels: &[String],
+    kwargs: &[(String, u64, Span)],
+) -> Result<(), Diagnostic> {
+    for (i, (name, value, span)) in kwargs.iter().enumerate() {
+        if kwargs[..i].iter().any(|k| &k.0 == name) {
+            return Err(Diagnostic::new(
+                Code::PatternBadKwarg,
+                format!("axis length `{name}` is given twice"),
+            )
+            .label(*span, "again here")
+            .help("give each axis length once"));
+        }
+        if !labels.iter().any(|l| l == name) {
+            let named: Vec<String> = labels
+                .iter()
+                .filter(|l| !l.starts_with("..."))
+                .map(|l| format!("`{l}`"))
+                .collect();
+            return Err(Diagnostic::new(
+                Code::PatternUnusedKwarg,
+                format!("axis length `{name}={value}` names no label of the einsum pattern"),
+            )
+            .label(*span, "not in the pattern")
+            .label(ctx.span(ctx.whole()), "pattern")
+            .help(format!("the pattern's labels are {}", named.join(", "))));
+        }
+        if *value == 0 {
+            return Err(Diagnostic::new(
+                Code::PatternBadKwarg,
+                format!("axis length `{name}=0` must be at least 1"),
+            )
+            .label(*span, "length 0")
+            .help("axis lengths are positive"));
+        }
+    }
+    Ok(())
+}
+
+/// numpy's subscripts (`"ij,jk->ik"`, `"...ij,...jk"`): one letter per label, no spaces needed.
+/// A pattern is read that way when no term holds a space or parentheses and some operand's
+/// term, read as tdsl's space-separated labels, cannot match its rank while one letter per
+/// axis can. Returns the pattern with spaces between the letters, and for each of its bytes
+/// the offset of the byte it came from (so diagnostics point at what was written).
+pub(super) fn numpy_subscripts(pattern: &str, ranks: &[usize]) -> Option<(String, Vec<usize>)> {
+    if pattern.contains('(')
+        || !pattern.is_ascii()
+        || !pattern.bytes().any(|b| b.is_ascii_alphabetic())
+    {
+        return None;
+    }
+    let (lhs, rhs) = match pattern.find("->") {
+        Some(a) => (&pattern[..a], Some(&pattern[a + 2..])),
+        None => (pattern, None),
+    };
+    let terms: Vec<&str> = lhs.split(',').collect();
+    let spaced = |t: &str| {
+        let t = t.trim();
+        t.contains(' ')
+            || !t
+                .replace("...", "")
+                .bytes()
+                .all(|b| b.is_ascii_alphabetic())
+    };
+    if terms.iter().any(|t| spaced(t)) || rhs.is_some_and(spaced) {
+        return None;
+    }
+    // Without `->` only numpy's reading exists (tdsl requires the arrow): its errors are the
+    // rank and operand-count errors of that reading.
+    let arrowless = rhs.is_none();
+    if terms.len() != ranks.len() && !arrowless {
+        return None;
+    }
+    let letters = |t: &str| t.trim().replace("...", "").len();
+    let ell = |t: &str| t.contains("...");
+    // One letter per axis fits every operand, and tdsl's reading (one label per term) does not.
+    let numpy_fits = terms.iter().zip(ranks).all(|(t, &r)| {
+        if ell(t) {
+            letters(t) <= r
+        } else {
+            letters(t) == r
+        }
+    });
+    let tdsl_fits = terms.iter().zip(ranks).all(|(t, &r)| {
+        let n = usize::from(!t.trim().replace("...", "").is_empty());
+        if ell(t) {
+            n <= r
+        } else {
+            n == r
+        }
+    });
+    if !arrowless && (!numpy_fits || tdsl_fits) {
+        return None;
+    }
+    let mut text = String::with_capacity(pattern.len() * 2);
+    let mut map = Vec::with_capacity(pattern.len() * 2 + 1);
+    let bytes = pattern.as_bytes();
+    let mut i = 0;
+    let mut prev_label = false;
+    while i < bytes.len() {
+        if pattern[i..].starts_with("...") {
+            if prev_label {
+                text.push(' ');
+                map.push(i);
+            }
+            text.push_str("...");
+            map.extend([i, i + 1, i + 2]);
+            i += 3;
+            prev_label = true;
+            continue;
+        }
+        let c = bytes[i];
+        if c.is_ascii_alphabetic() {
+            if prev_label {
+                text.push(' ');
+                map.push(i);
+            }
+            prev_label = true;
+        } else {
+            prev_label = false;
+        }
+        text.push(c as char);
+        map.push(i);
+        i += 1;
+    }
+    if rhs.is_none() {
+        // numpy's implicit output: `...` first, then the labels used once, sorted.
+        let mut once: Vec<u8> = Vec::new();
+        let all: Vec<u8> = lhs
+            .replace("...", "")
+            .bytes()
+            .filter(u8::is_ascii_alphabetic)
+            .collect();
+        for &c in &all {
+            if all.iter().filter(|&&d| d == c).count() == 1 {
+                once.push(c);
+            }
+        }
+        once.sort_unstable();
+        let mut out: Vec<String> = Vec::new();
+        if terms.iter().any(|t| ell(t)) {
+            out.push("...".into());
+        }
+        out.extend(once.iter().map(|&c| (c as char).to_string()));
+        let tail = format!(" -> {}", out.join(" "));
+        map.extend(std::iter::repeat_n(pattern.len(), tail.len()));
+        text.push_str(&tail);
+    }
+    map.push(pattern.len());
+    Some((text, map))
+}
+
+/// Product of the known label extents of a group (unknown ones count as 1).
+pub(super) fn group_known(
+    ctx: &Ctx,
+    g: &Group,
+    ids: &[usize],
+    seen: &[Option<Seen>],
+) -> Result<u64, Diagnostic> {
+    checked_product(
+        ids.iter()
+            .filter_map(|&l| seen.get(l).copied().flatten())
+            .map(|s| s.extent),
+    )
+    .ok_or_else(|| {
+        ctx.err(
+            Code::SizeOverflow,
+            g.pos,
+            format!(
+                "the label extents in `{}` multiply past 2^64",
+                ctx.text(g.pos)
+            ),
+            "overflows u64",
+        )
+    })
+}
+
+/// Checks a second sighting of a label against the first.
+pub(super) fn unify(ctx: &Ctx, name: &str, prev: &Seen, now: &Seen) -> Result<(), Diagnostic> {
+    if prev.extent == now.extent {
+        return Ok(());
+    }
+    let (x, y) = (prev.extent, now.extent);
+    if x == 1 || y == 1 {
+        let (one, big) = if y == 1 { (now, prev) } else { (prev, now) };
+        return Err(ctx
+            .err(
+                Code::PatternBroadcast,
+                one.pos,
+                format!(
+                    "label `{name}` has extent 1 in einsum operand {} but {} in operand {}; named labels are not broadcast",
+                    one.op + 1,
+                    big.extent,
+                    big.op + 1
+                ),
+                "extent 1",
+            )
+            .label(ctx.span(big.pos), format!("extent {}", big.extent))
+            .help("use `...` for broadcast axes, or drop the unit axis first (rearrange `a 1 -> a`)"));
+    }
+    let message = if prev.op == now.op {
+        format!(
+            "label `{name}` appears twice in einsum operand {} with extents {x} and {y}; a repeated label takes the diagonal, so they must agree",
+            now.op + 1
+        )
+    } else {
+        format!(
+            "label `{name}` has extent {x} in einsum operand {} but {y} in operand {}",
+            prev.op + 1,
+            now.op + 1
+        )
+    };
+    Err(ctx
+        .err(
+            Code::ExtentMismatch,
+            now.pos,
+            message,
+            &format!("extent {y}"),
+        )
+        .label(ctx.span(prev.pos), format!("extent {x}")))
+}
+
+/// The explicit form of numpy's implicit output: labels used exactly once, sorted, `...` first.
+pub(super) fn implicit_pattern(ctx: &Ctx, ops: &[Side]) -> String {
+    let mut counts: Vec<(&str, usize)> = Vec::new();
+    for (n, _) in ops.iter().flat_map(|s| s.names()) {
+        match counts.iter_mut().find(|(c, _)| *c == n) {
+            Some((_, k)) => *k += 1,
+            None => counts.push((n, 1)),
+        }
+    }
+    let mut once: Vec<&str> = counts
+        .into_iter()
+        .filter(|&(_, k)| k == 1)
+        .map(|(n, _)| n)
+        .collect();
+    once.sort_unstable();
+    let mut out: Vec<&str> = Vec::new();
+    if ops.iter().any(|s| s.ellipsis().is_some()) {
+        out.push("...");
+    }
+    out.extend(once);
+    let inputs: Vec<&str> = ops.iter().map(|s| ctx.text(ctx.trim(s.pos))).collect();
+    format!("{} -> {}", inputs.join(", "), out.join(" "))
+        .trim_end()
+        .to_string()
+}
