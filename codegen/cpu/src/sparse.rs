@@ -53,7 +53,8 @@ pub(crate) fn run(call: &LibCall, bufs: &mut [Data], _threads: usize) -> Result<
                         dense_mut(cv, c, *m, *n)?,
                         *accumulate,
                         isa,
-                    ),
+                    )
+                    .map_err(|e| e.to_string()),
                     (Data::F64(dv), Data::F64(cv)) => kernels::spmm(
                         sr,
                         *transposed,
@@ -62,7 +63,8 @@ pub(crate) fn run(call: &LibCall, bufs: &mut [Data], _threads: usize) -> Result<
                         dense_mut(cv, c, *m, *n)?,
                         *accumulate,
                         isa,
-                    ),
+                    )
+                    .map_err(|e| e.to_string()),
                     (a, b) => Err(format!(
                         "spmm needs f32 or f64 operands of one type, not {} and {}",
                         a.ty(),

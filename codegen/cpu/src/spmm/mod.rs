@@ -29,10 +29,13 @@
 use half::{bf16, f16};
 use rayon::prelude::*;
 
-use tdsl_sparse::{Layout, SparseRef, ValuesRef};
+use tdsl_sparse::{Layout, SparseError, SparseRef, ValuesRef};
 
+mod check;
 #[allow(unsafe_code)]
 mod simd;
+
+use check::*;
 
 /// A strided read-only dense matrix: element `(r, c)` is `data[offset + r·rs + c·cs]`.
 #[derive(Debug, Clone, Copy)]
@@ -281,12 +284,14 @@ pub fn spmm<T: Compute>(
     c: DenseMut<T>,
     accumulate: bool,
     isa: Isa,
-) -> Result<(), String> {
+) -> Result<(), SparseError> {
     if !isa.supported() {
-        return Err(format!("this CPU does not support {isa:?}"));
+        return Err(SparseError::internal(format!(
+            "this CPU does not support {isa:?}"
+        )));
     }
     if !T::IS_F64 && matches!(s.values, ValuesRef::F64(_)) {
-        return Err("f64 values need f64 compute, not f32".into());
+        return Err(SparseError::shape("f64 values need f64 compute, not f32"));
     }
     let (sr, sc) = check_sparse(&s)?;
     let (p, q) = if transposed { (sc, sr) } else { (sr, sc) };
@@ -296,18 +301,18 @@ pub fn spmm<T: Compute>(
     match side {
         Side::Left => {
             if c.rows != p || d.rows != q || c.cols != d.cols {
-                return Err(format!(
+                return Err(SparseError::shape(format!(
                     "shapes do not match: c[{}, {}] = S[{p}, {q}] · d[{}, {}]",
                     c.rows, c.cols, d.rows, d.cols
-                ));
+                )));
             }
         }
         Side::Right => {
             if c.rows != d.rows || d.cols != p || c.cols != q {
-                return Err(format!(
+                return Err(SparseError::shape(format!(
                     "shapes do not match: c[{}, {}] = d[{}, {}] · S[{p}, {q}]",
                     c.rows, c.cols, d.rows, d.cols
-                ));
+                )));
             }
         }
     }
@@ -334,220 +339,6 @@ pub fn spmm<T: Compute>(
         transposed = !transposed;
     }
     dispatch(&s, transposed, side, d, c, accumulate, isa)
-}
-
-/// Strides of extent-1 axes do not matter; give them canonical values.
-fn canonical_ref<T>(mut d: DenseRef<T>) -> DenseRef<T> {
-    if d.cols <= 1 {
-        d.cs = 1;
-    }
-    if d.rows <= 1 {
-        d.rs = d.cols.max(1) as isize * d.cs.abs().max(1);
-    }
-    d
-}
-
-fn canonical_mut<T>(mut c: DenseMut<T>) -> DenseMut<T> {
-    if c.cols <= 1 {
-        c.cs = 1;
-    }
-    if c.rows <= 1 {
-        c.rs = c.cols.max(1) as isize * c.cs.abs().max(1);
-    }
-    c
-}
-
-/// Every element of the view lies inside `len`.
-fn check_view(
-    name: &str,
-    len: usize,
-    offset: usize,
-    rows: usize,
-    cols: usize,
-    rs: isize,
-    cs: isize,
-) -> Result<(), String> {
-    if rows == 0 || cols == 0 {
-        return Ok(());
-    }
-    let r = (rows - 1) as i128 * rs as i128;
-    let c = (cols - 1) as i128 * cs as i128;
-    let lo = offset as i128 + r.min(0) + c.min(0);
-    let hi = offset as i128 + r.max(0) + c.max(0);
-    if lo < 0 || hi >= len as i128 {
-        return Err(format!(
-            "{name}: a {rows}x{cols} view at offset {offset} with strides ({rs}, {cs}) reaches \
-             elements {lo}..={hi}, outside its {len} elements"
-        ));
-    }
-    Ok(())
-}
-
-/// The output view maps distinct coordinates to distinct, separable elements: one axis's
-/// whole span fits within one step of the other.
-fn check_injective(rows: usize, cols: usize, rs: isize, cs: isize) -> Result<(), String> {
-    let (ars, acs) = (rs.unsigned_abs(), cs.unsigned_abs());
-    let ok = if rows == 0 || cols == 0 || (rows <= 1 && cols <= 1) {
-        true
-    } else if rows <= 1 {
-        acs > 0
-    } else if cols <= 1 {
-        ars > 0
-    } else {
-        (acs > 0 && (cols - 1).saturating_mul(acs) < ars)
-            || (ars > 0 && (rows - 1).saturating_mul(ars) < acs)
-    };
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "c: a {rows}x{cols} view with strides ({rs}, {cs}) overlaps itself"
-        ))
-    }
-}
-
-/// Checks the sparse arrays enough that no access can go out of range; returns the stored
-/// matrix's `(rows, cols)`.
-fn check_sparse(s: &SparseRef) -> Result<(usize, usize), String> {
-    let rank2 = || -> Result<(usize, usize), String> {
-        if s.shape.len() != 2 {
-            return Err(format!(
-                "spmm needs a rank-2 sparse matrix, not shape {:?}",
-                s.shape
-            ));
-        }
-        Ok((s.shape[0], s.shape[1]))
-    };
-    let (rows, cols) = rank2()?;
-    let nvals = s.values.len();
-    match s.layout {
-        Layout::Coo => {
-            if s.ptr.len() != 2 || s.ptr[0] != 0 || s.ptr[1] < 0 {
-                return Err(format!("coo indptr must be [0, nnz], not {:?}", s.ptr));
-            }
-            let nnz = s.ptr[1] as usize;
-            if s.idx.len() < 2 * nnz || nvals < nnz {
-                return Err(format!(
-                    "coo with {nnz} entries needs {} coordinates and {nnz} values, has {} and \
-                     {nvals}",
-                    2 * nnz,
-                    s.idx.len()
-                ));
-            }
-        }
-        Layout::Csr | Layout::Csc => {
-            let outer = if s.layout == Layout::Csr { rows } else { cols };
-            let nnz = check_offsets(s.ptr, outer)?;
-            if s.idx.len() < nnz || nvals < nnz {
-                return Err(format!(
-                    "{nnz} stored entries but only {} indices and {nvals} values",
-                    s.idx.len()
-                ));
-            }
-        }
-        Layout::Bsr { br, bc } => {
-            if br == 0 || bc == 0 || !rows.is_multiple_of(br) || !cols.is_multiple_of(bc) {
-                return Err(format!(
-                    "bsr blocks {br}x{bc} do not tile the {rows}x{cols} matrix"
-                ));
-            }
-            let nnzb = check_offsets(s.ptr, rows / br)?;
-            if s.idx.len() < nnzb {
-                return Err(format!(
-                    "{nnzb} stored blocks but only {} indices",
-                    s.idx.len()
-                ));
-            }
-            let need = nnzb
-                .checked_mul(br * bc)
-                .ok_or("bsr value count overflows")?;
-            if nvals < need {
-                return Err(format!(
-                    "{nnzb} stored {br}x{bc} blocks need {need} values, have {nvals}"
-                ));
-            }
-        }
-        Layout::TwoFour { axis } => {
-            if axis > 1 {
-                return Err(format!("2:4 axis {axis} of a rank-2 matrix"));
-            }
-            let (nrows, ext) = if axis == 1 {
-                (rows, cols)
-            } else {
-                (cols, rows)
-            };
-            if !ext.is_multiple_of(4) {
-                return Err(format!("2:4 axis extent {ext} is not a multiple of 4"));
-            }
-            let words = ext.div_ceil(32);
-            if nvals < nrows * (ext / 2) || s.idx.len() < nrows * words {
-                return Err(format!(
-                    "2:4 with {nrows} rows of {ext} needs {} values and {} meta words, has \
-                     {nvals} and {}",
-                    nrows * (ext / 2),
-                    nrows * words,
-                    s.idx.len()
-                ));
-            }
-        }
-    }
-    Ok((rows, cols))
-}
-
-/// `ptr` has `outer + 1` non-decreasing offsets from 0; returns the last.
-fn check_offsets(ptr: &[i32], outer: usize) -> Result<usize, String> {
-    if ptr.len() != outer + 1 {
-        return Err(format!(
-            "indptr has {} entries, {outer} rows need {}",
-            ptr.len(),
-            outer + 1
-        ));
-    }
-    if ptr[0] != 0 {
-        return Err(format!("indptr[0] = {} is not 0", ptr[0]));
-    }
-    if let Some(k) = (1..ptr.len()).find(|&k| ptr[k] < ptr[k - 1]) {
-        return Err(format!("indptr decreases at {k}"));
-    }
-    Ok(ptr[outer] as usize)
-}
-
-/// Every stored index lies within its extent (the arrays passed `check_sparse`). The SIMD
-/// paths skip this: they check the indices of their own piece, in parallel.
-fn check_sparse_indices(s: &SparseRef) -> Result<(), String> {
-    let (rows, cols) = (s.shape[0], s.shape[1]);
-    let end = s.ptr.last().map_or(0, |&p| p as usize);
-    match s.layout {
-        Layout::Coo => {
-            for e in 0..end {
-                let (r, c) = (s.idx[2 * e], s.idx[2 * e + 1]);
-                if r < 0 || r as usize >= rows || c < 0 || c as usize >= cols {
-                    return Err(format!(
-                        "coo entry {e} at ({r}, {c}) is outside the {rows}x{cols} matrix"
-                    ));
-                }
-            }
-            Ok(())
-        }
-        Layout::Csr => check_indices(&s.idx[..end], cols),
-        Layout::Csc => check_indices(&s.idx[..end], rows),
-        Layout::Bsr { bc, .. } => check_indices(&s.idx[..end], cols / bc),
-        Layout::TwoFour { .. } => Ok(()),
-    }
-}
-
-fn check_indices(idx: &[i32], extent: usize) -> Result<(), String> {
-    if simd::max_index(idx) as usize >= extent {
-        let e = idx
-            .iter()
-            .position(|&i| i < 0 || i as usize >= extent)
-            .unwrap_or(0);
-        return Err(format!(
-            "indices[{e}] = {} is out of range for extent {extent}",
-            idx[e]
-        ));
-    }
-    Ok(())
 }
 
 /// Splits `c` into the non-empty row ranges `bounds[t]..bounds[t + 1]` (disjoint pieces of
@@ -670,7 +461,7 @@ fn dispatch<T: Compute>(
     c: DenseMut<T>,
     accumulate: bool,
     isa: Isa,
-) -> Result<(), String> {
+) -> Result<(), SparseError> {
     let csr_like = matches!(
         (s.layout, transposed),
         (Layout::Csr, false) | (Layout::Csc, true)
@@ -824,7 +615,7 @@ fn csr_generic<T: Compute, P: Ix, I: Ix, V: Elem>(
     d: DenseRef<T>,
     c: DenseMut<T>,
     accumulate: bool,
-) -> Result<(), String> {
+) -> Result<(), SparseError> {
     let m = c.rows;
     let n = c.cols;
     let work = ptr.last().map_or(0, |p| p.ix()).saturating_mul(n.max(1)) + m;
@@ -884,8 +675,8 @@ fn csr_generic<T: Compute, P: Ix, I: Ix, V: Elem>(
 fn par_pieces<'a>(
     c: DenseMut<'a, f32>,
     bounds: &[usize],
-    f: impl Fn(simd::MatMut<'_>, usize) -> Result<(), String> + Sync,
-) -> Result<(), String> {
+    f: impl Fn(simd::MatMut<'_>, usize) -> Result<(), SparseError> + Sync,
+) -> Result<(), SparseError> {
     let pieces = split_rows(c, bounds);
     let run = |(r0, cp): (usize, DenseMut<'_, f32>)| {
         let m = simd::MatMut {
@@ -904,7 +695,7 @@ fn par_pieces<'a>(
     pieces.into_par_iter().try_for_each(run)
 }
 
-fn f32_out<T: Compute>(c: DenseMut<T>) -> Result<DenseMut<f32>, String> {
+fn f32_out<T: Compute>(c: DenseMut<T>) -> Result<DenseMut<f32>, SparseError> {
     let DenseMut {
         data,
         offset,
@@ -913,7 +704,8 @@ fn f32_out<T: Compute>(c: DenseMut<T>) -> Result<DenseMut<f32>, String> {
         rs,
         cs,
     } = c;
-    let data = T::as_f32_mut(data).ok_or("internal: f32 fast path with f64 output")?;
+    let data = T::as_f32_mut(data)
+        .ok_or_else(|| SparseError::shape("internal: f32 fast path with f64 output"))?;
     Ok(DenseMut {
         data,
         offset,
@@ -934,7 +726,7 @@ fn bsr_left_f32<T: Compute>(
     c: DenseMut<T>,
     accumulate: bool,
     isa: Isa,
-) -> Result<(), String> {
+) -> Result<(), SparseError> {
     let c = f32_out(c)?;
     let nbr = s.ptr.len() - 1;
     let ptr = s.ptr;
@@ -960,7 +752,7 @@ fn bsr_right_f32<T: Compute>(
     c: DenseMut<T>,
     accumulate: bool,
     isa: Isa,
-) -> Result<(), String> {
+) -> Result<(), SparseError> {
     let c = f32_out(c)?;
     let nbr = s.ptr.len() - 1;
     let nbc = s.shape[1] / bc;
@@ -1008,7 +800,7 @@ fn two_four_left_f32<T: Compute>(
     c: DenseMut<T>,
     accumulate: bool,
     isa: Isa,
-) -> Result<(), String> {
+) -> Result<(), SparseError> {
     let c = f32_out(c)?;
     let (m, k) = (s.shape[0], s.shape[1]);
     let n = d.cols;
@@ -1066,7 +858,7 @@ fn csr_left_f32<T: Compute>(
     c: DenseMut<T>,
     accumulate: bool,
     isa: Isa,
-) -> Result<(), String> {
+) -> Result<(), SparseError> {
     let c = f32_out(c)?;
     let ptr = s.ptr;
     let m = ptr.len() - 1;

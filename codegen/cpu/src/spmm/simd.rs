@@ -13,6 +13,7 @@
 use half::{bf16, f16};
 
 use super::Isa;
+use tdsl_sparse::SparseError;
 
 /// Values as the kernels load them.
 #[derive(Debug, Clone, Copy)]
@@ -81,21 +82,25 @@ fn view_ok(len: usize, off: usize, rows: usize, cols: usize, ld: usize) -> bool 
 }
 
 impl Mat<'_> {
-    fn check(&self, name: &str) -> Result<(), String> {
+    fn check(&self, name: &str) -> Result<(), SparseError> {
         if view_ok(self.data.len(), self.off, self.rows, self.cols, self.ld) {
             Ok(())
         } else {
-            Err(format!("simd: view {name} out of range"))
+            Err(SparseError::invalid(format!(
+                "simd: view {name} out of range"
+            )))
         }
     }
 }
 
 impl MatMut<'_> {
-    fn check(&self, name: &str) -> Result<(), String> {
+    fn check(&self, name: &str) -> Result<(), SparseError> {
         if view_ok(self.data.len(), self.off, self.rows, self.cols, self.ld) {
             Ok(())
         } else {
-            Err(format!("simd: view {name} out of range"))
+            Err(SparseError::invalid(format!(
+                "simd: view {name} out of range"
+            )))
         }
     }
 }
@@ -132,11 +137,11 @@ pub(crate) fn supported(isa: Isa) -> bool {
     }
 }
 
-fn simd_isa(isa: Isa) -> Result<Isa, String> {
+fn simd_isa(isa: Isa) -> Result<Isa, SparseError> {
     if isa == Isa::Scalar || !supported(isa) {
-        Err(format!(
+        Err(SparseError::shape(format!(
             "simd: {isa:?} is not a usable SIMD instruction set here"
-        ))
+        )))
     } else {
         Ok(isa)
     }
@@ -149,16 +154,16 @@ fn check_window(
     idx: &[i32],
     nvals: usize,
     per: usize,
-) -> Result<(usize, usize), String> {
+) -> Result<(usize, usize), SparseError> {
     if ptr.is_empty() || ptr[0] < 0 {
-        return Err("simd: bad offsets".into());
+        return Err(SparseError::invalid("simd: bad offsets"));
     }
     if ptr.windows(2).any(|w| w[1] < w[0]) {
-        return Err("simd: offsets decrease".into());
+        return Err(SparseError::invalid("simd: offsets decrease"));
     }
     let (a, b) = (ptr[0] as usize, ptr[ptr.len() - 1] as usize);
     if b > idx.len() || b.checked_mul(per).is_none_or(|x| x > nvals) {
-        return Err("simd: offsets exceed the arrays".into());
+        return Err(SparseError::invalid("simd: offsets exceed the arrays"));
     }
     Ok((a, b))
 }
@@ -207,19 +212,21 @@ pub(crate) fn bsr_left(
     d: Mat,
     c: MatMut,
     accumulate: bool,
-) -> Result<(), String> {
+) -> Result<(), SparseError> {
     let isa = simd_isa(isa)?;
-    let per = br.checked_mul(bc).ok_or("simd: block too large")?;
+    let per = br
+        .checked_mul(bc)
+        .ok_or_else(|| SparseError::shape("simd: block too large"))?;
     check_window(ptr, idx, vals.len(), per)?;
     let nbr = ptr.len() - 1;
     d.check("d")?;
     c.check("c")?;
     if c.rows != nbr * br || c.cols != d.cols || br == 0 || bc == 0 {
-        return Err("simd: bsr_left shapes".into());
+        return Err(SparseError::shape("simd: bsr_left shapes"));
     }
     let (a, b) = (ptr[0] as usize, ptr[nbr] as usize);
     if !idx[a..b].is_empty() && (max_index(&idx[a..b]) as usize + 1) * bc > d.rows {
-        return Err("simd: block column out of range".into());
+        return Err(SparseError::invalid("simd: block column out of range"));
     }
     if c.rows == 0 || c.cols == 0 {
         return Ok(());
@@ -234,7 +241,7 @@ pub(crate) fn bsr_left(
     #[cfg(not(target_arch = "x86_64"))]
     {
         let _ = (isa, accumulate);
-        Err("simd: not x86_64".into())
+        Err(SparseError::internal("simd: not x86_64"))
     }
 }
 
@@ -251,7 +258,7 @@ pub(crate) fn bsr_right(
     r0: usize,
     c: MatMut,
     accumulate: bool,
-) -> Result<(), String> {
+) -> Result<(), SparseError> {
     let isa = simd_isa(isa)?;
     d.check("d")?;
     c.check("c")?;
@@ -264,7 +271,7 @@ pub(crate) fn bsr_right(
         || col.ptr.windows(2).any(|w| w[1] < w[0])
         || col.ptr[nbc] > col.entries.len()
     {
-        return Err("simd: bsr_right shapes".into());
+        return Err(SparseError::shape("simd: bsr_right shapes"));
     }
     let per = br * bc;
     if col.entries[..col.ptr[nbc]].iter().any(|&(i, p)| {
@@ -273,7 +280,7 @@ pub(crate) fn bsr_right(
                 .checked_mul(per)
                 .is_none_or(|x| x > vals.len())
     }) {
-        return Err("simd: bsr_right entry out of range".into());
+        return Err(SparseError::invalid("simd: bsr_right entry out of range"));
     }
     if c.rows == 0 || c.cols == 0 {
         return Ok(());
@@ -293,13 +300,13 @@ pub(crate) fn bsr_right(
     #[cfg(not(target_arch = "x86_64"))]
     {
         let _ = (isa, accumulate);
-        Err("simd: not x86_64".into())
+        Err(SparseError::internal("simd: not x86_64"))
     }
 }
 
-fn check_two_four(vals: &ValSlice, meta: &[i32], k: usize, rows: usize) -> Result<(), String> {
+fn check_two_four(vals: &ValSlice, meta: &[i32], k: usize, rows: usize) -> Result<(), SparseError> {
     if !k.is_multiple_of(4) || vals.len() < rows * (k / 2) || meta.len() < rows * k.div_ceil(32) {
-        return Err("simd: 2:4 arrays too short".into());
+        return Err(SparseError::shape("simd: 2:4 arrays too short"));
     }
     Ok(())
 }
@@ -313,13 +320,13 @@ pub(crate) fn two_four_small(
     xt: Mat,
     c: MatMut,
     accumulate: bool,
-) -> Result<(), String> {
+) -> Result<(), SparseError> {
     let isa = simd_isa(isa)?;
     xt.check("xt")?;
     c.check("c")?;
     check_two_four(&vals, meta, k, c.rows)?;
     if isa != Isa::Avx512 || xt.cols != k || xt.rows != c.cols || c.cols > TWO_FOUR_SMALL_N {
-        return Err("simd: two_four_small shapes".into());
+        return Err(SparseError::shape("simd: two_four_small shapes"));
     }
     if c.rows == 0 || c.cols == 0 {
         return Ok(());
@@ -333,7 +340,7 @@ pub(crate) fn two_four_small(
     #[cfg(not(target_arch = "x86_64"))]
     {
         let _ = accumulate;
-        Err("simd: not x86_64".into())
+        Err(SparseError::internal("simd: not x86_64"))
     }
 }
 
@@ -346,13 +353,13 @@ pub(crate) fn two_four_bcast(
     d: Mat,
     c: MatMut,
     accumulate: bool,
-) -> Result<(), String> {
+) -> Result<(), SparseError> {
     let isa = simd_isa(isa)?;
     d.check("d")?;
     c.check("c")?;
     check_two_four(&vals, meta, k, c.rows)?;
     if d.rows != k || d.cols != c.cols {
-        return Err("simd: two_four_bcast shapes".into());
+        return Err(SparseError::shape("simd: two_four_bcast shapes"));
     }
     if c.rows == 0 || c.cols == 0 {
         return Ok(());
@@ -367,7 +374,7 @@ pub(crate) fn two_four_bcast(
     #[cfg(not(target_arch = "x86_64"))]
     {
         let _ = accumulate;
-        Err("simd: not x86_64".into())
+        Err(SparseError::internal("simd: not x86_64"))
     }
 }
 
@@ -380,18 +387,18 @@ pub(crate) fn csr_left(
     d: Mat,
     c: MatMut,
     accumulate: bool,
-) -> Result<(), String> {
+) -> Result<(), SparseError> {
     let isa = simd_isa(isa)?;
     check_window(ptr, idx, vals.len(), 1)?;
     d.check("d")?;
     c.check("c")?;
     let m = ptr.len() - 1;
     if c.rows != m || c.cols != d.cols {
-        return Err("simd: csr_left shapes".into());
+        return Err(SparseError::shape("simd: csr_left shapes"));
     }
     let (a, b) = (ptr[0] as usize, ptr[m] as usize);
     if !idx[a..b].is_empty() && max_index(&idx[a..b]) as usize >= d.rows {
-        return Err("simd: column out of range".into());
+        return Err(SparseError::invalid("simd: column out of range"));
     }
     if c.rows == 0 || c.cols == 0 {
         return Ok(());
@@ -405,7 +412,7 @@ pub(crate) fn csr_left(
     #[cfg(not(target_arch = "x86_64"))]
     {
         let _ = accumulate;
-        Err("simd: not x86_64".into())
+        Err(SparseError::internal("simd: not x86_64"))
     }
 }
 

@@ -319,7 +319,8 @@ fn run_case<T: Compute>(
         },
         accumulate,
         isa,
-    )?;
+    )
+    .map_err(|e| e.to_string())?;
     // Decoded only now: a case with bad indices has returned its error above.
     let dense = decode(s);
     let seff = |i: usize, j: usize| {
