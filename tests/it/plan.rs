@@ -191,3 +191,33 @@ fn sparse_stored_entry_plans() {
 fn print_kernel_has_levels(p: &tdsl_loop::LoopProgram, k: &tdsl_loop::Kernel) -> bool {
     tdsl_loop::print::print_kernel(p, k).contains("compressed")
 }
+
+/// Einsums whose operands differ in dtype (an f16 or bf16 weight times f32 activations, f32
+/// times f64) are GEMM calls, not scalar loop nests, and agree with the interpreter.
+#[test]
+fn mixed_precision_einsums_are_gemms() {
+    for (da, db) in [
+        ("f32", "f16"),
+        ("bf16", "f32"),
+        ("f32", "f64"),
+        ("f16", "bf16"),
+    ] {
+        let src = format!(
+            "input x: {da}[b=20, i=40] = randn(seed=1)\ninput w: {db}[i, o=24] = randn(seed=2)\ny = einsum(x, w, \"b i, i o -> b o\")\noutput y\n"
+        );
+        let p = tdsl::compile(&src, &Default::default()).unwrap();
+        let plan = tdsl::plan::lower::plan_program(&p).unwrap();
+        let text = tdsl_loop::print::print_program(&plan.loops);
+        assert!(text.contains("gemm m=20 n=24 k=40"), "{da} x {db}:\n{text}");
+        let inputs = tdsl::bind::bind_inputs(&p, Default::default()).unwrap();
+        let want = tdsl::interp::run(&p, &inputs);
+        let shapes = vec![want[0].shape().to_vec()];
+        let got = tdsl::runtime::run_jit(&plan, &inputs, &shapes).unwrap();
+        for (g, w) in got[0].to_f64().iter().zip(want[0].to_f64()) {
+            assert!(
+                (g - w).abs() <= 1e-4 * w.abs().max(1.0),
+                "{da} x {db}: {g} vs {w}"
+            );
+        }
+    }
+}

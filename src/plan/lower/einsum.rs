@@ -136,7 +136,10 @@ impl Planner<'_> {
         origin: &str,
     ) -> Option<Vec<Kernel>> {
         let [a, b] = ops else { return None };
-        if a.dtype != b.dtype || a.dtype != out.dtype {
+        // Mixed dtypes (an f16 weight times f32 activations) are a GEMM too: the result has the
+        // promoted dtype, and the backend converts the narrow operand once while packing it
+        // (spec/loop-ir.md, `gemm`). Only a result narrower than its operands is not.
+        if out.dtype != DType::promote(a.dtype, b.dtype) {
             return None;
         }
         let (la, lb, lo): (BTreeSet<usize>, BTreeSet<usize>, BTreeSet<usize>) = (
