@@ -151,6 +151,12 @@ enum Cmd {
     /// Explore shapes, FLOPs, bytes and plans interactively (reads statements from stdin when it
     /// is not a terminal).
     Repl,
+    /// Show this machine's measured ceilings (peak FLOP/s, bandwidth) and their cache.
+    Machine {
+        /// Measure again now (best of up to three tries) and replace the cache.
+        #[arg(long)]
+        remeasure: bool,
+    },
 }
 
 /// A failure of a whole command: diagnostics against the script (exit 1) or a usage error
@@ -195,13 +201,18 @@ pub fn main() -> ExitCode {
     if let Cmd::Repl = cli.cmd {
         return repl::main(color);
     }
+    if let Cmd::Machine { remeasure } = cli.cmd {
+        let mut stdout = std::io::stdout().lock();
+        let _ = write!(stdout, "{}", machine_report(remeasure));
+        return ExitCode::SUCCESS;
+    }
     let script_path = match &cli.cmd {
         Cmd::Run { script, .. }
         | Cmd::Check { script, .. }
         | Cmd::Cost { script, .. }
         | Cmd::Plan { script, .. }
         | Cmd::Bench { script, .. } => script.clone(),
-        Cmd::Repl => return ExitCode::SUCCESS,
+        Cmd::Repl | Cmd::Machine { .. } => return ExitCode::SUCCESS,
     };
     let text = match std::fs::read_to_string(&script_path) {
         Ok(t) => t,
@@ -327,7 +338,7 @@ fn execute(cmd: &Cmd, text: &str, out: &mut dyn Write) -> Result<(), Failure> {
             }
             Ok(())
         }
-        Cmd::Repl => Ok(()),
+        Cmd::Repl | Cmd::Machine { .. } => Ok(()),
         Cmd::Cost {
             data, json, plot, ..
         } => {
@@ -562,6 +573,46 @@ fn dense_data(data: &[Option<Value>]) -> Vec<Option<&Tensor>> {
     data.iter()
         .map(|v| v.as_ref().and_then(Value::as_dense))
         .collect()
+}
+
+/// `tdsl machine`: the ceilings every report and verdict uses, where they come from, and
+/// whether they can be trusted.
+fn machine_report(remeasure: bool) -> String {
+    use crate::machine;
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let cached = machine::cached();
+    let (m, how) = match (remeasure, cached) {
+        (false, Some(c)) if c.age <= machine::CACHE_MAX_AGE && machine::plausible(&c.machine) => {
+            let days = c.age.as_secs_f64() / 86400.0;
+            (c.machine, format!("cached {days:.1} days ago"))
+        }
+        (false, Some(c)) if !machine::plausible(&c.machine) => (
+            machine::remeasure(),
+            format!(
+                "measured now: the cache held an implausible clock ({:.2} GHz)",
+                c.machine.clock_ghz
+            ),
+        ),
+        (false, Some(_)) => (machine::remeasure(), "measured now: the cache expired".into()),
+        (false, None) => (machine::remeasure(), "measured now: no cache yet".into()),
+        (true, _) => (machine::remeasure(), "measured now (--remeasure)".into()),
+    };
+    let _ = writeln!(out, "cpu: {}", machine::cpu_model());
+    if let Some(n) = machine::nominal_ghz() {
+        let _ = writeln!(out, "nominal clock: {n:.2} GHz");
+    }
+    let _ = writeln!(out, "ceilings: {}", m.describe());
+    let _ = writeln!(out, "source: {how}");
+    if !machine::plausible(&m) {
+        let _ = writeln!(
+            out,
+            "warning: the clock is below half the nominal one after {} tries: the machine is busy; \
+             these figures are used for this run only and not cached",
+            3
+        );
+    }
+    out
 }
 
 /// The pipeline every command runs, for `engine`, predicting for this machine

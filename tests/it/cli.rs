@@ -432,3 +432,53 @@ fn npz_inputs_and_sparse_outputs_round_trip() {
     assert_eq!(out.code, 1, "{}", out.stderr);
     assert!(!dir.path().join("p").exists());
 }
+
+/// `tdsl machine` shows the ceilings every verdict uses; a cached measurement taken under load
+/// (a clock far below the nominal one) is measured again and replaced, and `--remeasure` always
+/// measures.
+#[test]
+fn machine_replaces_an_implausible_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("tdsl").join("machine.txt");
+    std::fs::create_dir_all(cache.parent().unwrap()).unwrap();
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("model name"))
+                .map(|v| v.trim_start_matches([' ', '\t', ':']).to_string())
+        })
+        .unwrap_or_else(|| std::env::consts::ARCH.to_string());
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    std::fs::write(
+        &cache,
+        format!(
+            "model={model}\nthreads={threads}\ncores={threads}\nclock_ghz=0.01\nflops_per_cycle=32\npeak_gflops=0.64\nbandwidth_gbps=1\nmeasured_at=0\n"
+        ),
+    )
+    .unwrap();
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_tdsl"))
+            .args(args)
+            .env("XDG_CACHE_HOME", dir.path())
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let first = run(&["machine"]);
+    assert!(first.contains("implausible clock (0.01 GHz)"), "{first}");
+    let text = std::fs::read_to_string(&cache).unwrap();
+    if first.contains("warning:") {
+        // A busy machine (or an unoptimised test build, whose clock loop runs slow) measured
+        // implausibly again: that result must not be cached.
+        assert!(text.contains("clock_ghz=0.01"), "{text}");
+    } else {
+        assert!(!text.contains("clock_ghz=0.01"), "{text}");
+        assert!(text.contains("measured_at="), "{text}");
+        let second = run(&["machine"]);
+        assert!(second.contains("cached"), "{second}");
+    }
+    let third = run(&["machine", "--remeasure"]);
+    assert!(third.contains("--remeasure"), "{third}");
+}
