@@ -185,7 +185,12 @@ pub fn nominal_ghz() -> Option<f64> {
     let mhz = info
         .lines()
         .filter_map(|l| l.strip_prefix("cpu MHz"))
-        .filter_map(|v| v.trim_start_matches([' ', '\t', ':']).trim().parse::<f64>().ok())
+        .filter_map(|v| {
+            v.trim_start_matches([' ', '\t', ':'])
+                .trim()
+                .parse::<f64>()
+                .ok()
+        })
         .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))));
     if let Some(mhz) = mhz {
         return Some(mhz / 1e3);

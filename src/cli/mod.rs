@@ -594,7 +594,10 @@ fn machine_report(remeasure: bool) -> String {
                 c.machine.clock_ghz
             ),
         ),
-        (false, Some(_)) => (machine::remeasure(), "measured now: the cache expired".into()),
+        (false, Some(_)) => (
+            machine::remeasure(),
+            "measured now: the cache expired".into(),
+        ),
         (false, None) => (machine::remeasure(), "measured now: no cache yet".into()),
         (true, _) => (machine::remeasure(), "measured now (--remeasure)".into()),
     };
