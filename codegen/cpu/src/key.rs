@@ -15,51 +15,13 @@
 use std::collections::BTreeSet;
 use std::fmt::Write;
 
-use tdsl_loop::{BufId, Buffer, Expr, Iter, Kernel, LoopProgram, Role, Stmt};
+use tdsl_loop::{BufId, Buffer, Kernel, LoopProgram, Role};
 
 use crate::lower::LowerOptions;
 
 /// Every buffer a kernel reads or writes, in id order.
 pub(crate) fn kernel_buffers(k: &Kernel) -> BTreeSet<BufId> {
-    fn expr(e: &Expr, out: &mut BTreeSet<BufId>) {
-        e.visit(&mut |x| {
-            if let Expr::Load { buf, .. } = x {
-                out.insert(*buf);
-            }
-        });
-    }
-    fn block(stmts: &[Stmt], out: &mut BTreeSet<BufId>) {
-        for s in stmts {
-            match s {
-                Stmt::Loop(l) => {
-                    match &l.iter {
-                        Iter::Range { .. } => {}
-                        Iter::Compressed { ptr, crd, .. } => {
-                            out.insert(*ptr);
-                            out.insert(*crd);
-                        }
-                        Iter::Singleton { crd, .. } => {
-                            out.insert(*crd);
-                        }
-                        Iter::TwoFour { meta, .. } => {
-                            out.insert(*meta);
-                        }
-                    }
-                    block(&l.body, out);
-                }
-                Stmt::Let { init, .. } => expr(init, out),
-                Stmt::Update { value, .. } => expr(value, out),
-                Stmt::Store { buf, value, .. } => {
-                    out.insert(*buf);
-                    expr(value, out);
-                }
-                Stmt::Call(call) => out.extend(call.buffers()),
-            }
-        }
-    }
-    let mut out = BTreeSet::new();
-    block(&k.body, &mut out);
-    out
+    tdsl_loop::walk::stmt_buffers(&k.body)
 }
 
 /// The cache key of `k` in `p` for a target and options.

@@ -1,6 +1,6 @@
 //! Queries over statements, written once on `Stmt::visit` / `Stmt::exprs` and `Expr::visit`.
 
-use crate::ir::{AccId, Expr, Stmt, VarId};
+use crate::ir::{AccId, BufId, Expr, Iter, Stmt, VarId};
 use std::collections::BTreeSet;
 
 /// Accumulators declared (by `Let`) anywhere in statements.
@@ -46,6 +46,44 @@ pub fn stmt_vars(stmts: &[Stmt]) -> BTreeSet<VarId> {
                 for index in e.indices() {
                     out.extend(index.terms.iter().map(|t| t.0));
                 }
+            }
+        });
+    }
+    out
+}
+
+/// Every buffer statements read or write (loads, stores, sparse level arrays, library calls), in
+/// id order.
+pub fn stmt_buffers(stmts: &[Stmt]) -> BTreeSet<BufId> {
+    let mut out = BTreeSet::new();
+    for s in stmts {
+        s.visit(&mut |s| {
+            match s {
+                Stmt::Loop(l) => match &l.iter {
+                    Iter::Range { .. } => {}
+                    Iter::Compressed { ptr, crd, .. } => {
+                        out.insert(*ptr);
+                        out.insert(*crd);
+                    }
+                    Iter::Singleton { crd, .. } => {
+                        out.insert(*crd);
+                    }
+                    Iter::TwoFour { meta, .. } => {
+                        out.insert(*meta);
+                    }
+                },
+                Stmt::Store { buf, .. } => {
+                    out.insert(*buf);
+                }
+                Stmt::Call(call) => out.extend(call.buffers()),
+                Stmt::Let { .. } | Stmt::Update { .. } => {}
+            }
+            for e in s.exprs() {
+                e.visit(&mut |x| {
+                    if let Expr::Load { buf, .. } = x {
+                        out.insert(*buf);
+                    }
+                });
             }
         });
     }

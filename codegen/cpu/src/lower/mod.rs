@@ -15,7 +15,7 @@
 //! This module only builds IR: it assumes `check::validate_kernel` accepted the kernel, and it
 //! emits no bounds checks (`check::check_bounds` runs before any generated code).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use cranelift_codegen::ir::{
     condcodes::{FloatCC, IntCC},
@@ -96,44 +96,6 @@ fn is_innermost(l: &Loop) -> bool {
     !l.body.iter().any(|s| matches!(s, Stmt::Loop(_)))
 }
 
-/// The buffers a list of statements touches.
-fn used_buffers(stmts: &[Stmt], out: &mut HashSet<BufId>) {
-    fn expr(e: &Expr, out: &mut HashSet<BufId>) {
-        e.visit(&mut |x| {
-            if let Expr::Load { buf, .. } = x {
-                out.insert(*buf);
-            }
-        });
-    }
-    for s in stmts {
-        match s {
-            Stmt::Loop(l) => {
-                match &l.iter {
-                    Iter::Range { .. } => {}
-                    Iter::Compressed { ptr, crd, .. } => {
-                        out.insert(*ptr);
-                        out.insert(*crd);
-                    }
-                    Iter::Singleton { crd, .. } => {
-                        out.insert(*crd);
-                    }
-                    Iter::TwoFour { meta, .. } => {
-                        out.insert(*meta);
-                    }
-                }
-                used_buffers(&l.body, out);
-            }
-            Stmt::Let { init, .. } => expr(init, out),
-            Stmt::Update { value, .. } => expr(value, out),
-            Stmt::Store { buf, value, .. } => {
-                out.insert(*buf);
-                expr(value, out);
-            }
-            Stmt::Call(_) => {}
-        }
-    }
-}
-
 /// Every (buffer, index) a loop body loads or stores.
 fn accesses(stmts: &[Stmt], out: &mut Vec<(BufId, Index)>) {
     fn expr(e: &Expr, out: &mut Vec<(BufId, Index)>) {
@@ -171,10 +133,7 @@ pub(crate) fn lower_segment<M: Module>(
     b.switch_to_block(entry);
     let params = b.block_params(entry).to_vec();
     let (bufs, lo, hi) = (params[0], params[1], params[2]);
-    let mut used = HashSet::new();
-    used_buffers(stmts, &mut used);
-    let mut used: Vec<BufId> = used.into_iter().collect();
-    used.sort();
+    let used = tdsl_loop::walk::stmt_buffers(stmts);
     let mut bases = HashMap::new();
     for id in used {
         let flags = MemFlagsData::trusted().with_readonly();
