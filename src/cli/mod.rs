@@ -382,90 +382,7 @@ fn load(
     need: Need,
 ) -> Result<(Program, Vec<Option<Value>>), Failure> {
     let script = pipe.parse(text)?;
-    let decl_span = |name: &str| -> Option<Span> {
-        script.stmts.iter().find_map(|s| match &s.kind {
-            StmtKind::Input(d) if d.name.name == name => Some(d.name.span),
-            _ => None,
-        })
-    };
-    let mut provided: BTreeMap<String, Provided> = BTreeMap::new();
-    let mut diags = Diagnostics::default();
-    let with_span = |d: Diagnostic, name: &str| match decl_span(name) {
-        Some(s) if d.labels.is_empty() => {
-            d.label(s, format!("data for `{name}` comes from this file"))
-        }
-        _ => d,
-    };
-    if let Some(w) = &data.weights {
-        match io::safetensors::safetensors_names(w) {
-            Ok(names) => {
-                for n in names.clone() {
-                    if decl_span(&n).is_none() {
-                        continue;
-                    }
-                    match io::safetensors::read_safetensors(w, &n) {
-                        Ok(t) => {
-                            provided.insert(
-                                n.clone(),
-                                Provided {
-                                    tensor: Value::Dense(t),
-                                    source: format!("{}:{n}", w.display()),
-                                },
-                            );
-                        }
-                        Err(d) => diags.push(with_span(d, &n)),
-                    }
-                }
-                // Sparse tensors stored as `NAME.values` and friends.
-                for n in names.iter().filter_map(|n| n.strip_suffix(".values")) {
-                    if decl_span(n).is_none() || provided.contains_key(n) {
-                        continue;
-                    }
-                    let file = format!("{}:{n}", w.display());
-                    match read_tensor_file(&file) {
-                        Ok(t) => {
-                            provided.insert(
-                                n.to_string(),
-                                Provided {
-                                    tensor: t,
-                                    source: file,
-                                },
-                            );
-                        }
-                        Err(d) => diags.push(with_span(d, n)),
-                    }
-                }
-            }
-            Err(d) => diags.push(d),
-        }
-    }
-    for spec in &data.inputs {
-        let Some((name, file)) = spec.split_once('=') else {
-            return Err(Failure::Usage(format!(
-                "--input expects NAME=FILE, got `{spec}`"
-            )));
-        };
-        if name.is_empty() || file.is_empty() {
-            return Err(Failure::Usage(format!(
-                "--input expects NAME=FILE, got `{spec}`"
-            )));
-        }
-        match read_tensor_file(file) {
-            Ok(t) => {
-                provided.insert(
-                    name.to_string(),
-                    Provided {
-                        tensor: t,
-                        source: file.to_string(),
-                    },
-                );
-            }
-            Err(d) => diags.push(with_span(d, name)),
-        }
-    }
-    if !diags.is_empty() {
-        return Err(diags.into());
-    }
+    let provided = read_data(&script, data)?;
     let bound: BTreeMap<String, Binding> = provided
         .iter()
         .map(|(k, p)| {
@@ -530,6 +447,75 @@ fn load(
     let data = dense_data(&inputs);
     pipe.resolve_auto(&mut program, &stored, &data);
     Ok((program, inputs))
+}
+
+/// The data the command line binds: `--weights` tensors named like declared inputs (dense, and
+/// sparse under the `NAME.values` convention), then `--input NAME=FILE`s. Read errors carry the
+/// span of the input they were for.
+fn read_data(
+    script: &tdsl_syntax::ast::Script,
+    data: &DataArgs,
+) -> Result<BTreeMap<String, Provided>, Failure> {
+    let decl_span = |name: &str| -> Option<Span> {
+        script.stmts.iter().find_map(|s| match &s.kind {
+            StmtKind::Input(d) if d.name.name == name => Some(d.name.span),
+            _ => None,
+        })
+    };
+    let mut provided: BTreeMap<String, Provided> = BTreeMap::new();
+    let mut diags = Diagnostics::default();
+    let with_span = |d: Diagnostic, name: &str| match decl_span(name) {
+        Some(s) if d.labels.is_empty() => {
+            d.label(s, format!("data for `{name}` comes from this file"))
+        }
+        _ => d,
+    };
+    let read = |name: &str, file: &str, provided: &mut BTreeMap<String, Provided>| {
+        let t = read_tensor_file(file).map_err(|d| with_span(d, name))?;
+        let p = Provided {
+            tensor: t,
+            source: file.to_string(),
+        };
+        provided.insert(name.to_string(), p);
+        Ok::<(), Diagnostic>(())
+    };
+    if let Some(w) = &data.weights {
+        match io::safetensors::safetensors_names(w) {
+            Ok(names) => {
+                // Dense tensors by their name; sparse ones stored as `NAME.values` and friends.
+                let sparse = names.iter().filter_map(|n| n.strip_suffix(".values"));
+                let wanted: Vec<&str> = names.iter().map(String::as_str).chain(sparse).collect();
+                for n in wanted {
+                    if decl_span(n).is_some() && !provided.contains_key(n) {
+                        let file = format!("{}:{n}", w.display());
+                        if let Err(d) = read(n, &file, &mut provided) {
+                            diags.push(d);
+                        }
+                    }
+                }
+            }
+            Err(d) => diags.push(d),
+        }
+    }
+    for spec in &data.inputs {
+        match spec.split_once('=') {
+            Some((name, file)) if !name.is_empty() && !file.is_empty() => {
+                if let Err(d) = read(name, file, &mut provided) {
+                    diags.push(d);
+                }
+            }
+            _ => {
+                return Err(Failure::Usage(format!(
+                    "--input expects NAME=FILE, got `{spec}`"
+                )))
+            }
+        }
+    }
+    if diags.is_empty() {
+        Ok(provided)
+    } else {
+        Err(diags.into())
+    }
 }
 
 /// Largest dense input generated or read by `check` and `cost` to count what `sparsify` keeps.
