@@ -3,253 +3,133 @@
 
 use super::*;
 
-impl Checker {
-    pub(super) fn call(&mut self, func: &ast::Ident, args: &[Arg], span: Span) -> Option<NodeId> {
-        let name = func.name.as_str();
-        let positional: Vec<&Expr> = args
+/// A call's arguments: positional and keyword ones, and what to say when they are wrong.
+pub(super) struct CallArgs<'e> {
+    pub name: &'e str,
+    pub positional: Vec<&'e Expr>,
+    pub kwargs: Vec<(&'e ast::Ident, &'e Expr)>,
+    pub span: Span,
+}
+
+impl<'e> CallArgs<'e> {
+    fn new(func: &'e ast::Ident, args: &'e [Arg], span: Span) -> CallArgs<'e> {
+        let positional = args
             .iter()
             .filter_map(|a| match a {
                 Arg::Positional(e) => Some(e),
                 _ => None,
             })
             .collect();
-        let kwargs: Vec<(&ast::Ident, &Expr)> = args
+        let kwargs = args
             .iter()
             .filter_map(|a| match a {
                 Arg::Keyword { name, value } => Some((name, value)),
                 _ => None,
             })
             .collect();
-        let no_kwargs = |this: &mut Checker| -> Option<()> {
-            if let Some((k, v)) = kwargs.first() {
-                this.diags.push(
-                    Diagnostic::new(
-                        Code::BadArgument,
-                        format!("`{name}` takes no keyword arguments"),
-                    )
-                    .label(k.span.join(v.span), "unexpected keyword argument"),
-                );
-                return None;
-            }
-            Some(())
-        };
-        let arity = |this: &mut Checker, want: &str| -> Option<NodeId> {
-            let usage = match name {
-                "max" | "min" | "pow" => format!("write `{name}(a, b)`"),
-                "cast" => "write `cast(x, f16)`".to_string(),
-                "einsum" => {
-                    "write `einsum(a, b, \"i j, j k -> i k\")`: operands first, the pattern last"
-                        .to_string()
-                }
-                _ => format!("write `{name}(x)`"),
-            };
+        CallArgs {
+            name: func.name.as_str(),
+            positional,
+            kwargs,
+            span,
+        }
+    }
+
+    /// `Some(())` when the call has no keyword arguments; else a diagnostic.
+    fn no_kwargs(&self, this: &mut Checker) -> Option<()> {
+        if let Some((k, v)) = self.kwargs.first() {
             this.diags.push(
                 Diagnostic::new(
-                    Code::Arity,
-                    format!("`{name}` takes {want}, but {} were given", positional.len()),
+                    Code::BadArgument,
+                    format!("`{}` takes no keyword arguments", self.name),
                 )
-                .label(span, format!("{} arguments", positional.len()))
-                .help(usage),
+                .label(k.span.join(v.span), "unexpected keyword argument"),
             );
-            None
-        };
-        if name == "gelu" && !kwargs.is_empty() {
-            // torch's spelling: gelu(x, approximate="none" | "tanh").
-            let (k, v) = kwargs[0];
-            let choice = match (&v.kind, kwargs.len()) {
-                (ExprKind::Str { value }, 1) if k.name == "approximate" => match value.as_str() {
-                    "none" => Some(UnaryFn::GeluErf),
-                    "tanh" => Some(UnaryFn::Gelu),
-                    _ => None,
-                },
-                _ => None,
-            };
-            let Some(f) = choice else {
-                self.diags.push(
-                    Diagnostic::new(
-                        Code::BadArgument,
-                        "`gelu` takes one keyword argument, approximate=\"none\" or approximate=\"tanh\"",
-                    )
-                    .label(k.span.join(v.span), "not approximate=\"none\" or \"tanh\"")
-                    .help("gelu(x) is the tanh approximation; gelu(x, approximate=\"none\") and gelu_erf(x) are the exact erf form"),
-                );
-                return None;
-            };
-            if positional.len() != 1 {
-                return arity(self, "1 argument");
+            return None;
+        }
+        Some(())
+    }
+
+    /// The diagnostic for the wrong number of positional arguments (`want` were expected).
+    fn arity(&self, this: &mut Checker, want: &str) -> Option<NodeId> {
+        let name = self.name;
+        let usage = match name {
+            "max" | "min" | "pow" => format!("write `{name}(a, b)`"),
+            "cast" => "write `cast(x, f16)`".to_string(),
+            "einsum" => {
+                "write `einsum(a, b, \"i j, j k -> i k\")`: operands first, the pattern last"
+                    .to_string()
             }
-            let x = self.expr(positional[0])?;
-            return self.unary(f, x, span);
+            _ => format!("write `{name}(x)`"),
+        };
+        let n = self.positional.len();
+        this.diags.push(
+            Diagnostic::new(
+                Code::Arity,
+                format!("`{name}` takes {want}, but {n} were given"),
+            )
+            .label(self.span, format!("{n} arguments"))
+            .help(usage),
+        );
+        None
+    }
+}
+
+impl Checker {
+    pub(super) fn call(&mut self, func: &ast::Ident, args: &[Arg], span: Span) -> Option<NodeId> {
+        let a = CallArgs::new(func, args, span);
+        let name = a.name;
+        if name == "gelu" && !a.kwargs.is_empty() {
+            return self.gelu_approximate(&a);
         }
         if let Some(f) = UnaryFn::ALL
             .iter()
             .find(|f| f.name() == name && **f != UnaryFn::Neg)
         {
-            no_kwargs(self)?;
-            if positional.len() != 1 {
-                return arity(self, "1 argument");
+            a.no_kwargs(self)?;
+            if a.positional.len() != 1 {
+                return a.arity(self, "1 argument");
             }
-            let x = self.expr(positional[0])?;
+            let x = self.expr(a.positional[0])?;
             return self.unary(*f, x, span);
         }
         match name {
             "max" | "min" | "pow" => {
-                no_kwargs(self)?;
-                if positional.len() != 2 {
-                    return arity(self, "2 arguments");
+                a.no_kwargs(self)?;
+                if a.positional.len() != 2 {
+                    return a.arity(self, "2 arguments");
                 }
                 let f = match name {
                     "max" => BinaryFn::Max,
                     "min" => BinaryFn::Min,
                     _ => BinaryFn::Pow,
                 };
-                let (a, b) = (self.expr(positional[0]), self.expr(positional[1]));
-                self.binary(f, a?, b?, span)
+                let (x, y) = (self.expr(a.positional[0]), self.expr(a.positional[1]));
+                self.binary(f, x?, y?, span)
             }
-            "cast" => {
-                no_kwargs(self)?;
-                if positional.len() != 2 {
-                    return arity(self, "2 arguments: `cast(x, DTYPE)`");
-                }
-                let x = self.expr(positional[0]);
-                let dtype = match &positional[1].kind {
-                    ExprKind::Name(n) => DType::parse(&n.name),
-                    _ => None,
-                };
-                let Some(dtype) = dtype else {
-                    self.diags.push(
-                        Diagnostic::new(
-                            Code::UnknownDtype,
-                            "the second argument of `cast` must be a dtype",
-                        )
-                        .label(positional[1].span, "not a dtype")
-                        .help("dtypes are f32, f64, f16 and bf16"),
-                    );
-                    return None;
-                };
-                let x = x?;
-                let shape = self.prog.node(x).ty.shape.clone();
-                // A cast keeps the format: it runs on the stored entries.
-                let format = self.prog.node(x).ty.format;
-                let ty = TensorType {
-                    dtype,
-                    shape,
-                    format,
-                };
-                self.push_node(NodeKind::Cast(x), ty, false, span)
-            }
+            "cast" => self.cast_call(&a),
             "rearrange" | "reduce" | "repeat" => {
-                self.pattern_call(name, &positional, &kwargs, span)
+                self.pattern_call(name, &a.positional, &a.kwargs, span)
             }
-            "clamp" | "clip" => self.clamp(name, &positional, &kwargs, span),
+            "clamp" | "clip" => self.clamp(name, &a.positional, &a.kwargs, span),
             "where" => {
-                no_kwargs(self)?;
-                if positional.len() != 3 {
-                    return arity(self, "3 arguments: `where(cond, a, b)`");
+                a.no_kwargs(self)?;
+                if a.positional.len() != 3 {
+                    return a.arity(self, "3 arguments: `where(cond, a, b)`");
                 }
-                let ids: Vec<Option<NodeId>> = positional.iter().map(|e| self.expr(e)).collect();
-                let (c, a, b) = (ids[0]?, ids[1]?, ids[2]?);
-                self.where_(c, a, b, span)
+                let ids: Vec<Option<NodeId>> = a.positional.iter().map(|e| self.expr(e)).collect();
+                let (c, x, y) = (ids[0]?, ids[1]?, ids[2]?);
+                self.where_(c, x, y, span)
             }
-            "index" => self.axis_index(&positional, span, &arity, &no_kwargs),
-            "sparsify" => self.sparsify(&positional, &kwargs, span),
-            "dense" => {
-                no_kwargs(self)?;
-                if positional.len() != 1 {
-                    return arity(self, "1 argument");
-                }
-                let x = self.expr(positional[0])?;
-                let ty = TensorType {
-                    format: Format::Dense,
-                    ..self.prog.node(x).ty.clone()
-                };
-                let weak = self.prog.node(x).weak;
-                self.push_node(NodeKind::Dense(x), ty, weak, span)
-            }
-            "einsum" => {
-                let Some((pat, operands)) = positional.split_last() else {
-                    return arity(
-                        self,
-                        "operands then a pattern: `einsum(a, b, \"i j, j k -> i k\")`",
-                    );
-                };
-                let (pattern, pspan) = match (&pat.kind, pat.str_contents_span()) {
-                    (ExprKind::Str { value }, Some(s)) => (value.clone(), s),
-                    _ => {
-                        self.diags.push(
-                            Diagnostic::new(Code::BadArgument, "the last argument of `einsum` must be its pattern string")
-                                .label(pat.span, "expected a string such as \"i j, j k -> i k\"")
-                                .help("operands come first and the pattern last, as in einops: einsum(a, b, \"i j, j k -> i k\")"),
-                        );
-                        return None;
-                    }
-                };
-                if operands.is_empty() {
-                    return arity(self, "at least one operand before the pattern");
-                }
-                let ids: Vec<Option<NodeId>> = operands.iter().map(|o| self.expr(o)).collect();
-                let mut lengths = Vec::new();
-                for (k, v) in &kwargs {
-                    let n = self.const_int(v)?;
-                    lengths.push((k.name.clone(), n, k.span.join(v.span)));
-                }
-                let ids: Vec<NodeId> = ids.into_iter().collect::<Option<_>>()?;
-                let shapes: Vec<Shape> = ids
-                    .iter()
-                    .map(|&i| self.prog.node(i).ty.shape.clone())
-                    .collect();
-                let spec = match resolve_einsum(&pattern, pspan, &shapes, &lengths) {
-                    Ok(s) => s,
-                    Err(d) => {
-                        self.diags.push(d);
-                        return None;
-                    }
-                };
-                let nodes: Vec<&Node> = ids.iter().map(|&i| self.prog.node(i)).collect();
-                let strong: Vec<DType> = nodes
-                    .iter()
-                    .filter(|n| !n.weak)
-                    .map(|n| n.ty.dtype)
-                    .collect();
-                let all: Vec<DType> = nodes.iter().map(|n| n.ty.dtype).collect();
-                let pool = if strong.is_empty() { all } else { strong };
-                let dtype = pool
-                    .into_iter()
-                    .reduce(DType::promote)
-                    .unwrap_or(WEAK_DTYPE);
-                let out_shape = Shape(
-                    spec.output
-                        .iter()
-                        .map(|g| {
-                            let ext = g.iter().map(|&l| spec.labels[l].1).product();
-                            match g.as_slice() {
-                                [l] if !spec.labels[*l].0.starts_with("...") => {
-                                    Axis::named(&spec.labels[*l].0, ext)
-                                }
-                                _ => Axis::anon(ext),
-                            }
-                        })
-                        .collect(),
-                );
-                // A sampled product (SDDMM) keeps its sparse operand's format.
-                let formats: Vec<Format> =
-                    ids.iter().map(|&i| self.prog.node(i).ty.format).collect();
-                let format = sampled_operand(&spec, &formats).map_or(Format::Dense, |i| formats[i]);
-                let ty = TensorType {
-                    dtype,
-                    shape: out_shape,
-                    format,
-                };
-                self.push_node(
-                    NodeKind::Einsum {
-                        operands: ids,
-                        spec,
-                    },
-                    ty,
-                    false,
-                    span,
-                )
-            }
+            "index" => self.axis_index(
+                &a.positional,
+                span,
+                &|this: &mut Checker, want: &str| a.arity(this, want),
+                &|this: &mut Checker| a.no_kwargs(this),
+            ),
+            "sparsify" => self.sparsify(&a.positional, &a.kwargs, span),
+            "dense" => self.dense_call(&a),
+            "einsum" => self.einsum_call(&a),
             "randn" | "rand" | "zeros" | "ones" | "arange" => {
                 self.diags.push(
                     Diagnostic::new(
@@ -261,39 +141,211 @@ impl Checker {
                 );
                 None
             }
-            _ => {
-                let mut known: Vec<&str> = UnaryFn::ALL
-                    .iter()
-                    .filter(|f| **f != UnaryFn::Neg)
-                    .map(|f| f.name())
-                    .collect();
-                known.extend([
-                    "max",
-                    "min",
-                    "pow",
-                    "clamp",
-                    "clip",
-                    "where",
-                    "index",
-                    "cast",
-                    "rearrange",
-                    "reduce",
-                    "repeat",
-                    "einsum",
-                    "sparsify",
-                    "dense",
-                ]);
-                let d =
-                    Diagnostic::new(Code::UnknownFunction, format!("unknown function `{name}`"))
-                        .label(func.span, "not a function");
-                let d = match closest(name, known.iter().copied()) {
-                    Some(c) => d.help(format!("did you mean `{c}`?")),
-                    None => d.help(format!("functions are {}", known.join(", "))),
-                };
-                self.diags.push(d);
-                None
-            }
+            _ => self.unknown_function(func),
         }
+    }
+
+    /// `gelu(x, approximate="none" | "tanh")`, torch's spelling.
+    fn gelu_approximate(&mut self, a: &CallArgs) -> Option<NodeId> {
+        let span = a.span;
+        // torch's spelling: gelu(x, approximate="none" | "tanh").
+        let (k, v) = a.kwargs[0];
+        let choice = match (&v.kind, a.kwargs.len()) {
+            (ExprKind::Str { value }, 1) if k.name == "approximate" => match value.as_str() {
+                "none" => Some(UnaryFn::GeluErf),
+                "tanh" => Some(UnaryFn::Gelu),
+                _ => None,
+            },
+            _ => None,
+        };
+        let Some(f) = choice else {
+            self.diags.push(
+                Diagnostic::new(
+                    Code::BadArgument,
+                    "`gelu` takes one keyword argument, approximate=\"none\" or approximate=\"tanh\"",
+                )
+                .label(k.span.join(v.span), "not approximate=\"none\" or \"tanh\"")
+                .help("gelu(x) is the tanh approximation; gelu(x, approximate=\"none\") and gelu_erf(x) are the exact erf form"),
+            );
+            return None;
+        };
+        if a.positional.len() != 1 {
+            return a.arity(self, "1 argument");
+        }
+        let x = self.expr(a.positional[0])?;
+        self.unary(f, x, span)
+    }
+
+    /// `cast(x, DTYPE)`: the format is kept (a cast runs on the stored entries).
+    fn cast_call(&mut self, a: &CallArgs) -> Option<NodeId> {
+        let span = a.span;
+        a.no_kwargs(self)?;
+        if a.positional.len() != 2 {
+            return a.arity(self, "2 arguments: `cast(x, DTYPE)`");
+        }
+        let x = self.expr(a.positional[0]);
+        let dtype = match &a.positional[1].kind {
+            ExprKind::Name(n) => DType::parse(&n.name),
+            _ => None,
+        };
+        let Some(dtype) = dtype else {
+            self.diags.push(
+                Diagnostic::new(
+                    Code::UnknownDtype,
+                    "the second argument of `cast` must be a dtype",
+                )
+                .label(a.positional[1].span, "not a dtype")
+                .help("dtypes are f32, f64, f16 and bf16"),
+            );
+            return None;
+        };
+        let x = x?;
+        let shape = self.prog.node(x).ty.shape.clone();
+        // A cast keeps the format: it runs on the stored entries.
+        let format = self.prog.node(x).ty.format;
+        let ty = TensorType {
+            dtype,
+            shape,
+            format,
+        };
+        self.push_node(NodeKind::Cast(x), ty, false, span)
+    }
+
+    /// `dense(x)`: the value expanded to dense storage.
+    fn dense_call(&mut self, a: &CallArgs) -> Option<NodeId> {
+        let span = a.span;
+        a.no_kwargs(self)?;
+        if a.positional.len() != 1 {
+            return a.arity(self, "1 argument");
+        }
+        let x = self.expr(a.positional[0])?;
+        let ty = TensorType {
+            format: Format::Dense,
+            ..self.prog.node(x).ty.clone()
+        };
+        let weak = self.prog.node(x).weak;
+        self.push_node(NodeKind::Dense(x), ty, weak, span)
+    }
+
+    /// `einsum(a, b, …, "pattern", h=4)`: the pattern resolved against the operands' shapes; the
+    /// result's dtype promotes the operands'; a sampled product keeps its sparse operand's format.
+    fn einsum_call(&mut self, a: &CallArgs) -> Option<NodeId> {
+        let span = a.span;
+        let Some((pat, operands)) = a.positional.split_last() else {
+            return a.arity(
+                self,
+                "operands then a pattern: `einsum(a, b, \"i j, j k -> i k\")`",
+            );
+        };
+        let (pattern, pspan) = match (&pat.kind, pat.str_contents_span()) {
+            (ExprKind::Str { value }, Some(s)) => (value.clone(), s),
+            _ => {
+                self.diags.push(
+                        Diagnostic::new(Code::BadArgument, "the last argument of `einsum` must be its pattern string")
+                            .label(pat.span, "expected a string such as \"i j, j k -> i k\"")
+                            .help("operands come first and the pattern last, as in einops: einsum(a, b, \"i j, j k -> i k\")"),
+                    );
+                return None;
+            }
+        };
+        if operands.is_empty() {
+            return a.arity(self, "at least one operand before the pattern");
+        }
+        let ids: Vec<Option<NodeId>> = operands.iter().map(|o| self.expr(o)).collect();
+        let mut lengths = Vec::new();
+        for (k, v) in &a.kwargs {
+            let n = self.const_int(v)?;
+            lengths.push((k.name.clone(), n, k.span.join(v.span)));
+        }
+        let ids: Vec<NodeId> = ids.into_iter().collect::<Option<_>>()?;
+        let shapes: Vec<Shape> = ids
+            .iter()
+            .map(|&i| self.prog.node(i).ty.shape.clone())
+            .collect();
+        let spec = match resolve_einsum(&pattern, pspan, &shapes, &lengths) {
+            Ok(s) => s,
+            Err(d) => {
+                self.diags.push(d);
+                return None;
+            }
+        };
+        let nodes: Vec<&Node> = ids.iter().map(|&i| self.prog.node(i)).collect();
+        let strong: Vec<DType> = nodes
+            .iter()
+            .filter(|n| !n.weak)
+            .map(|n| n.ty.dtype)
+            .collect();
+        let all: Vec<DType> = nodes.iter().map(|n| n.ty.dtype).collect();
+        let pool = if strong.is_empty() { all } else { strong };
+        let dtype = pool
+            .into_iter()
+            .reduce(DType::promote)
+            .unwrap_or(WEAK_DTYPE);
+        let out_shape = Shape(
+            spec.output
+                .iter()
+                .map(|g| {
+                    let ext = g.iter().map(|&l| spec.labels[l].1).product();
+                    match g.as_slice() {
+                        [l] if !spec.labels[*l].0.starts_with("...") => {
+                            Axis::named(&spec.labels[*l].0, ext)
+                        }
+                        _ => Axis::anon(ext),
+                    }
+                })
+                .collect(),
+        );
+        // A sampled product (SDDMM) keeps its sparse operand's format.
+        let formats: Vec<Format> = ids.iter().map(|&i| self.prog.node(i).ty.format).collect();
+        let format = sampled_operand(&spec, &formats).map_or(Format::Dense, |i| formats[i]);
+        let ty = TensorType {
+            dtype,
+            shape: out_shape,
+            format,
+        };
+        self.push_node(
+            NodeKind::Einsum {
+                operands: ids,
+                spec,
+            },
+            ty,
+            false,
+            span,
+        )
+    }
+
+    /// An unknown function name, with a did-you-mean or the list of functions.
+    fn unknown_function(&mut self, func: &ast::Ident) -> Option<NodeId> {
+        let name = func.name.as_str();
+        let mut known: Vec<&str> = UnaryFn::ALL
+            .iter()
+            .filter(|f| **f != UnaryFn::Neg)
+            .map(|f| f.name())
+            .collect();
+        known.extend([
+            "max",
+            "min",
+            "pow",
+            "clamp",
+            "clip",
+            "where",
+            "index",
+            "cast",
+            "rearrange",
+            "reduce",
+            "repeat",
+            "einsum",
+            "sparsify",
+            "dense",
+        ]);
+        let d = Diagnostic::new(Code::UnknownFunction, format!("unknown function `{name}`"))
+            .label(func.span, "not a function");
+        let d = match closest(name, known.iter().copied()) {
+            Some(c) => d.help(format!("did you mean `{c}`?")),
+            None => d.help(format!("functions are {}", known.join(", "))),
+        };
+        self.diags.push(d);
+        None
     }
 
     /// `clamp(x, lo, hi)` / `clip(x, lo, hi)`, or with `min=`/`max=` keywords (either may be
