@@ -121,99 +121,7 @@ pub fn resolve_pattern(
             }
             continue;
         }
-        let extent = slot_extent(input, slot);
-        let mut known = 1u64;
-        let mut factors = Vec::new();
-        let mut unknown: Option<usize> = None;
-        let mut ids = Vec::new();
-        for a in &g.atoms {
-            let value = match &a.kind {
-                AtomKind::Name(n) => kwarg(n).inspect(|v| factors.push(format!("{n}={v}"))),
-                AtomKind::Number(v) => {
-                    factors.push(v.to_string());
-                    Some(*v)
-                }
-                AtomKind::Ellipsis => None, // rejected by check_ellipses
-            };
-            match value {
-                Some(v) => {
-                    known = known.checked_mul(v).ok_or_else(|| {
-                        ctx.err(
-                            Code::SizeOverflow,
-                            g.pos,
-                            format!("the lengths in `{}` multiply past 2^64", ctx.text(g.pos)),
-                            "overflows u64",
-                        )
-                    })?;
-                }
-                None => unknown = Some(ids.len()),
-            }
-            ids.push(in_elems.len());
-            in_elems.push(value.unwrap_or(0));
-            elem_names.push(a.name());
-        }
-        let text = ctx.text(g.pos);
-        let here = slot_desc("input", input, slot);
-        match unknown {
-            None if known != extent => {
-                let (message, help) = if g.atoms.is_empty() {
-                    (
-                        format!(
-                            "unit axis `{text}` needs extent 1, but {here} has extent {extent}"
-                        ),
-                        "name the axis instead of writing a unit".to_string(),
-                    )
-                } else if g.atoms.len() == 1 {
-                    (
-                        format!(
-                            "axis length {} does not match {here}, which has extent {extent}",
-                            product_text(&factors, known)
-                        ),
-                        "fix or remove the axis length".to_string(),
-                    )
-                } else {
-                    (
-                        format!(
-                            "`{text}` has extent {}, but {here} has extent {extent}",
-                            product_text(&factors, known)
-                        ),
-                        "fix the axis lengths so that they multiply to the input extent"
-                            .to_string(),
-                    )
-                };
-                return Err(ctx
-                    .err(
-                        Code::ExtentMismatch,
-                        g.pos,
-                        message,
-                        &format!("extent {known}, input has {extent}"),
-                    )
-                    .help(format!("{help}; input shape is {input}")));
-            }
-            None => {}
-            Some(u) => {
-                if known == 0 || !extent.is_multiple_of(known) {
-                    return Err(ctx
-                        .err(
-                            Code::PatternIndivisible,
-                            g.pos,
-                            format!(
-                                "cannot split {here} of extent {extent} as `{text}`: {extent} is not divisible by {}",
-                                product_text(&factors, known)
-                            ),
-                            &format!("{extent} is not divisible by {known}"),
-                        )
-                        .help(format!(
-                            "choose lengths whose product divides {extent}; input shape is {input}"
-                        )));
-                }
-                if let Some(&id) = ids.get(u) {
-                    if let Some(e) = in_elems.get_mut(id) {
-                        *e = extent / known;
-                    }
-                }
-            }
-        }
+        let ids = input_group(&ctx, g, input, slot, &kwarg, &mut in_elems, &mut elem_names)?;
         in_groups.push(ids);
         slot += 1;
     }
@@ -221,11 +129,163 @@ pub fn resolve_pattern(
     // Output groups.
     let right_has_ell = right.ellipsis().is_some();
     let find_in = |name: &str| elem_names.iter().position(|n| *n == Some(name));
+    let (out_groups, out_names) = output_groups(
+        &ctx, &right, &in_elems, &ell_elems, &ell_names, &find_in, &kwarg,
+    )?;
+
+    // Reduced axes: everything of the input that the output does not mention.
+    let reduced: Vec<usize> = (0..in_elems.len())
+        .filter(|&i| {
+            if ell_elems.contains(&i) {
+                return !right_has_ell;
+            }
+            match elem_names.get(i).copied().flatten() {
+                Some(n) => !right.has_name(n),
+                None => true, // numeric anonymous axes are always reduced
+            }
+        })
+        .collect();
+
+    let recipe = Recipe {
+        in_elems,
+        in_groups,
+        reduced,
+        out_groups,
+        out_names,
+    };
+    if total_elems(&recipe.out_extents()).is_none() {
+        return Err(ctx.err(
+            Code::SizeOverflow,
+            ctx.trim(right.pos),
+            "the output has more than 2^64 elements".to_string(),
+            "overflows u64",
+        ));
+    }
+    Ok(recipe)
+}
+
+/// The elementary axes of one (non-`...`) input group: their extents, the one unknown length
+/// inferred from the input's extent, appended to `in_elems` / `elem_names`; returns their ids.
+fn input_group<'p>(
+    ctx: &Ctx,
+    g: &'p Group,
+    input: &Shape,
+    slot: usize,
+    kwarg: &dyn Fn(&str) -> Option<u64>,
+    in_elems: &mut Vec<u64>,
+    elem_names: &mut Vec<Option<&'p str>>,
+) -> Result<Vec<usize>, Diagnostic> {
+    let extent = slot_extent(input, slot);
+    let mut known = 1u64;
+    let mut factors = Vec::new();
+    let mut unknown: Option<usize> = None;
+    let mut ids = Vec::new();
+    for a in &g.atoms {
+        let value = match &a.kind {
+            AtomKind::Name(n) => kwarg(n).inspect(|v| factors.push(format!("{n}={v}"))),
+            AtomKind::Number(v) => {
+                factors.push(v.to_string());
+                Some(*v)
+            }
+            AtomKind::Ellipsis => None, // rejected by check_ellipses
+        };
+        match value {
+            Some(v) => {
+                known = known.checked_mul(v).ok_or_else(|| {
+                    ctx.err(
+                        Code::SizeOverflow,
+                        g.pos,
+                        format!("the lengths in `{}` multiply past 2^64", ctx.text(g.pos)),
+                        "overflows u64",
+                    )
+                })?;
+            }
+            None => unknown = Some(ids.len()),
+        }
+        ids.push(in_elems.len());
+        in_elems.push(value.unwrap_or(0));
+        elem_names.push(a.name());
+    }
+    let text = ctx.text(g.pos);
+    let here = slot_desc("input", input, slot);
+    match unknown {
+        None if known != extent => {
+            let (message, help) = if g.atoms.is_empty() {
+                (
+                    format!("unit axis `{text}` needs extent 1, but {here} has extent {extent}"),
+                    "name the axis instead of writing a unit".to_string(),
+                )
+            } else if g.atoms.len() == 1 {
+                (
+                    format!(
+                        "axis length {} does not match {here}, which has extent {extent}",
+                        product_text(&factors, known)
+                    ),
+                    "fix or remove the axis length".to_string(),
+                )
+            } else {
+                (
+                    format!(
+                        "`{text}` has extent {}, but {here} has extent {extent}",
+                        product_text(&factors, known)
+                    ),
+                    "fix the axis lengths so that they multiply to the input extent".to_string(),
+                )
+            };
+            return Err(ctx
+                .err(
+                    Code::ExtentMismatch,
+                    g.pos,
+                    message,
+                    &format!("extent {known}, input has {extent}"),
+                )
+                .help(format!("{help}; input shape is {input}")));
+        }
+        None => {}
+        Some(u) => {
+            if known == 0 || !extent.is_multiple_of(known) {
+                return Err(ctx
+                    .err(
+                        Code::PatternIndivisible,
+                        g.pos,
+                        format!(
+                            "cannot split {here} of extent {extent} as `{text}`: {extent} is not divisible by {}",
+                            product_text(&factors, known)
+                        ),
+                        &format!("{extent} is not divisible by {known}"),
+                    )
+                    .help(format!(
+                        "choose lengths whose product divides {extent}; input shape is {input}"
+                    )));
+            }
+            if let Some(&id) = ids.get(u) {
+                if let Some(e) = in_elems.get_mut(id) {
+                    *e = extent / known;
+                }
+            }
+        }
+    }
+    Ok(ids)
+}
+
+/// The output's groups as input elements or new axes (`repeat`), with their names.
+type OutGroups = (Vec<Vec<OutElem>>, Vec<Option<String>>);
+
+/// The output side's groups, each checked not to overflow.
+fn output_groups(
+    ctx: &Ctx,
+    right: &Side,
+    in_elems: &[u64],
+    ell_elems: &[usize],
+    ell_names: &[Option<String>],
+    find_in: &dyn Fn(&str) -> Option<usize>,
+    kwarg: &dyn Fn(&str) -> Option<u64>,
+) -> Result<OutGroups, Diagnostic> {
     let mut out_groups: Vec<Vec<OutElem>> = Vec::new();
     let mut out_names: Vec<Option<String>> = Vec::new();
     for g in &right.groups {
         if g.is_bare_ellipsis() {
-            for (&e, name) in ell_elems.iter().zip(&ell_names) {
+            for (&e, name) in ell_elems.iter().zip(ell_names) {
                 out_groups.push(vec![OutElem::In(e)]);
                 out_names.push(name.clone());
             }
@@ -263,36 +323,7 @@ pub fn resolve_pattern(
         });
         out_groups.push(elems);
     }
-
-    // Reduced axes: everything of the input that the output does not mention.
-    let reduced: Vec<usize> = (0..in_elems.len())
-        .filter(|&i| {
-            if ell_elems.contains(&i) {
-                return !right_has_ell;
-            }
-            match elem_names.get(i).copied().flatten() {
-                Some(n) => !right.has_name(n),
-                None => true, // numeric anonymous axes are always reduced
-            }
-        })
-        .collect();
-
-    let recipe = Recipe {
-        in_elems,
-        in_groups,
-        reduced,
-        out_groups,
-        out_names,
-    };
-    if total_elems(&recipe.out_extents()).is_none() {
-        return Err(ctx.err(
-            Code::SizeOverflow,
-            ctx.trim(right.pos),
-            "the output has more than 2^64 elements".to_string(),
-            "overflows u64",
-        ));
-    }
-    Ok(recipe)
+    Ok((out_groups, out_names))
 }
 
 /// einops' ellipsis rules that do not depend on the operation.
