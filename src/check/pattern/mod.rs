@@ -558,6 +558,7 @@ fn slot_extent(shape: &Shape, slot: usize) -> u64 {
 
 mod einops;
 mod einsum;
+mod numpy;
 #[cfg(test)]
 mod tests;
 
