@@ -111,47 +111,101 @@ pub fn bench(
         .zip(&kstats)
         .map(|((k, ts), s)| (k.name.clone(), k.origin.clone(), median(ts), *s))
         .collect();
-    let ms = |d: Duration| d.as_secs_f64() * 1e3;
-    if o.json {
-        let v = serde_json::json!({
-            "parse_check_ms": ms(front.parse_check),
-            "plan_ms": ms(front.plan),
-            "compile_ms": ms(compile),
-            "n_kernels": n_k,
-            "n_compiled": n_compiled,
-            "cached_compile_ms": ms(cached),
-            "runs": totals.len(),
-            "threads": threads,
-            "run_ms_median": ms(med),
-            "run_ms_min": ms(min),
-            "flops": flops as f64,
-            "bytes": bytes as f64,
-            "gflops": gflops,
-            "gbps": gbps,
-            "peak_gflops": machine.peak_gflops,
-            "peak_gbps": machine.bandwidth_gbps,
-            "pct_peak": 100.0 * gflops / machine.peak_gflops,
-            "pct_bandwidth": 100.0 * gbps / machine.bandwidth_gbps,
-            "machine": machine.describe(),
-            "remeasured": remeasured.is_some(),
-            "kernels": kernels.iter().map(|(name, origin, d, s)| {
-                let sec = d.as_secs_f64().max(1e-12);
-                serde_json::json!({
-                    "name": name,
-                    "origin": origin,
-                    "run_ms_median": ms(*d),
-                    "flops": s.flops as f64,
-                    "bytes": s.bytes() as f64,
-                    "gflops": s.flops as f64 / sec / 1e9,
-                    "gbps": s.bytes() as f64 / sec / 1e9,
-                })
-            }).collect::<Vec<_>>(),
-        });
-        return Ok(v.to_string() + "\n");
-    }
+    let m = Measured {
+        machine,
+        remeasured: remeasured.is_some(),
+        compile,
+        cached,
+        n_kernels: n_k,
+        n_compiled,
+        runs: totals.len(),
+        threads,
+        median: med,
+        min,
+        flops,
+        bytes,
+        gflops,
+        gbps,
+        kernels,
+    };
+    Ok(if o.json {
+        report_json(&m, &front)
+    } else {
+        report_text(&m, &front)
+    })
+}
+
+/// What a benchmark measured.
+struct Measured {
+    machine: Machine,
+    /// The cached ceilings were below this run and were measured again.
+    remeasured: bool,
+    compile: Duration,
+    cached: Duration,
+    n_kernels: usize,
+    n_compiled: usize,
+    runs: usize,
+    threads: usize,
+    median: Duration,
+    min: Duration,
+    flops: u128,
+    bytes: u128,
+    gflops: f64,
+    gbps: f64,
+    /// Name, origin, median time and counts of each kernel.
+    kernels: Vec<(String, String, Duration, tdsl_loop::stats::KernelStats)>,
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// `bench --json`: one object.
+fn report_json(m: &Measured, front: &Front) -> String {
+    let machine = &m.machine;
+    let v = serde_json::json!({
+        "parse_check_ms": ms(front.parse_check),
+        "plan_ms": ms(front.plan),
+        "compile_ms": ms(m.compile),
+        "n_kernels": m.n_kernels,
+        "n_compiled": m.n_compiled,
+        "cached_compile_ms": ms(m.cached),
+        "runs": m.runs,
+        "threads": m.threads,
+        "run_ms_median": ms(m.median),
+        "run_ms_min": ms(m.min),
+        "flops": m.flops as f64,
+        "bytes": m.bytes as f64,
+        "gflops": m.gflops,
+        "gbps": m.gbps,
+        "peak_gflops": machine.peak_gflops,
+        "peak_gbps": machine.bandwidth_gbps,
+        "pct_peak": 100.0 * m.gflops / machine.peak_gflops,
+        "pct_bandwidth": 100.0 * m.gbps / machine.bandwidth_gbps,
+        "machine": machine.describe(),
+        "remeasured": m.remeasured,
+        "kernels": m.kernels.iter().map(|(name, origin, d, s)| {
+            let sec = d.as_secs_f64().max(1e-12);
+            serde_json::json!({
+                "name": name,
+                "origin": origin,
+                "run_ms_median": ms(*d),
+                "flops": s.flops as f64,
+                "bytes": s.bytes() as f64,
+                "gflops": s.flops as f64 / sec / 1e9,
+                "gbps": s.bytes() as f64 / sec / 1e9,
+            })
+        }).collect::<Vec<_>>(),
+    });
+    v.to_string() + "\n"
+}
+
+/// `bench`: the text report.
+fn report_text(m: &Measured, front: &Front) -> String {
+    let machine = &m.machine;
     let mut out = String::new();
     let _ = writeln!(out, "machine: {}", machine.describe());
-    if remeasured.is_some() {
+    if m.remeasured {
         let _ = writeln!(
             out,
             "(the cached ceilings were below what this run achieved: measured again and cached)"
@@ -162,30 +216,30 @@ pub fn bench(
         "front end: parse+check+inputs {}, plan {}; JIT: {} kernels, {} compiled in {} (cached re-compile {})",
         duration(front.parse_check),
         duration(front.plan),
-        n_k,
-        n_compiled,
-        duration(compile),
-        duration(cached)
+        m.n_kernels,
+        m.n_compiled,
+        duration(m.compile),
+        duration(m.cached)
     );
     let _ = writeln!(
         out,
         "run: median {}  min {}  over {} runs on {} threads",
-        duration(med),
-        duration(min),
-        totals.len(),
-        threads
+        duration(m.median),
+        duration(m.min),
+        m.runs,
+        m.threads
     );
     let _ = writeln!(
         out,
         "total: {} FLOPs, {} bytes → {:.2} GFLOP/s ({:.1}% of peak), {:.2} GB/s ({:.1}% of bandwidth)",
-        group(flops),
-        group(bytes),
-        gflops,
-        100.0 * gflops / machine.peak_gflops,
-        gbps,
-        100.0 * gbps / machine.bandwidth_gbps
+        group(m.flops),
+        group(m.bytes),
+        m.gflops,
+        100.0 * m.gflops / machine.peak_gflops,
+        m.gbps,
+        100.0 * m.gbps / machine.bandwidth_gbps
     );
-    for (name, origin, d, s) in &kernels {
+    for (name, origin, d, s) in &m.kernels {
         let sec = d.as_secs_f64().max(1e-12);
         let _ = writeln!(
             out,
@@ -195,5 +249,5 @@ pub fn bench(
             s.bytes() as f64 / sec / 1e9
         );
     }
-    Ok(out)
+    out
 }
