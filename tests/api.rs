@@ -26,7 +26,7 @@ fn oversized_work_is_too_large_not_an_abort() {
     assert_eq!(codes(&p.run([("x", &x)]).unwrap_err()), [Code::TooLarge]);
 
     let small = Tensor::zeros(tdsl::DType::F32, &[2, 3]).unwrap();
-    let e = tdsl::repeat!(small, "i j -> i j c", c = 1_000_000_000_000u64).unwrap_err();
+    let e = tdsl::repeat!(small, "i j -> i j c", c = 1000000000000).unwrap_err();
     assert_eq!(codes(&e), [Code::TooLarge]);
 
     let p = Program::compile(

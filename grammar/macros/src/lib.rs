@@ -197,6 +197,22 @@ pub fn einsum(input: TokenStream) -> TokenStream {
     .into()
 }
 
+/// An unsuffixed integer literal as a `u64` literal (`c = 1000000000000` would otherwise be
+/// typed `i32` by Rust and not compile); any other expression as it is.
+fn u64_literal(v: &Expr) -> TokenStream2 {
+    if let Expr::Lit(syn::ExprLit {
+        lit: syn::Lit::Int(i),
+        ..
+    }) = v
+    {
+        if i.suffix().is_empty() {
+            let lit = syn::LitInt::new(&format!("{}u64", i.base10_digits()), i.span());
+            return quote!(#lit);
+        }
+    }
+    quote!(#v)
+}
+
 /// `tdsl::rearrange!(x, "b (h d) -> b h d", h = 8)`: einops' rearrange. Axis lengths are
 /// integer expressions. Evaluates to `Result<tdsl::Tensor, tdsl::Diagnostics>`.
 #[proc_macro]
@@ -308,6 +324,7 @@ fn einops(input: TokenStream, op: PatternOp) -> TokenStream {
     let x = operand(positional[0]);
     let lengths = keywords.iter().map(|(n, v)| {
         let s = n.unraw().to_string();
+        let v = u64_literal(v);
         quote_spanned! {v.span()=>
             (#s, ::tdsl::api::__private::axis_len(#v))
         }
