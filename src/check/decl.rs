@@ -37,6 +37,59 @@ impl Checker {
             }
         };
         let binding = self.bound.get(&name.name).cloned();
+        let axes = self.input_axes(d, binding.as_ref());
+        self.check_binding(d, binding.as_ref(), dtype, span);
+        let shape = Shape(axes);
+        let format = d
+            .format
+            .as_ref()
+            .and_then(|f| self.format(f, &shape, d.axes.len()));
+        let init = d.init.as_ref().and_then(|i| self.init(i));
+        if let (Some(i), fmt) = (&init, format) {
+            let takes_density = matches!(
+                fmt,
+                Some(Format::Coo | Format::Csr | Format::Csc | Format::Bsr { .. })
+            );
+            if i.density.is_some() && !takes_density {
+                self.diags.push(
+                    Diagnostic::new(
+                        Code::BadArgument,
+                        "`density=` applies only to inputs annotated coo, csr, csc or bsr",
+                    )
+                    .label(i.span, "density of a dense or 2:4 input")
+                    .help("2:4 always keeps 2 of every 4 values; a dense input keeps all of them"),
+                );
+            }
+        }
+        if self.diags.0.len() > n_diags || shape.rank() != d.axes.len() || dtype.is_none() {
+            self.names.insert(name.name.clone(), NameRef::Poisoned);
+            return;
+        }
+        let dtype = dtype.unwrap_or(DType::F32);
+        let ty = TensorType {
+            dtype,
+            shape,
+            format: format.unwrap_or(Format::Dense),
+        };
+        if self.check_size(&ty, span).is_none() {
+            self.names.insert(name.name.clone(), NameRef::Poisoned);
+            return;
+        }
+        self.prog.inputs.push(Input {
+            name: name.name.clone(),
+            ty,
+            init,
+            span,
+            format_span: d.format.as_ref().map(|f| f.span),
+        });
+        let r = TensorRef::Input(self.prog.inputs.len() - 1);
+        self.names.insert(name.name.clone(), NameRef::Tensor(r));
+    }
+
+    /// The axes of an input declaration: named axes take their extent from the first pass
+    /// (`let`, `name=N`, bound data); fixed extents are checked against bound data.
+    fn input_axes(&mut self, d: &ast::InputDecl, binding: Option<&Binding>) -> Vec<Axis> {
+        let name = &d.name;
         let mut axes = Vec::new();
         for (slot, a) in d.axes.iter().enumerate() {
             let bound_ext = binding
@@ -83,7 +136,7 @@ impl Checker {
                                 .label(v.span, "extent 0")
                                 .help("every axis needs at least one element"),
                         );
-                    } else if let (Some(b), Some(be)) = (&binding, bound_ext) {
+                    } else if let (Some(b), Some(be)) = (binding, bound_ext) {
                         if be != v.value {
                             self.diags.push(
                                 Diagnostic::new(
@@ -101,7 +154,19 @@ impl Checker {
                 }
             }
         }
-        if let (Some(b), Some(dt)) = (&binding, dtype) {
+        axes
+    }
+
+    /// Bound data against the declaration: the same rank and dtype.
+    fn check_binding(
+        &mut self,
+        d: &ast::InputDecl,
+        binding: Option<&Binding>,
+        dtype: Option<DType>,
+        span: Span,
+    ) {
+        let name = &d.name;
+        if let (Some(b), Some(dt)) = (binding, dtype) {
             if b.shape.len() != d.axes.len() {
                 self.diags.push(
                     Diagnostic::new(
@@ -135,51 +200,6 @@ impl Checker {
                 );
             }
         }
-        let shape = Shape(axes);
-        let format = d
-            .format
-            .as_ref()
-            .and_then(|f| self.format(f, &shape, d.axes.len()));
-        let init = d.init.as_ref().and_then(|i| self.init(i));
-        if let (Some(i), fmt) = (&init, format) {
-            let takes_density = matches!(
-                fmt,
-                Some(Format::Coo | Format::Csr | Format::Csc | Format::Bsr { .. })
-            );
-            if i.density.is_some() && !takes_density {
-                self.diags.push(
-                    Diagnostic::new(
-                        Code::BadArgument,
-                        "`density=` applies only to inputs annotated coo, csr, csc or bsr",
-                    )
-                    .label(i.span, "density of a dense or 2:4 input")
-                    .help("2:4 always keeps 2 of every 4 values; a dense input keeps all of them"),
-                );
-            }
-        }
-        if self.diags.0.len() > n_diags || shape.rank() != d.axes.len() || dtype.is_none() {
-            self.names.insert(name.name.clone(), NameRef::Poisoned);
-            return;
-        }
-        let dtype = dtype.unwrap_or(DType::F32);
-        let ty = TensorType {
-            dtype,
-            shape,
-            format: format.unwrap_or(Format::Dense),
-        };
-        if self.check_size(&ty, span).is_none() {
-            self.names.insert(name.name.clone(), NameRef::Poisoned);
-            return;
-        }
-        self.prog.inputs.push(Input {
-            name: name.name.clone(),
-            ty,
-            init,
-            span,
-            format_span: d.format.as_ref().map(|f| f.span),
-        });
-        let r = TensorRef::Input(self.prog.inputs.len() - 1);
-        self.names.insert(name.name.clone(), NameRef::Tensor(r));
     }
 
     pub(super) fn format(
