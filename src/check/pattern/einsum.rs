@@ -388,7 +388,7 @@ impl Resolver<'_> {
             ..
         } = self;
         let operands = *operands;
-        let label_id = |name: &str| names.iter().position(|l| l == name);
+        let label_id = |name: &str| label_of(names, name);
         for (k, (side, shape)) in ops.iter().zip(operands).enumerate() {
             for s in layouts.get(k).into_iter().flatten() {
                 let Some(g) = side.groups.get(s.group) else {
@@ -428,7 +428,7 @@ impl Resolver<'_> {
             seen,
             ..
         } = self;
-        let label_id = |name: &str| names.iter().position(|l| l == name);
+        let label_id = |name: &str| label_of(names, name);
         for (name, value, span) in kwargs {
             let Some(l) = label_id(name) else { continue };
             let first = ops
@@ -476,16 +476,11 @@ impl Resolver<'_> {
             ..
         } = self;
         let operands = *operands;
-        let label_id = |name: &str| names.iter().position(|l| l == name);
         let composed = composed_groups(ops, layouts, operands);
         loop {
             let mut changed = false;
             for &(k, g, extent, slot) in &composed {
-                let ids: Vec<usize> = g
-                    .atoms
-                    .iter()
-                    .filter_map(|a| a.name().and_then(label_id))
-                    .collect();
+                let ids: Vec<usize> = group_labels(names, g);
                 let unknown: Vec<usize> = ids
                     .iter()
                     .copied()
@@ -562,14 +557,9 @@ impl Resolver<'_> {
             ..
         } = self;
         let operands = *operands;
-        let label_id = |name: &str| names.iter().position(|l| l == name);
         let composed = composed_groups(ops, layouts, operands);
         for &(k, g, extent, slot) in &composed {
-            let ids: Vec<usize> = g
-                .atoms
-                .iter()
-                .filter_map(|a| a.name().and_then(label_id))
-                .collect();
+            let ids: Vec<usize> = group_labels(names, g);
             let unknown: Vec<&str> = ids
                 .iter()
                 .filter(|&&l| seen.get(l).is_some_and(Option::is_none))
@@ -649,7 +639,7 @@ impl Resolver<'_> {
             ell_base,
             ..
         } = self;
-        let label_id = |name: &str| names.iter().position(|l| l == name);
+        let label_id = |name: &str| label_of(&names, name);
         let ell_label = |g: usize| ell_base.unwrap_or(0) + g;
         let mut spec_ops: Vec<Vec<EinsumSlot>> = Vec::new();
         for (k, side) in ops.iter().enumerate() {
@@ -671,11 +661,7 @@ impl Resolver<'_> {
                     }
                 } else {
                     slots.push(EinsumSlot {
-                        labels: g
-                            .atoms
-                            .iter()
-                            .filter_map(|a| a.name().and_then(label_id))
-                            .collect(),
+                        labels: group_labels(&names, g),
                         broadcast: false,
                     });
                 }
@@ -732,6 +718,19 @@ impl Resolver<'_> {
         }
         Ok(spec)
     }
+}
+
+/// The id of label `name` in the label table.
+fn label_of(names: &[String], name: &str) -> Option<usize> {
+    names.iter().position(|l| l == name)
+}
+
+/// The label ids of a group's named atoms, in order.
+fn group_labels(names: &[String], g: &Group) -> Vec<usize> {
+    g.atoms
+        .iter()
+        .filter_map(|a| a.name().and_then(|n| label_of(names, n)))
+        .collect()
 }
 
 /// The composed (multi-label) groups of every operand: operand, group, slot extent, slot.
