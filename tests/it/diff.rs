@@ -51,7 +51,24 @@ type Backend = fn(&Program, &[Tensor], &[Vec<usize>]) -> Result<Vec<Tensor>, Str
 
 /// Every backend compared with the interpreter.
 fn backends() -> Vec<(&'static str, Backend)> {
-    vec![("loop-eval", loop_eval), ("jit", jit)]
+    vec![
+        ("loop-eval", loop_eval),
+        ("jit", jit),
+        ("expanded-calls", expanded_calls),
+    ]
+}
+
+/// The plan with its library calls written as loop nests (`tdsl_loop::expand`, the generic
+/// kernels a GPU backend renders), verified and run by the evaluator.
+fn expanded_calls(
+    p: &Program,
+    inputs: &[Tensor],
+    shapes: &[Vec<usize>],
+) -> Result<Vec<Tensor>, String> {
+    let mut plan = tdsl::plan::lower::plan_program(p).map_err(|d| d.to_string())?;
+    plan.loops = tdsl_loop::expand::expand_calls(&plan.loops);
+    tdsl_loop::verify::verify(&plan.loops).map_err(|e| format!("{e:?}"))?;
+    tdsl::runtime::run_eval(&plan, inputs, shapes).map_err(|d| d.to_string())
 }
 
 /// The planner's loop IR run by its evaluator: a mismatch with the interpreter is a planner bug.

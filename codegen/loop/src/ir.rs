@@ -408,6 +408,10 @@ pub enum Iter {
 /// Where a loop runs on a GPU (ignored by CPU backends).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum GpuAxis {
+    /// One thread of the whole grid per iteration: nested `Grid` loops form one flattened index
+    /// space, which the backend walks with a grid-stride loop. The loop's iterations must write
+    /// disjoint elements (a mapping pass proves it, or the loop was built that way).
+    Grid,
     BlockX,
     BlockY,
     BlockZ,

@@ -19,7 +19,9 @@
 
 pub mod backend;
 pub mod data;
+pub mod entries;
 pub mod eval;
+pub mod expand;
 pub mod ir;
 pub mod launch;
 pub mod passes;

@@ -31,7 +31,7 @@
 //! - Loops: `for v1 in ITER [parallel] [vector N] [gpu AXIS] {` … `}` where ITER is `0..EXTENT`,
 //!   `compressed ptr=%p[INDEX] crd=%c coord=vK`, `singleton crd=%c[INDEX]` or
 //!   `twofour groups=G meta=%m[INDEX] coord=vK`; `vector` is printed whenever it is not 1; AXIS
-//!   is one of `block.x block.y block.z thread.x thread.y thread.z warp lane`.
+//!   is one of `grid block.x block.y block.z thread.x thread.y thread.z warp lane`.
 //! - `let aN: f32 = EXPR`; updates `aN += e`, `aN *= e`, `aN = max(aN, e)`, `aN = min(aN, e)`,
 //!   `aN = e` (set); stores `%b[INDEX] = EXPR`.
 //! - `gemm m=M n=N k=K batch=[B, …] a=VIEW b=VIEW c=VIEW accumulate=BOOL`, a VIEW being
@@ -155,6 +155,7 @@ pub(crate) fn view_text(v: &MatView) -> String {
 /// The name of a GPU axis in the text form.
 pub(crate) fn gpu_axis_name(axis: GpuAxis) -> &'static str {
     match axis {
+        GpuAxis::Grid => "grid",
         GpuAxis::BlockX => "block.x",
         GpuAxis::BlockY => "block.y",
         GpuAxis::BlockZ => "block.z",
@@ -858,6 +859,7 @@ kernel k0 (c = einsum(a, w, "b m k, k n -> b m n")):
             (GpuAxis::ThreadY, "thread.y"),
             (GpuAxis::ThreadZ, "thread.z"),
             (GpuAxis::Warp, "warp"),
+            (GpuAxis::Grid, "grid"),
         ];
         for (axis, name) in axes {
             assert_eq!(gpu_axis_name(axis), name);

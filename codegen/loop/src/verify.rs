@@ -360,7 +360,7 @@ impl<'a> Checker<'a> {
                 l.vector
             ));
         }
-        if let Some(axis) = l.gpu {
+        if let Some(axis) = l.gpu.filter(|a| *a != GpuAxis::Grid) {
             if let Some((_, outer)) = self.gpu.iter().find(|(a, _)| *a == axis) {
                 let outer = outer.0;
                 self.error(format!(

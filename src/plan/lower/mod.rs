@@ -129,18 +129,7 @@ enum Retry {
     },
 }
 
-/// A slot coordinate: `Σ var·weight` over atoms in row-major order; empty = the constant 0.
-#[derive(Debug, Clone, Default)]
-struct Coord {
-    /// (variable, extent) from most to least significant.
-    atoms: Vec<(VarId, u64)>,
-}
-
-impl Coord {
-    fn extent(&self) -> u64 {
-        self.atoms.iter().map(|a| a.1).product()
-    }
-}
+use tdsl_loop::entries::Coord;
 
 /// A strided view of a buffer: per-slot strides (elements) and an offset.
 #[derive(Debug, Clone)]
@@ -315,14 +304,11 @@ impl<'a> Planner<'a> {
 
 /// `Σ var·weight·slot_stride + offset` for slot coordinates.
 fn coord_index(coords: &[Coord], slot_strides: &[i64], offset: i64) -> Index {
-    let mut terms = Vec::new();
-    for (c, &s) in coords.iter().zip(slot_strides) {
-        let mut w = s;
-        for &(v, e) in c.atoms.iter().rev() {
-            terms.push((v, w));
-            w *= e as i64;
-        }
-    }
+    let terms = coords
+        .iter()
+        .zip(slot_strides)
+        .flat_map(|(c, &s)| c.terms(s))
+        .collect();
     Index { offset, terms }
 }
 
