@@ -51,11 +51,43 @@ type Backend = fn(&Program, &[Tensor], &[Vec<usize>]) -> Result<Vec<Tensor>, Str
 
 /// Every backend compared with the interpreter.
 fn backends() -> Vec<(&'static str, Backend)> {
-    vec![
+    let mut out: Vec<(&'static str, Backend)> = vec![
         ("loop-eval", loop_eval),
         ("jit", jit),
         ("expanded-calls", expanded_calls),
-    ]
+    ];
+    if cxx().is_some() {
+        out.push(("cuda-emulated", cuda_emulated));
+    }
+    out
+}
+
+/// The host's C++ compiler, found once (`None`: the CUDA emulation is skipped, and said so).
+fn cxx() -> Option<&'static std::path::PathBuf> {
+    static CXX: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+    CXX.get_or_init(|| {
+        let c = tdsl_cuda::emulate::compiler();
+        if c.is_none() {
+            eprintln!("skipped: the CUDA emulation (no C++ compiler: set CXX or install g++)");
+        }
+        c
+    })
+    .as_ref()
+}
+
+/// The CUDA backend's generated kernels (the text NVRTC compiles), compiled for the host with
+/// the emulation prelude and run thread by thread (`tdsl_cuda::emulate`).
+fn cuda_emulated(
+    p: &Program,
+    inputs: &[Tensor],
+    shapes: &[Vec<usize>],
+) -> Result<Vec<Tensor>, String> {
+    let plan = tdsl::plan::lower::plan_program(p).map_err(|d| d.to_string())?;
+    let cxx = cxx().ok_or("no C++ compiler")?;
+    let emu = tdsl_cuda::emulate::Emulator::compile(&plan.loops, cxx)?;
+    let mut bufs = tdsl::runtime::buffers(&plan, inputs).map_err(|d| d.to_string())?;
+    emu.run(&mut bufs)?;
+    Ok(tdsl::runtime::outputs(&plan, shapes, bufs))
 }
 
 /// The plan with its library calls written as loop nests (`tdsl_loop::expand`, the generic

@@ -108,6 +108,35 @@ impl Data {
         })
     }
 
+    /// The elements as little-endian bytes (f16 and bf16 as their bit patterns): what a device
+    /// buffer or a file of raw elements holds.
+    pub fn to_le_bytes(&self) -> Vec<u8> {
+        match self {
+            Data::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            Data::F64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            Data::F16(v) => v.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect(),
+            Data::BF16(v) => v.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect(),
+            Data::I32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        }
+    }
+
+    /// Elements of type `ty` from little-endian bytes ([`Data::to_le_bytes`]); a trailing
+    /// partial element is ignored.
+    pub fn from_le_bytes(ty: ElemType, bytes: &[u8]) -> Data {
+        fn each<const N: usize, T>(b: &[u8], f: impl Fn([u8; N]) -> T) -> Vec<T> {
+            b.chunks_exact(N)
+                .map(|c| f(c.try_into().unwrap_or([0; N])))
+                .collect()
+        }
+        match ty {
+            ElemType::F32 => Data::F32(each(bytes, f32::from_le_bytes)),
+            ElemType::F64 => Data::F64(each(bytes, f64::from_le_bytes)),
+            ElemType::F16 => Data::F16(each(bytes, |c| f16::from_bits(u16::from_le_bytes(c)))),
+            ElemType::BF16 => Data::BF16(each(bytes, |c| bf16::from_bits(u16::from_le_bytes(c)))),
+            ElemType::I32 => Data::I32(each(bytes, i32::from_le_bytes)),
+        }
+    }
+
     fn as_i32(&self) -> Option<&[i32]> {
         match self {
             Data::I32(v) => Some(v),

@@ -1,0 +1,53 @@
+// tdsl host prelude: the generated CUDA kernels compiled as plain C++ and run one thread at a
+// time, so tests on machines with no GPU execute exactly the text NVRTC compiles. Only what
+// differs from the device lives here (thread indices, conversions, constants).
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <stdint.h>
+struct tdsl_dim3 { long long x, y, z; };
+static tdsl_dim3 blockIdx, threadIdx, blockDim, gridDim;
+#define TDSL_FN static inline
+#define TDSL_KERNEL static void
+#define __restrict__ __restrict
+#define TDSL_THREAD (blockIdx.x * blockDim.x + threadIdx.x)
+#define TDSL_STRIDE (gridDim.x * blockDim.x)
+#define TDSL_INF_F __builtin_inff()
+#define TDSL_NAN_F __builtin_nanf("")
+#define TDSL_INF_D __builtin_inf()
+#define TDSL_NAN_D __builtin_nan("")
+
+TDSL_FN float tdsl_bits_f32(unsigned int u) { float f; memcpy(&f, &u, 4); return f; }
+TDSL_FN unsigned int tdsl_f32_bits(float f) { unsigned int u; memcpy(&u, &f, 4); return u; }
+TDSL_FN double tdsl_rint(double x) { return nearbyint(x); }
+TDSL_FN float tdsl_rint(float x) { return nearbyintf(x); }
+TDSL_FN float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+TDSL_FN double rsqrt(double x) { return 1.0 / sqrt(x); }
+
+// IEEE binary16 in software, round to nearest even (the device uses one `cvt` instruction).
+TDSL_FN float tdsl_f16_to_f32(unsigned short h) {
+  unsigned int sign = (unsigned int)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+  if (exp == 0x1f) return tdsl_bits_f32(sign | 0x7f800000u | (man << 13));
+  if (exp == 0) {
+    float m = (float)man * (1.0f / 16777216.0f);  // man · 2^-24
+    return sign ? -m : m;
+  }
+  return tdsl_bits_f32(sign | ((exp + 112u) << 23) | (man << 13));
+}
+TDSL_FN unsigned short tdsl_f64_to_f16(double d) {
+  unsigned short sign = signbit(d) ? 0x8000u : 0u;
+  double a = fabs(d);
+  if (isnan(d)) return (unsigned short)(sign | 0x7e00u);
+  if (a >= 65520.0) return (unsigned short)(sign | 0x7c00u);  // rounds to infinity
+  if (a < 6.103515625e-05) {                                     // subnormal: units of 2^-24
+    return (unsigned short)(sign | (unsigned short)nearbyint(a * 16777216.0));
+  }
+  int e;
+  double m = frexp(a, &e);              // a = m · 2^e, m in [0.5, 1)
+  double q = nearbyint(m * 2048.0);     // 11 significant bits, ties to even
+  if (q == 2048.0) { q = 1024.0; e += 1; }
+  unsigned int exp = (unsigned int)(e - 1 + 15), man = (unsigned int)q - 1024u;
+  return (unsigned short)(sign | (exp << 10) | man);
+}
+TDSL_FN unsigned short tdsl_f32_to_f16(float f) { return tdsl_f64_to_f16((double)f); }

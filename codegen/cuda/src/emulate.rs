@@ -1,0 +1,192 @@
+//! Host emulation of the CUDA backend: the translation unit NVRTC compiles, with the host
+//! prelude (`kernels/host.h`) instead of the device one, compiled by the system C++ compiler
+//! and run one thread at a time. Machines without a GPU run the generated kernels this way, so
+//! the differential tests check their index math, types and rounding against the interpreter.
+//!
+//! What emulation cannot show: races between threads (it runs them in order), the device's
+//! math library (`expf` and friends differ by an ulp or two), and the PTX conversions (`cvt`),
+//! which the host prelude replaces with software conversions.
+//!
+//! Each segment of launches between host steps (`sparsify`) is one run of the emulator
+//! program: it reads every buffer from a file, runs the segment's launches and writes every
+//! buffer back.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use tdsl_loop::{Data, LoopProgram};
+
+use crate::map::{map_program, Launch, Step};
+use crate::render::{render_unit, HOST_PRELUDE};
+
+/// A C++ compiler to emulate with: `$CXX`, else `c++`, `g++` or `clang++` if one runs.
+pub fn compiler() -> Option<PathBuf> {
+    let candidates: Vec<String> = std::env::var("CXX")
+        .into_iter()
+        .chain(["c++", "g++", "clang++"].map(String::from))
+        .collect();
+    candidates.into_iter().map(PathBuf::from).find(|c| {
+        Command::new(c)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    })
+}
+
+/// The emulator program's source: the unit with the host prelude and a `main` that runs one
+/// segment (`argv[2]`) over the buffers in the file `argv[1]`.
+pub fn emulator_source(p: &LoopProgram, steps: &[Step]) -> String {
+    let mut src = render_unit(p, steps, HOST_PRELUDE);
+    let mut main = String::new();
+    let _ = writeln!(main, "\nint main(int argc, char** argv) {{");
+    let _ = writeln!(main, "  if (argc != 3) return 2;");
+    let _ = writeln!(main, "  FILE* f = fopen(argv[1], \"rb\");");
+    let _ = writeln!(main, "  if (!f) return 3;");
+    for (i, b) in p.buffers.iter().enumerate() {
+        let bytes = b.elems * b.ty.size_bytes();
+        let _ = writeln!(
+            main,
+            "  {t}* b{i} = ({t}*)calloc({n} + 1, sizeof({t}));",
+            t = crate::render::c_type(b.ty),
+            n = b.elems
+        );
+        let _ = writeln!(
+            main,
+            "  if (fread(b{i}, 1, {bytes}, f) != {bytes}ULL) return 4;"
+        );
+    }
+    let _ = writeln!(main, "  fclose(f);");
+    let _ = writeln!(main, "  int segment = atoi(argv[2]);");
+    let mut segment = 0;
+    let _ = writeln!(main, "  if (segment == 0) {{");
+    for step in steps {
+        match step {
+            Step::Launch(l) => launch_call(&mut main, l),
+            Step::Host { .. } => {
+                segment += 1;
+                let _ = writeln!(main, "  }}\n  if (segment == {segment}) {{");
+            }
+        }
+    }
+    let _ = writeln!(main, "  }}");
+    let _ = writeln!(main, "  f = fopen(argv[1], \"wb\");");
+    let _ = writeln!(main, "  if (!f) return 5;");
+    for (i, b) in p.buffers.iter().enumerate() {
+        let bytes = b.elems * b.ty.size_bytes();
+        let _ = writeln!(main, "  fwrite(b{i}, 1, {bytes}, f);");
+    }
+    let _ = writeln!(main, "  fclose(f);\n  return 0;\n}}");
+    src.push_str(&main);
+    src
+}
+
+fn launch_call(out: &mut String, l: &Launch) {
+    let (blocks, threads) = l.shape();
+    let args: Vec<String> = l.params.iter().map(|b| format!("b{}", b.0)).collect();
+    let _ = writeln!(
+        out,
+        "    gridDim.x = {blocks}; blockDim.x = {threads};\n    for (long long bx = 0; bx < {blocks}; ++bx) for (long long tx = 0; tx < {threads}; ++tx) {{ blockIdx.x = bx; threadIdx.x = tx; {}({}); }}",
+        l.name,
+        args.join(", ")
+    );
+}
+
+/// A compiled emulator for one program.
+pub struct Emulator {
+    program: LoopProgram,
+    steps: Vec<Step>,
+    exe: PathBuf,
+    dir: PathBuf,
+}
+
+static RUNS: AtomicUsize = AtomicUsize::new(0);
+
+impl Emulator {
+    /// Maps `p` for the GPU, renders it with the host prelude and compiles it with `cxx`.
+    pub fn compile(p: &LoopProgram, cxx: &Path) -> Result<Emulator, String> {
+        let (program, steps) = map_program(p);
+        let src = emulator_source(&program, &steps);
+        let dir = std::env::temp_dir().join(format!(
+            "tdsl-emulate-{}-{}",
+            std::process::id(),
+            RUNS.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let cpp = dir.join("unit.cpp");
+        std::fs::write(&cpp, &src).map_err(|e| e.to_string())?;
+        let exe = dir.join("unit");
+        let out = Command::new(cxx)
+            .args(["-O1", "-std=c++17", "-w", "-o"])
+            .arg(&exe)
+            .arg(&cpp)
+            .arg("-lm")
+            .output()
+            .map_err(|e| format!("{}: {e}", cxx.display()))?;
+        if !out.status.success() {
+            return Err(format!(
+                "the emulated unit did not compile:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        Ok(Emulator {
+            program,
+            steps,
+            exe,
+            dir,
+        })
+    }
+
+    /// Runs every step over the host buffer set `bufs` (inputs bound, the rest zeroed).
+    pub fn run(&self, bufs: &mut [Data]) -> Result<(), String> {
+        crate::check_buffers(&self.program, bufs)?;
+        let file = self.dir.join("buffers.bin");
+        let mut segment = 0;
+        let run_segment = |bufs: &mut [Data], segment: usize| -> Result<(), String> {
+            let mut bytes = Vec::new();
+            for (b, buf) in bufs.iter().zip(&self.program.buffers) {
+                let n = bytes.len() + (buf.elems * buf.ty.size_bytes()) as usize;
+                bytes.extend(b.to_le_bytes());
+                bytes.resize(n, 0);
+            }
+            std::fs::write(&file, bytes).map_err(|e| e.to_string())?;
+            let st = Command::new(&self.exe)
+                .arg(&file)
+                .arg(segment.to_string())
+                .status()
+                .map_err(|e| e.to_string())?;
+            if !st.success() {
+                return Err(format!("the emulator failed: {st}"));
+            }
+            let bytes = std::fs::read(&file).map_err(|e| e.to_string())?;
+            let mut at = 0;
+            for (b, buf) in bufs.iter_mut().zip(&self.program.buffers) {
+                let n = (buf.elems * buf.ty.size_bytes()) as usize;
+                let part = bytes
+                    .get(at..at + n)
+                    .ok_or("the emulator wrote too few bytes")?;
+                if !buf.role.is_input() {
+                    *b = Data::from_le_bytes(buf.ty, part);
+                }
+                at += n;
+            }
+            Ok(())
+        };
+        run_segment(bufs, segment)?;
+        for step in &self.steps {
+            if let Step::Host { call, .. } = step {
+                crate::host_call(call, bufs)?;
+                segment += 1;
+                run_segment(bufs, segment)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Emulator {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

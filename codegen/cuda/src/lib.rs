@@ -1,0 +1,91 @@
+//! tdsl-cuda: the CUDA backend. A [`LoopProgram`] goes in; CUDA C++ comes out, compiled at run
+//! time by NVRTC to a CUBIN for the device's exact `sm_XX`, and run through cudarc.
+//!
+//! - `map.rs`: the GPU mapping pass (library calls as loop nests, launches, grid loops);
+//! - `render.rs`: the one C-style renderer (launches → CUDA C++), with the preludes under
+//!   `kernels/` (`cuda.cuh` for the device, `host.h` for emulation, `common.cuh` shared);
+//! - `emulate.rs`: the same text compiled by the host C++ compiler and run thread by thread,
+//!   which is how machines with no GPU test the generated kernels.
+
+#![deny(unsafe_code)]
+
+pub mod emulate;
+pub mod map;
+pub mod render;
+
+use tdsl_loop::{data, Data, LibCall, LoopProgram};
+
+pub use map::{map_program, Launch, Step};
+
+/// The CUDA C++ translation unit of `p`: every kernel of the program, each launch with its
+/// shape as a comment, after the device prelude. What `tdsl emit --target cuda` prints and
+/// NVRTC compiles.
+pub fn cuda_unit(p: &LoopProgram) -> String {
+    let (mapped, steps) = map_program(p);
+    render::render_unit(&mapped, &steps, render::CUDA_PRELUDE)
+}
+
+/// The launches of kernel `kernel` of `p`, as CUDA C++ (no prelude).
+pub fn cuda_kernel(p: &LoopProgram, kernel: usize) -> String {
+    let (mapped, steps) = map_program(p);
+    let mut out = String::new();
+    for s in &steps {
+        match s {
+            Step::Launch(l) if l.kernel == kernel => {
+                out.push_str(&render::render_launch(&mapped, l))
+            }
+            Step::Host { kernel: k, .. } if *k == kernel => {
+                out.push_str("// sparsify runs on the host between launches\n")
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Checks that `bufs` matches `p`'s buffers in number, type and length.
+pub(crate) fn check_buffers(p: &LoopProgram, bufs: &[Data]) -> Result<(), String> {
+    if bufs.len() != p.buffers.len() {
+        return Err(format!(
+            "{} buffers were given for a program with {}",
+            bufs.len(),
+            p.buffers.len()
+        ));
+    }
+    for (i, (d, b)) in bufs.iter().zip(&p.buffers).enumerate() {
+        // A sparse input's arrays are bound as stored: up to their capacity.
+        let fits = match b.role {
+            tdsl_loop::Role::InputPart { .. } => d.len() as u64 <= b.elems,
+            _ => d.len() as u64 == b.elems,
+        };
+        if d.ty() != b.ty || !fits {
+            return Err(format!(
+                "buffer %{i} is {}[{}], the program declares {}[{}]",
+                d.ty(),
+                d.len(),
+                b.ty,
+                b.elems
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Runs a call the device has no kernel for (`sparsify`) on host buffers.
+pub(crate) fn host_call(call: &LibCall, bufs: &mut [Data]) -> Result<(), String> {
+    match call {
+        LibCall::Sparsify { src, out, select } => {
+            let shape: Vec<usize> = out.shape.iter().map(|&e| e as usize).collect();
+            let src = bufs
+                .get(src.0 as usize)
+                .and_then(Data::as_values)
+                .ok_or("sparsify source is not a float buffer")?;
+            let t = tdsl_sparse::prune::sparsify(src, &shape, out.layout, *select)
+                .map_err(|e| e.to_string())?;
+            data::store_sparse(&t, out, bufs)
+        }
+        other => Err(format!(
+            "{other:?} has a kernel on the device and is not run on the host"
+        )),
+    }
+}

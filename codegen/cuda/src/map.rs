@@ -1,0 +1,345 @@
+//! The GPU mapping pass: a loop program becomes a list of [`Step`]s, each a `__global__` launch
+//! or a call the host runs between launches.
+//!
+//! 1. Library calls become loop nests (`tdsl_loop::expand`): `gemm`, `spmm` and `densify` get
+//!    generic kernels whose parallel loops are already mapped to the grid; `sparsify` stays a
+//!    call and runs on the host.
+//! 2. Each run of statements between calls is cut into launches. A run that is only loops
+//!    launches each loop on its own (a launch boundary orders them, as the CPU's sequence
+//!    does); a run with statements outside loops (a scalar reduction's accumulator) is one
+//!    launch on one thread.
+//! 3. In a loop launch, the outer loop is mapped to the grid (`gpu grid`) when its iterations
+//!    write disjoint elements (`tdsl_loop::launch::race_free`, or built that way), and so is each
+//!    directly nested range loop while every store stays injective in the mapped variables
+//!    ([`injective`]) and nothing stored is read at another element. The mapped nest is one
+//!    flattened index space walked by a grid-stride loop; everything inside runs on one thread.
+//!    A loop that cannot be mapped runs on one thread.
+//!
+//! Cross-thread reductions (warp shuffles, shared-memory trees) and shared-memory tiles are not
+//! generated yet: a reduction runs inside the thread that owns its output element.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use tdsl_loop::expand::expand_calls;
+use tdsl_loop::launch::race_free;
+use tdsl_loop::walk::stmt_buffers;
+use tdsl_loop::{BufId, Expr, GpuAxis, Index, Iter, LibCall, Loop, LoopProgram, Stmt, VarId};
+
+/// One step of a program on the GPU.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    Launch(Launch),
+    /// A library call the device has no kernel for (`sparsify`), run on the host: its source is
+    /// copied back, pruned, and the result copied in.
+    Host {
+        kernel: usize,
+        call: LibCall,
+    },
+}
+
+/// One `__global__` function and how it is launched.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Launch {
+    /// The function's name: the kernel's, and the launch's number within it (`k4_0`).
+    pub name: String,
+    /// The loop-IR kernel it comes from.
+    pub kernel: usize,
+    /// The grid-mapped loops, outermost first: (variable, extent). Empty: one thread.
+    pub grid: Vec<(VarId, u64)>,
+    /// What each grid iteration (or the one thread) runs.
+    pub body: Vec<Stmt>,
+    /// Every buffer the launch touches, in id order (the kernel's parameters).
+    pub params: Vec<BufId>,
+}
+
+/// Threads per block of every launch (a multiple of the warp size).
+pub const BLOCK: u64 = 256;
+/// The most blocks a launch uses; a grid-stride loop covers larger iteration spaces.
+pub const MAX_BLOCKS: u64 = 1 << 16;
+
+impl Launch {
+    /// Iterations of the flattened grid (1 for a one-thread launch).
+    pub fn iterations(&self) -> u64 {
+        self.grid.iter().map(|g| g.1).product::<u64>().max(1)
+    }
+
+    /// (blocks, threads per block).
+    pub fn shape(&self) -> (u64, u64) {
+        if self.grid.is_empty() {
+            return (1, 1);
+        }
+        let n = self.iterations();
+        let block = n.next_multiple_of(32).min(BLOCK);
+        (n.div_ceil(block).min(MAX_BLOCKS), block)
+    }
+}
+
+/// The steps of `p` on a GPU, and the program they were cut from (calls expanded, grid loops
+/// annotated: what `tdsl plan --device cuda` prints).
+pub fn map_program(p: &LoopProgram) -> (LoopProgram, Vec<Step>) {
+    let mut out = expand_calls(p);
+    let mut steps = Vec::new();
+    for (ki, k) in out.kernels.iter_mut().enumerate() {
+        let mut n = 0usize;
+        let mut launch = |grid: Vec<(VarId, u64)>, body: Vec<Stmt>, steps: &mut Vec<Step>| {
+            let params = stmt_buffers(&body).into_iter().collect();
+            steps.push(Step::Launch(Launch {
+                name: format!("{}_{n}", k.name),
+                kernel: ki,
+                grid,
+                body,
+                params,
+            }));
+            n += 1;
+        };
+        let mut new_body = Vec::new();
+        for run in runs(&k.body) {
+            match run {
+                Run::Call(call) => {
+                    steps.push(Step::Host {
+                        kernel: ki,
+                        call: call.clone(),
+                    });
+                    new_body.push(Stmt::Call(call.clone()));
+                }
+                Run::Serial(stmts) => {
+                    launch(Vec::new(), stmts.to_vec(), &mut steps);
+                    new_body.extend(stmts.iter().cloned());
+                }
+                Run::Loops(stmts) => {
+                    for s in stmts {
+                        let Stmt::Loop(l) = s else { continue };
+                        let (mapped, grid) = map_loop(l);
+                        match grid {
+                            Some((grid, body)) => launch(grid, body, &mut steps),
+                            None => {
+                                launch(Vec::new(), vec![Stmt::Loop(mapped.clone())], &mut steps)
+                            }
+                        }
+                        new_body.push(Stmt::Loop(mapped));
+                    }
+                }
+            }
+        }
+        k.body = new_body;
+    }
+    (out, steps)
+}
+
+enum Run<'a> {
+    Call(&'a LibCall),
+    /// Statements with something outside a loop: one launch, one thread.
+    Serial(&'a [Stmt]),
+    /// Only loops: a launch each.
+    Loops(&'a [Stmt]),
+}
+
+fn runs<'a>(body: &'a [Stmt]) -> Vec<Run<'a>> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    let flush = |start: usize, end: usize, out: &mut Vec<Run<'a>>| {
+        let stmts = &body[start..end];
+        if stmts.is_empty() {
+            return;
+        }
+        if stmts.iter().all(|s| matches!(s, Stmt::Loop(_))) {
+            out.push(Run::Loops(stmts));
+        } else {
+            out.push(Run::Serial(stmts));
+        }
+    };
+    for (i, s) in body.iter().enumerate() {
+        if let Stmt::Call(c) = s {
+            flush(start, i, &mut out);
+            out.push(Run::Call(c));
+            start = i + 1;
+        }
+    }
+    flush(start, body.len(), &mut out);
+    out
+}
+
+/// `l` with its grid loops annotated, and, when any is mapped, the grid (variables and extents,
+/// outermost first) with the innermost grid loop's body.
+#[allow(clippy::type_complexity)]
+fn map_loop(l: &Loop) -> (Loop, Option<(Vec<(VarId, u64)>, Vec<Stmt>)>) {
+    let Iter::Range { extent } = l.iter else {
+        return (l.clone(), None);
+    };
+    // Loops built mapped (expanded calls): take the directly nested `grid` chain as it is.
+    if l.gpu == Some(GpuAxis::Grid) {
+        let mut grid = vec![(l.var, extent)];
+        let mut body = &l.body;
+        while let [Stmt::Loop(inner)] = body.as_slice() {
+            match inner.iter {
+                Iter::Range { extent } if inner.gpu == Some(GpuAxis::Grid) => {
+                    grid.push((inner.var, extent));
+                    body = &inner.body;
+                }
+                _ => break,
+            }
+        }
+        return (l.clone(), Some((grid, body.clone())));
+    }
+    if !(l.parallel && l.gpu.is_none() && race_free(l)) {
+        return (l.clone(), None);
+    }
+    // The outer loop is mapped; extend into directly nested range loops while it stays safe.
+    let mut chain: Vec<&Loop> = vec![l];
+    loop {
+        let last = chain[chain.len() - 1];
+        let [Stmt::Loop(inner)] = last.body.as_slice() else {
+            break;
+        };
+        if !matches!(inner.iter, Iter::Range { .. }) || inner.gpu.is_some() {
+            break;
+        }
+        let mut candidate = chain.clone();
+        candidate.push(inner);
+        if !nest_is_safe(&candidate) {
+            break;
+        }
+        chain = candidate;
+    }
+    let grid: Vec<(VarId, u64)> = chain
+        .iter()
+        .map(|c| match c.iter {
+            Iter::Range { extent } => (c.var, extent),
+            _ => unreachable!("only range loops are mapped"),
+        })
+        .collect();
+    let body = chain[chain.len() - 1].body.clone();
+    (annotate(l, chain.len()), Some((grid, body)))
+}
+
+/// `l` with its first `depth` directly nested loops marked `gpu grid`.
+fn annotate(l: &Loop, depth: usize) -> Loop {
+    let mut out = l.clone();
+    out.gpu = Some(GpuAxis::Grid);
+    if depth > 1 {
+        if let [Stmt::Loop(inner)] = l.body.as_slice() {
+            out.body = vec![Stmt::Loop(annotate(inner, depth - 1))];
+        }
+    }
+    out
+}
+
+/// Whether the perfectly nested range loops `chain` (outermost first) can all run as one
+/// flattened grid: every buffer stored inside is stored at one index, that index is injective
+/// over all its variables ([`injective`], with every mapped variable in it), and every load of
+/// a stored buffer reads the element the same iteration stores.
+fn nest_is_safe(chain: &[&Loop]) -> bool {
+    let innermost = chain[chain.len() - 1];
+    let mapped: Vec<VarId> = chain.iter().map(|l| l.var).collect();
+    let mut extents: BTreeMap<VarId, u64> = chain
+        .iter()
+        .filter_map(|l| match l.iter {
+            Iter::Range { extent } => Some((l.var, extent)),
+            _ => None,
+        })
+        .collect();
+    let mut stores: BTreeMap<BufId, Index> = BTreeMap::new();
+    let mut loads: Vec<(BufId, Index)> = Vec::new();
+    let mut ok = true;
+    for s in &innermost.body {
+        s.visit(&mut |s| {
+            if let Stmt::Loop(inner) = s {
+                if let Iter::Range { extent } = inner.iter {
+                    extents.insert(inner.var, extent);
+                }
+            }
+            if let Stmt::Call(_) = s {
+                ok = false;
+            }
+            if let Stmt::Store { buf, index, .. } = s {
+                match stores.get(buf) {
+                    Some(i) if i != index => ok = false,
+                    _ => {
+                        stores.insert(*buf, index.clone());
+                    }
+                }
+            }
+            for e in s.exprs() {
+                e.visit(&mut |x| {
+                    if let Expr::Load { buf, index } = x {
+                        loads.push((*buf, index.clone()));
+                    }
+                });
+            }
+        });
+    }
+    ok && stores.values().all(|ix| injective(ix, &mapped, &extents))
+        && loads
+            .iter()
+            .all(|(b, ix)| stores.get(b).is_none_or(|st| st == ix))
+}
+
+/// Whether distinct values of the variables of `ix` give distinct elements, by the mixed-radix
+/// rule: ordered by stride, each term's stride exceeds the span of all smaller ones. Every
+/// variable with a nonzero stride needs a static extent, and every `mapped` variable must
+/// appear (else two threads would share an element).
+pub fn injective(ix: &Index, mapped: &[VarId], extents: &BTreeMap<VarId, u64>) -> bool {
+    let mut terms: Vec<(i128, i128)> = Vec::new();
+    let mut seen = BTreeSet::new();
+    for &(v, s) in &ix.terms {
+        if s == 0 {
+            continue;
+        }
+        if !seen.insert(v) {
+            return false;
+        }
+        let Some(&e) = extents.get(&v) else {
+            return false;
+        };
+        terms.push(((s as i128).abs(), e as i128));
+    }
+    if !mapped.iter().all(|v| seen.contains(v)) {
+        return false;
+    }
+    terms.sort();
+    let mut span = 0i128;
+    for (stride, extent) in terms {
+        if extent > 1 && stride <= span {
+            return false;
+        }
+        span += stride * (extent - 1);
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ix(terms: &[(u32, i64)]) -> Index {
+        Index {
+            offset: 0,
+            terms: terms.iter().map(|&(v, s)| (VarId(v), s)).collect(),
+        }
+    }
+
+    #[test]
+    fn mixed_radix_indices_are_injective_and_overlaps_are_not() {
+        let ext: BTreeMap<VarId, u64> = [(VarId(0), 4), (VarId(1), 8), (VarId(2), 3)].into();
+        assert!(injective(&ix(&[(0, 8), (1, 1)]), &[VarId(0)], &ext));
+        assert!(injective(
+            &ix(&[(1, 1), (0, 8)]),
+            &[VarId(0), VarId(1)],
+            &ext
+        ));
+        // Row stride 7 < 8 columns: rows overlap.
+        assert!(!injective(&ix(&[(0, 7), (1, 1)]), &[VarId(0)], &ext));
+        // A mapped variable missing from the store: two threads write one element.
+        assert!(!injective(&ix(&[(1, 1)]), &[VarId(0), VarId(1)], &ext));
+        // Transposed store: strides in any order.
+        assert!(injective(
+            &ix(&[(0, 1), (1, 4)]),
+            &[VarId(0), VarId(1)],
+            &ext
+        ));
+        // A variable without a static extent.
+        assert!(!injective(&ix(&[(9, 1)]), &[], &ext));
+        // Reversed (negative) strides are as good as positive ones.
+        assert!(injective(&ix(&[(0, -8), (1, 1)]), &[VarId(0)], &ext));
+    }
+}

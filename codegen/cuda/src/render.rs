@@ -1,0 +1,448 @@
+//! The C-style renderer: launches ([`crate::map::Launch`]) → CUDA C++ text.
+//!
+//! One renderer writes every kernel; what differs between the device and the host emulation
+//! ([`crate::emulate`]) is only the prelude each is compiled with (`kernels/cuda.cuh`,
+//! `kernels/host.h`: thread indices, f16 conversions, constants), so the text NVRTC compiles
+//! is the text the tests run. The operations of the loop IR are the overloaded helpers of
+//! `kernels/common.cuh` (`t_exp`, `t_max`, …), written once for float and double.
+//!
+//! Values follow spec/loop-ir.md §2: f16 and bf16 buffers are `unsigned short` arrays that
+//! widen to float on load and round to nearest even on store; an expression is computed in its
+//! compute type (float or double), constants rounded to the type of where they are used.
+
+use std::fmt::Write;
+
+use tdsl_loop::{AccId, AccOp, BinOp, ElemType, Expr, Index, Iter, LoopProgram, Stmt, UnOp};
+
+use crate::map::{Launch, Step};
+
+/// The device prelude (no CUDA headers needed).
+pub const CUDA_PRELUDE: &str = include_str!("../kernels/cuda.cuh");
+/// The host-emulation prelude.
+pub const HOST_PRELUDE: &str = include_str!("../kernels/host.h");
+/// Helpers both preludes share.
+pub const COMMON: &str = include_str!("../kernels/common.cuh");
+
+/// The C type of a buffer's elements.
+pub fn c_type(t: ElemType) -> &'static str {
+    match t {
+        ElemType::F32 => "float",
+        ElemType::F64 => "double",
+        ElemType::F16 | ElemType::BF16 => "unsigned short",
+        ElemType::I32 => "int",
+    }
+}
+
+fn compute_c(t: ElemType) -> &'static str {
+    match t.compute() {
+        ElemType::F64 => "double",
+        _ => "float",
+    }
+}
+
+/// The whole translation unit for `steps` of `p`, after `prelude`: every launch, each with its
+/// launch shape as a comment.
+pub fn render_unit(p: &LoopProgram, steps: &[Step], prelude: &str) -> String {
+    let mut out = String::new();
+    out.push_str(prelude);
+    out.push('\n');
+    out.push_str(COMMON);
+    for step in steps {
+        match step {
+            Step::Launch(l) => {
+                out.push('\n');
+                out.push_str(&render_launch(p, l));
+            }
+            Step::Host { kernel, .. } => {
+                let _ = writeln!(
+                    out,
+                    "\n// {}: sparsify runs on the host between launches",
+                    p.kernels[*kernel].name
+                );
+            }
+        }
+    }
+    out
+}
+
+/// One `__global__` function, with a comment that says where it comes from and how it is
+/// launched.
+pub fn render_launch(p: &LoopProgram, l: &Launch) -> String {
+    let k = &p.kernels[l.kernel];
+    let mut r = Renderer {
+        p,
+        out: String::new(),
+        depth: 1,
+        accs: Vec::new(),
+    };
+    let (blocks, threads) = l.shape();
+    let mut head = String::new();
+    let _ = writeln!(head, "// {} ({})", l.name, k.origin);
+    if l.grid.is_empty() {
+        let _ = writeln!(head, "// launch: <<<1, 1>>> (one thread)");
+    } else {
+        let ext: Vec<String> = l.grid.iter().map(|g| g.1.to_string()).collect();
+        let _ = writeln!(
+            head,
+            "// launch: <<<{blocks}, {threads}>>>, grid-stride over {} = {} iterations",
+            ext.join(" x "),
+            l.iterations()
+        );
+    }
+    let writes = writes(&l.body);
+    let params: Vec<String> = l
+        .params
+        .iter()
+        .map(|b| {
+            let buf = p.buffer(*b);
+            let cnst = if writes.contains(b) { "" } else { "const " };
+            format!("{cnst}{}* __restrict__ b{}", c_type(buf.ty), b.0)
+        })
+        .collect();
+    let _ = writeln!(head, "TDSL_KERNEL {}({}) {{", l.name, params.join(", "));
+    if l.grid.is_empty() {
+        r.line("if (TDSL_THREAD != 0) return;");
+        r.stmts(&l.body);
+    } else {
+        let n = l.iterations();
+        r.line(&format!(
+            "for (long long gi = TDSL_THREAD; gi < {n}LL; gi += TDSL_STRIDE) {{"
+        ));
+        r.depth += 1;
+        let mut inner = 1u64;
+        for &(v, e) in l.grid.iter().rev() {
+            let div = if inner == 1 {
+                "gi".to_string()
+            } else {
+                format!("(gi / {inner}LL)")
+            };
+            r.line(&format!("const long long v{} = {div} % {e}LL;", v.0));
+            inner = inner.saturating_mul(e);
+        }
+        r.stmts(&l.body);
+        r.depth -= 1;
+        r.line("}");
+    }
+    head.push_str(&r.out);
+    head.push_str("}\n");
+    head
+}
+
+fn writes(stmts: &[Stmt]) -> std::collections::BTreeSet<tdsl_loop::BufId> {
+    let mut out = std::collections::BTreeSet::new();
+    for s in stmts {
+        s.visit(&mut |s| {
+            if let Stmt::Store { buf, .. } = s {
+                out.insert(*buf);
+            }
+        });
+    }
+    out
+}
+
+struct Renderer<'a> {
+    p: &'a LoopProgram,
+    out: String,
+    depth: usize,
+    /// Accumulators in scope and their types.
+    accs: Vec<(AccId, ElemType)>,
+}
+
+impl Renderer<'_> {
+    fn line(&mut self, s: &str) {
+        for _ in 0..self.depth {
+            self.out.push_str("  ");
+        }
+        self.out.push_str(s);
+        self.out.push('\n');
+    }
+
+    fn stmts(&mut self, stmts: &[Stmt]) {
+        let n_accs = self.accs.len();
+        for s in stmts {
+            self.stmt(s);
+        }
+        self.accs.truncate(n_accs);
+    }
+
+    fn stmt(&mut self, s: &Stmt) {
+        match s {
+            Stmt::Loop(l) => {
+                let v = l.var.0;
+                match &l.iter {
+                    Iter::Range { extent } => self.line(&format!(
+                        "for (long long v{v} = 0; v{v} < {extent}LL; ++v{v}) {{"
+                    )),
+                    Iter::Compressed {
+                        ptr,
+                        ptr_index,
+                        crd,
+                        coord,
+                    } => {
+                        let at = index(ptr_index);
+                        self.line(&format!(
+                            "for (long long v{v} = b{p}[{at}]; v{v} < b{p}[{at} + 1]; ++v{v}) {{",
+                            p = ptr.0
+                        ));
+                        self.line(&format!(
+                            "  const long long v{} = b{}[v{v}];",
+                            coord.0, crd.0
+                        ));
+                    }
+                    Iter::Singleton { crd, pos_index } => {
+                        self.line("{");
+                        self.line(&format!(
+                            "  const long long v{v} = b{}[{}];",
+                            crd.0,
+                            index(pos_index)
+                        ));
+                    }
+                    Iter::TwoFour {
+                        groups,
+                        meta,
+                        meta_index,
+                        coord,
+                    } => {
+                        self.line(&format!(
+                            "for (long long v{v} = 0; v{v} < {}LL; ++v{v}) {{",
+                            groups.saturating_mul(2)
+                        ));
+                        self.line(&format!(
+                            "  const long long v{} = 4 * (v{v} / 2) + (long long)(((unsigned int)b{}[{} + v{v} / 16] >> (2 * (v{v} % 16))) & 3u);",
+                            coord.0,
+                            meta.0,
+                            index(meta_index)
+                        ));
+                    }
+                }
+                self.depth += 1;
+                self.stmts(&l.body);
+                self.depth -= 1;
+                self.line("}");
+            }
+            Stmt::Let { acc, ty, init } => {
+                let t = ty.compute();
+                let e = self.expr_as(init, t);
+                self.line(&format!("{} a{} = {e};", compute_c(t), acc.0));
+                self.accs.push((*acc, t));
+            }
+            Stmt::Update { acc, op, value } => {
+                let t = self.acc_ty(*acc);
+                let vt = self.ty(value).unwrap_or(t);
+                let wide = join(t, vt);
+                let v = self.expr_as(value, wide);
+                let a = cast(&format!("a{}", acc.0), t, wide);
+                let combined = match op {
+                    AccOp::Set => v,
+                    AccOp::Add => format!("{a} + {v}"),
+                    AccOp::Mul => format!("{a} * {v}"),
+                    AccOp::Max => format!("t_max({a}, {v})"),
+                    AccOp::Min => format!("t_min({a}, {v})"),
+                };
+                let rounded = cast(&format!("({combined})"), wide, t);
+                self.line(&format!("a{} = {rounded};", acc.0));
+            }
+            Stmt::Store {
+                buf,
+                index: ix,
+                value,
+            } => {
+                let b = self.p.buffer(*buf);
+                let vt = self.ty(value).unwrap_or(b.ty.compute());
+                let v = self.expr_as(value, vt);
+                let stored = match (b.ty, vt) {
+                    (ElemType::F16, ElemType::F64) => format!("tdsl_f64_to_f16({v})"),
+                    (ElemType::F16, _) => format!("tdsl_f32_to_f16({v})"),
+                    (ElemType::BF16, ElemType::F64) => format!("tdsl_f64_to_bf16({v})"),
+                    (ElemType::BF16, _) => format!("tdsl_f32_to_bf16({v})"),
+                    (t, vt) => cast(&v, vt, t),
+                };
+                self.line(&format!("b{}[{}] = {stored};", buf.0, index(ix)));
+            }
+            Stmt::Call(_) => self.line("// (library call: not part of a launch)"),
+        }
+    }
+
+    fn acc_ty(&self, a: AccId) -> ElemType {
+        self.accs
+            .iter()
+            .rev()
+            .find(|(id, _)| *id == a)
+            .map_or(ElemType::F32, |x| x.1)
+    }
+
+    /// The compute type of `e` (`None` for constant-only trees), as the evaluator decides it.
+    fn ty(&self, e: &Expr) -> Option<ElemType> {
+        match e {
+            Expr::Const(_) | Expr::Iota(_) => None,
+            Expr::Load { buf, .. } => Some(self.p.buffer(*buf).ty.compute()),
+            Expr::Acc(a) => Some(self.acc_ty(*a)),
+            Expr::Unary(_, x) => self.ty(x),
+            Expr::Binary(_, x, y) | Expr::Select(_, x, y) => opt_join(self.ty(x), self.ty(y)),
+            Expr::Cast(t, _) => Some(t.compute()),
+        }
+    }
+
+    /// `e` rendered as a value of compute type `ctx` (its own type where it has one, cast to
+    /// `ctx` when they differ).
+    fn expr_as(&self, e: &Expr, ctx: ElemType) -> String {
+        let own = self.ty(e).unwrap_or(ctx);
+        let s = self.expr(e, own);
+        cast(&s, own, ctx)
+    }
+
+    /// `e` in compute type `t` (its own type, or the context's for constant-only trees).
+    fn expr(&self, e: &Expr, t: ElemType) -> String {
+        match e {
+            Expr::Const(c) => constant(*c, t),
+            Expr::Load { buf, index: ix } => {
+                let b = self.p.buffer(*buf);
+                let at = format!("b{}[{}]", buf.0, index(ix));
+                match b.ty {
+                    ElemType::F16 => format!("tdsl_f16_to_f32({at})"),
+                    ElemType::BF16 => format!("tdsl_bf16_to_f32({at})"),
+                    _ => at,
+                }
+            }
+            Expr::Acc(a) => format!("a{}", a.0),
+            Expr::Unary(op, x) => format!("{}({})", unary_name(*op), self.expr(x, t)),
+            Expr::Binary(op, x, y) => {
+                let (a, b) = (self.expr_as(x, t), self.expr_as(y, t));
+                match op {
+                    BinOp::Add => format!("({a} + {b})"),
+                    BinOp::Sub => format!("({a} - {b})"),
+                    BinOp::Mul => format!("({a} * {b})"),
+                    BinOp::Div => format!("({a} / {b})"),
+                    other => format!("{}({a}, {b})", binary_name(*other)),
+                }
+            }
+            Expr::Cast(to, x) => {
+                let from = self.ty(x).unwrap_or(to.compute());
+                let v = self.expr(x, from);
+                match to {
+                    ElemType::F16 => format!("tdsl_round_f16({v})"),
+                    ElemType::BF16 => format!("tdsl_round_bf16({v})"),
+                    to => cast(&v, from, *to),
+                }
+            }
+            Expr::Select(c, x, y) => {
+                let tc = self.ty(c).unwrap_or(t);
+                format!(
+                    "({} != 0 ? {} : {})",
+                    self.expr(c, tc),
+                    self.expr_as(x, t),
+                    self.expr_as(y, t)
+                )
+            }
+            Expr::Iota(ix) => format!("(({})({}))", compute_c(t), index(ix)),
+        }
+    }
+}
+
+fn opt_join(a: Option<ElemType>, b: Option<ElemType>) -> Option<ElemType> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(join(a, b)),
+        (a, b) => a.or(b),
+    }
+}
+
+fn join(a: ElemType, b: ElemType) -> ElemType {
+    if a.compute() == ElemType::F64 || b.compute() == ElemType::F64 {
+        ElemType::F64
+    } else {
+        ElemType::F32
+    }
+}
+
+/// `v` (of compute type `from`) as compute type `to`: C's conversion rounds to nearest.
+fn cast(v: &str, from: ElemType, to: ElemType) -> String {
+    let (from, to) = (from.compute(), to.compute());
+    if from == to {
+        v.to_string()
+    } else {
+        format!("(({}){v})", compute_c(to))
+    }
+}
+
+/// A constant rounded to compute type `t`, exactly (shortest round-trip digits).
+fn constant(c: f64, t: ElemType) -> String {
+    if t.compute() == ElemType::F64 {
+        match c {
+            c if c.is_nan() => "TDSL_NAN_D".into(),
+            c if c.is_infinite() => format!("({}TDSL_INF_D)", if c < 0.0 { "-" } else { "" }),
+            c => {
+                let s = format!("{c:?}");
+                format!("({s})")
+            }
+        }
+    } else {
+        let f = c as f32;
+        match f {
+            f if f.is_nan() => "TDSL_NAN_F".into(),
+            f if f.is_infinite() => format!("({}TDSL_INF_F)", if f < 0.0 { "-" } else { "" }),
+            f => format!("({f:?}f)"),
+        }
+    }
+}
+
+/// An affine index as a `long long` expression.
+fn index(ix: &Index) -> String {
+    let mut parts = Vec::new();
+    for &(v, s) in &ix.terms {
+        match s {
+            0 => {}
+            1 => parts.push(format!("v{}", v.0)),
+            s => parts.push(format!("{s}LL * v{}", v.0)),
+        }
+    }
+    if ix.offset != 0 || parts.is_empty() {
+        parts.push(format!("{}LL", ix.offset));
+    }
+    parts.join(" + ")
+}
+
+fn unary_name(op: UnOp) -> &'static str {
+    match op {
+        UnOp::Neg => "t_neg",
+        UnOp::Exp => "t_exp",
+        UnOp::Log => "t_log",
+        UnOp::Sqrt => "t_sqrt",
+        UnOp::Rsqrt => "t_rsqrt",
+        UnOp::Abs => "t_abs",
+        UnOp::Tanh => "t_tanh",
+        UnOp::Sigmoid => "t_sigmoid",
+        UnOp::Relu => "t_relu",
+        UnOp::Gelu => "t_gelu",
+        UnOp::Sin => "t_sin",
+        UnOp::Cos => "t_cos",
+        UnOp::Square => "t_square",
+        UnOp::Erf => "t_erf",
+        UnOp::GeluErf => "t_gelu_erf",
+        UnOp::Silu => "t_silu",
+        UnOp::Softplus => "t_softplus",
+        UnOp::Log1p => "t_log1p",
+        UnOp::Expm1 => "t_expm1",
+        UnOp::Floor => "t_floor",
+        UnOp::Ceil => "t_ceil",
+        UnOp::Round => "t_round",
+        UnOp::Sign => "t_sign",
+    }
+}
+
+fn binary_name(op: BinOp) -> &'static str {
+    match op {
+        BinOp::Add => "t_add",
+        BinOp::Sub => "t_sub",
+        BinOp::Mul => "t_mul",
+        BinOp::Div => "t_div",
+        BinOp::Max => "t_max",
+        BinOp::Min => "t_min",
+        BinOp::Pow => "t_pow",
+        BinOp::Lt => "t_lt",
+        BinOp::Le => "t_le",
+        BinOp::Gt => "t_gt",
+        BinOp::Ge => "t_ge",
+        BinOp::Eq => "t_eq",
+        BinOp::Ne => "t_ne",
+    }
+}
