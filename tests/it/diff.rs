@@ -1774,6 +1774,21 @@ proptest! {
     }
 }
 
+/// `n` generated scripts of each family (a fixed seed): a corpus of the kernel shapes the
+/// planner makes, for checks that need programs but not the interpreter (NVRTC compiles).
+pub(crate) fn generated_scripts(n: usize) -> Vec<String> {
+    let mut state = 0xC0DA;
+    let mut out = Vec::new();
+    for family in [Family::Small, Family::Gemm, Family::Fused, Family::Views] {
+        for _ in 0..n {
+            let len = (splitmix(&mut state) % 400) as usize;
+            let v: Vec<u32> = (0..len).map(|_| splitmix(&mut state) as u32).collect();
+            out.push(Gen::program(&v, false, family).script());
+        }
+    }
+    out
+}
+
 /// What the planner did with a program, counted for [`generated_programs_reach_the_planner_paths`].
 #[derive(Debug, Default)]
 struct Reach {

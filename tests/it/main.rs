@@ -3,6 +3,7 @@
 mod cli;
 mod common;
 mod corpus;
+mod cuda;
 mod diff;
 mod draw;
 mod errors;

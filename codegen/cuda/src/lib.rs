@@ -11,6 +11,7 @@
 
 pub mod emulate;
 pub mod map;
+pub mod nvrtc;
 pub mod render;
 
 use tdsl_loop::{data, Data, LibCall, LoopProgram};

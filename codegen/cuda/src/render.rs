@@ -17,11 +17,11 @@ use tdsl_loop::{AccId, AccOp, BinOp, ElemType, Expr, Index, Iter, LoopProgram, S
 use crate::map::{Launch, Step};
 
 /// The device prelude (no CUDA headers needed).
-pub const CUDA_PRELUDE: &str = include_str!("../kernels/cuda.cuh");
+pub const CUDA_PRELUDE: &str = include_str!("../../../kernels/cuda.cuh");
 /// The host-emulation prelude.
-pub const HOST_PRELUDE: &str = include_str!("../kernels/host.h");
+pub const HOST_PRELUDE: &str = include_str!("../../../kernels/host.h");
 /// Helpers both preludes share.
-pub const COMMON: &str = include_str!("../kernels/common.cuh");
+pub const COMMON: &str = include_str!("../../../kernels/common.cuh");
 
 /// The C type of a buffer's elements.
 pub fn c_type(t: ElemType) -> &'static str {

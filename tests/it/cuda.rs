@@ -1,0 +1,124 @@
+//! The CUDA backend on a machine with no GPU: the generated CUDA C++ of every example, bench
+//! script, corpus script and a set of generated programs compiles with NVRTC to CUBIN for
+//! sm_80 and sm_90 (which runs ptxas over every kernel, inline PTX included) without spills;
+//! a few small kernels are snapshots. The differential tests (`diff.rs`) run the same kernels
+//! through the host emulation; `gpu.rs` runs them on a device when there is one.
+//!
+//! Without NVRTC the compile check prints why and passes, unless `TDSL_REQUIRE_NVRTC` is set
+//! (CI sets it, after installing the pip wheel).
+
+use std::path::Path;
+
+fn nvrtc_or_skip(test: &str) -> bool {
+    match tdsl_cuda::nvrtc::nvrtc() {
+        Ok(_) => true,
+        Err(e) => {
+            assert!(
+                std::env::var_os("TDSL_REQUIRE_NVRTC").is_none(),
+                "TDSL_REQUIRE_NVRTC is set but NVRTC is missing: {e}"
+            );
+            eprintln!("skipped {test}: {e}");
+            false
+        }
+    }
+}
+
+/// Scripts from a directory (`.tdsl` files), with their names.
+fn scripts_in(dir: &str) -> Vec<(String, String)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
+    let mut out: Vec<(String, String)> = std::fs::read_dir(&root)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "tdsl"))
+        .filter_map(|p| Some((p.display().to_string(), std::fs::read_to_string(&p).ok()?)))
+        .collect();
+    out.sort();
+    out
+}
+
+fn plan(script: &str) -> Option<tdsl::plan::lower::Plan> {
+    let p = tdsl::compile(script, &Default::default()).ok()?;
+    tdsl::plan::lower::plan_program(&p).ok()
+}
+
+#[test]
+fn nvrtc_compiles_every_kernel_shape_for_sm80_and_sm90_without_spills() {
+    if !nvrtc_or_skip("the NVRTC compile check") {
+        return;
+    }
+    let mut programs: Vec<(String, String)> = Vec::new();
+    for dir in ["examples", "bench", "tests/corpus"] {
+        programs.extend(scripts_in(dir));
+    }
+    for (i, s) in crate::diff::generated_scripts(10).into_iter().enumerate() {
+        programs.push((format!("generated #{i}"), s));
+    }
+    let (mut units, mut kernels, mut max_regs) = (0, 0, 0);
+    for (name, script) in &programs {
+        let Some(plan) = plan(script) else { continue };
+        let unit = tdsl_cuda::cuda_unit(&plan.loops);
+        for sm in [80, 90] {
+            let c = tdsl_cuda::nvrtc::compile(&unit, sm, true)
+                .unwrap_or_else(|e| panic!("{name} does not compile for sm_{sm}:\n{e}\n{unit}"));
+            for k in tdsl_cuda::nvrtc::resources(&c.log) {
+                assert_eq!(
+                    (k.spill_stores, k.spill_loads),
+                    (0, 0),
+                    "{name}: kernel {} spills on sm_{sm}",
+                    k.name
+                );
+                max_regs = max_regs.max(k.registers);
+                kernels += 1;
+            }
+        }
+        units += 1;
+    }
+    assert!(units >= 40, "only {units} programs planned");
+    eprintln!("NVRTC: {units} units, {kernels} kernel compiles, at most {max_regs} registers");
+}
+
+/// The kernel text of `script`'s kernel `k`.
+fn kernel_text(script: &str, k: usize) -> String {
+    let plan = plan(script).expect("the script plans");
+    tdsl_cuda::cuda_kernel(&plan.loops, k)
+}
+
+#[test]
+fn snapshot_softmax_rows_one_thread_per_row() {
+    insta::assert_snapshot!(kernel_text(
+        "input x: f32[a=4, b=6, c=32] = randn(seed=0)\n\
+         e = exp(x - reduce(x, 'a b c -> a b 1', 'max'))\n\
+         y = e / reduce(e, 'a b c -> a b 1', 'sum')\n\
+         output y\n",
+        0
+    ));
+}
+
+#[test]
+fn snapshot_mixed_precision_gemm_with_bias_and_gelu() {
+    let script = "input x: bf16[16, 32] = randn(seed=0)\n\
+                  input w: bf16[24, 32] = randn(seed=1)\n\
+                  input b: f32[24] = randn(seed=2)\n\
+                  y = gelu(einsum(x, w, 'n i, o i -> n o') + b)\n\
+                  output y\n";
+    let plan = plan(script).expect("plans");
+    let all: String = (0..plan.loops.kernels.len())
+        .map(|k| tdsl_cuda::cuda_kernel(&plan.loops, k))
+        .collect();
+    insta::assert_snapshot!(all);
+}
+
+#[test]
+fn snapshot_csr_times_dense() {
+    let script = "input a: f32[8, 16] @ csr = rand(seed=0, density=0.3)\n\
+                  input x: f32[16, 4] = randn(seed=1)\n\
+                  y = einsum(a, x, 'i k, k j -> i j')\n\
+                  output y\n";
+    let plan = plan(script).expect("plans");
+    let all: String = (0..plan.loops.kernels.len())
+        .map(|k| tdsl_cuda::cuda_kernel(&plan.loops, k))
+        .collect();
+    insta::assert_snapshot!(all);
+}
