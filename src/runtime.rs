@@ -22,10 +22,14 @@ thread_local! {
     /// One CPU JIT backend per thread: its kernel cache makes a second compile of the same
     /// kernel free (`CpuBackend` owns JIT memory and is not shared across threads).
     static CPU: RefCell<Option<tdsl_cpu::CpuBackend>> = const { RefCell::new(None) };
+    /// One CUDA backend per thread (device 0), or why there is none (asked once).
+    static CUDA: RefCell<Option<Result<tdsl_cuda::CudaBackend, BackendError>>> =
+        const { RefCell::new(None) };
 }
 
 /// Runs `f` with the backend of `engine` (created on first use, one per thread). The
-/// interpreter has no backend; CUDA is not built: both are diagnostics.
+/// interpreter has no backend (a diagnostic); a machine without a usable GPU, driver or NVRTC
+/// is a `tdsl::backend::unavailable` diagnostic that says what was looked for.
 fn with_backend<R>(
     engine: Engine,
     plan: &Plan,
@@ -50,11 +54,14 @@ fn with_backend<R>(
         Engine::Interp => Err(internal(
             "the reference interpreter runs the checked program, not a plan".into(),
         )),
-        Engine::Cuda => Err(Diagnostic::new(
-            Code::BackendUnavailable,
-            "the CUDA engine is not part of this build of tdsl",
-        )
-        .help("run on the CPU: `--backend jit` (the default), `interp` or `eval`")),
+        Engine::Cuda => CUDA.with(|cell| {
+            let mut slot = cell.borrow_mut();
+            let be = slot.get_or_insert_with(|| tdsl_cuda::CudaBackend::new(0));
+            match be {
+                Ok(be) => f(be).map_err(fail),
+                Err(e) => Err(fail(e.clone())),
+            }
+        }),
     }
 }
 
@@ -83,7 +90,11 @@ fn internal(message: String) -> Diagnostic {
 /// the statement the failing kernel came from where there is one.
 pub fn backend_diagnostic(e: BackendError, plan: &Plan) -> Diagnostic {
     let d = match e.kind {
-        ErrorKind::Unavailable => Diagnostic::new(Code::BackendUnavailable, e.message.clone()),
+        ErrorKind::Unavailable => Diagnostic::new(Code::BackendUnavailable, e.message.clone())
+            .help(
+                "run on the CPU (`--backend jit`, the default); `tdsl emit --target cuda` prints \
+                 the CUDA without a GPU",
+            ),
         ErrorKind::BadData => Diagnostic::new(Code::SparseData, e.message.clone()),
         ErrorKind::Compile => internal(format!("compilation failed: {}", e.message)),
         ErrorKind::Buffers | ErrorKind::Run => {
@@ -305,7 +316,17 @@ pub fn run_eval(
     inputs: &[Tensor],
     shapes: &[Vec<usize>],
 ) -> Result<Vec<Tensor>, Diagnostic> {
-    let (exe, _) = compile(Engine::Eval, plan)?;
+    run_on(Engine::Eval, plan, inputs, shapes)
+}
+
+/// Runs a plan on `engine`'s backend (not the interpreter) and returns its outputs.
+pub fn run_on(
+    engine: Engine,
+    plan: &Plan,
+    inputs: &[Tensor],
+    shapes: &[Vec<usize>],
+) -> Result<Vec<Tensor>, Diagnostic> {
+    let (exe, _) = compile(engine, plan)?;
     let mut bufs = buffers(plan, inputs)?;
     exe.run(&mut bufs, &RunOptions::default())
         .map_err(|e| backend_diagnostic(e, plan))?;
@@ -315,5 +336,9 @@ pub fn run_eval(
 /// The code kernel `kernel` of a plan becomes on `engine`'s backend (`Backend::emit`:
 /// Cranelift IR for the JIT, loop IR for the evaluator).
 pub fn emit(engine: Engine, plan: &Plan, kernel: usize) -> Result<String, Diagnostic> {
+    // CUDA C++ is generated without a device.
+    if engine == Engine::Cuda {
+        return Ok(tdsl_cuda::cuda_kernel(&plan.loops, kernel));
+    }
     with_backend(engine, plan, |be| be.emit(&plan.loops, kernel))
 }

@@ -43,8 +43,8 @@ pub enum Engine {
     /// The planned loop IR, compiled by Cranelift for this CPU (`tdsl_cpu::CpuBackend`).
     #[default]
     Jit,
-    /// The planned loop IR on an NVIDIA GPU. Not built yet: selecting it is a
-    /// `tdsl::backend::unavailable` diagnostic.
+    /// The planned loop IR on an NVIDIA GPU (`tdsl_cuda`: CUDA C++ compiled by NVRTC). A
+    /// machine without a GPU, driver or NVRTC gets a `tdsl::backend::unavailable` diagnostic.
     Cuda,
 }
 

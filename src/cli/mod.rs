@@ -60,8 +60,36 @@ enum Backend {
     Interp,
     /// The planned loop IR, run by its evaluator (slow; bisects planner and backend bugs).
     Eval,
-    /// An NVIDIA GPU (not part of this build yet: a `tdsl::backend::unavailable` diagnostic).
+    /// An NVIDIA GPU: CUDA C++ compiled by NVRTC (same as `--device cuda`).
     Cuda,
+}
+
+/// `--device`: where a plan runs (`cuda` is `--backend cuda`).
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+enum Device {
+    /// This machine's CPU (the JIT, unless `--backend` says otherwise).
+    Cpu,
+    /// The first NVIDIA GPU.
+    Cuda,
+}
+
+/// `emit --target`: which code to print.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+enum EmitTarget {
+    /// One CUDA C++ translation unit with every kernel (what NVRTC compiles).
+    Cuda,
+    /// The Cranelift IR of every kernel (what the CPU JIT compiles).
+    Clif,
+    /// The loop IR (as `tdsl plan`).
+    Loop,
+}
+
+/// The engine `--backend` and `--device` choose together.
+fn chosen(backend: Backend, device: Option<Device>) -> Engine {
+    match device {
+        Some(Device::Cuda) => Engine::Cuda,
+        _ => backend.engine(),
+    }
 }
 
 impl Backend {
@@ -101,12 +129,27 @@ enum Cmd {
         /// Which backend evaluates the program.
         #[arg(long, value_enum, default_value_t = Backend::Jit)]
         backend: Backend,
+        /// Where it runs: `cuda` runs it on the GPU (same as `--backend cuda`).
+        #[arg(long, value_enum)]
+        device: Option<Device>,
     },
-    /// Print the plan: the loop IR every backend compiles.
+    /// Print the plan: the loop IR every backend compiles (`--device cuda`: after the GPU
+    /// mapping, with library calls as loop nests and `gpu grid` loops).
     Plan {
         script: PathBuf,
         #[command(flatten)]
         data: DataArgs,
+        #[arg(long, value_enum)]
+        device: Option<Device>,
+    },
+    /// Print the code a backend generates for a script: one CUDA C++ translation unit with
+    /// every kernel and its launch shape (`--target cuda`), the Cranelift IR, or the loop IR.
+    Emit {
+        script: PathBuf,
+        #[command(flatten)]
+        data: DataArgs,
+        #[arg(long, value_enum, default_value_t = EmitTarget::Cuda)]
+        target: EmitTarget,
     },
     /// JIT-compile a script, run it repeatedly and report times against this machine's peak.
     /// Inputs without data or initialiser get random values.
@@ -129,6 +172,9 @@ enum Cmd {
         /// Which engine's kernels are timed (jit, eval or cuda).
         #[arg(long, value_enum, default_value_t = Backend::Jit)]
         backend: Backend,
+        /// `cuda` times the GPU's kernels (same as `--backend cuda`).
+        #[arg(long, value_enum)]
+        device: Option<Device>,
     },
     /// Check a script and print every statement's shape, dtype and format.
     Check {
@@ -211,6 +257,7 @@ pub fn main() -> ExitCode {
         | Cmd::Check { script, .. }
         | Cmd::Cost { script, .. }
         | Cmd::Plan { script, .. }
+        | Cmd::Emit { script, .. }
         | Cmd::Bench { script, .. } => script.clone(),
         Cmd::Repl | Cmd::Machine { .. } => return ExitCode::SUCCESS,
     };
@@ -255,14 +302,16 @@ fn execute(cmd: &Cmd, text: &str, out: &mut dyn Write) -> Result<(), Failure> {
             threads,
             json,
             backend,
+            device,
             ..
         } => {
-            if *backend == Backend::Interp {
+            let engine = chosen(*backend, *device);
+            if engine == Engine::Interp {
                 return Err(Failure::Usage(
                     "bench times the kernels of a plan: --backend jit, eval or cuda".into(),
                 ));
             }
-            let pipe = pipeline(backend.engine());
+            let pipe = pipeline(engine);
             let t0 = Instant::now();
             let (program, inputs) = load(&pipe, text, data, Need::Random)?;
             let parse_check = t0.elapsed();
@@ -271,7 +320,7 @@ fn execute(cmd: &Cmd, text: &str, out: &mut dyn Write) -> Result<(), Failure> {
             let plan_time = t1.elapsed();
             let inputs: Vec<Value> = inputs.into_iter().flatten().collect();
             let opts = bench::Options {
-                engine: backend.engine(),
+                engine,
                 runs: *runs,
                 warmup: *warmup,
                 threads: threads.unwrap_or_else(rayon::current_num_threads),
@@ -285,20 +334,45 @@ fn execute(cmd: &Cmd, text: &str, out: &mut dyn Write) -> Result<(), Failure> {
             let _ = write!(out, "{report}");
             Ok(())
         }
-        Cmd::Plan { data, .. } => {
+        Cmd::Plan { data, device, .. } => {
             let pipe = pipeline(Engine::Jit);
             let (program, _) = load(&pipe, text, data, Need::Sparse)?;
             let plan = pipe.plan(&program)?;
-            let _ = write!(out, "{}", tdsl_loop::print::print_program(&plan.loops));
+            let loops = match device {
+                Some(Device::Cuda) => tdsl_cuda::map_program(&plan.loops).0,
+                _ => plan.loops,
+            };
+            let _ = write!(out, "{}", tdsl_loop::print::print_program(&loops));
+            Ok(())
+        }
+        Cmd::Emit { data, target, .. } => {
+            let pipe = pipeline(Engine::Jit);
+            let (program, _) = load(&pipe, text, data, Need::Sparse)?;
+            let plan = pipe.plan(&program)?;
+            let text = match target {
+                EmitTarget::Cuda => tdsl_cuda::cuda_unit(&plan.loops),
+                EmitTarget::Loop => tdsl_loop::print::print_program(&plan.loops),
+                EmitTarget::Clif => {
+                    let mut t = String::new();
+                    for (k, kern) in plan.loops.kernels.iter().enumerate() {
+                        t.push_str(&format!("; kernel {} ({})\n", kern.name, kern.origin));
+                        t.push_str(&crate::runtime::emit(Engine::Jit, &plan, k)?);
+                        t.push('\n');
+                    }
+                    t
+                }
+            };
+            let _ = write!(out, "{text}");
             Ok(())
         }
         Cmd::Run {
             data,
             out: dir,
             backend,
+            device,
             ..
         } => {
-            let pipe = pipeline(backend.engine());
+            let pipe = pipeline(chosen(*backend, *device));
             let t0 = Instant::now();
             let (program, inputs) = load(&pipe, text, data, Need::All)?;
             if program.outputs.is_empty() {

@@ -59,7 +59,17 @@ fn backends() -> Vec<(&'static str, Backend)> {
     if cxx().is_some() {
         out.push(("cuda-emulated", cuda_emulated));
     }
+    if crate::gpu::device().is_some() {
+        out.push(("cuda", cuda));
+    }
     out
+}
+
+/// The plan on the GPU (`Engine::Cuda`), when this machine has one.
+fn cuda(p: &Program, inputs: &[Tensor], shapes: &[Vec<usize>]) -> Result<Vec<Tensor>, String> {
+    let plan = tdsl::plan::lower::plan_program(p).map_err(|d| d.to_string())?;
+    tdsl::runtime::run_on(tdsl::session::Engine::Cuda, &plan, inputs, shapes)
+        .map_err(|d| d.to_string())
 }
 
 /// The host's C++ compiler, found once (`None`: the CUDA emulation is skipped, and said so).

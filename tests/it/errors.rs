@@ -472,6 +472,10 @@ fn every_spec_example_fails_with_its_code() {
     assert!(!examples.is_empty(), "no examples found in spec/errors.md");
     let mut rendered = Vec::new();
     for ex in &examples {
+        // The unavailable-engine example runs on a machine that has a GPU.
+        if ex.code == "tdsl::backend::unavailable" && crate::gpu::device().is_some() {
+            continue;
+        }
         match check_example(ex) {
             Ok(stderr) => rendered.push((ex, stderr)),
             Err(p) => problems.push(format!(

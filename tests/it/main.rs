@@ -7,6 +7,7 @@ mod cuda;
 mod diff;
 mod draw;
 mod errors;
+mod gpu;
 mod language;
 mod plan;
 mod plot;

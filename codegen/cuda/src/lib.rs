@@ -9,6 +9,7 @@
 
 #![deny(unsafe_code)]
 
+pub mod device;
 pub mod emulate;
 pub mod map;
 pub mod nvrtc;
@@ -16,6 +17,7 @@ pub mod render;
 
 use tdsl_loop::{data, Data, LibCall, LoopProgram};
 
+pub use device::CudaBackend;
 pub use map::{map_program, Launch, Step};
 
 /// The CUDA C++ translation unit of `p`: every kernel of the program, each launch with its

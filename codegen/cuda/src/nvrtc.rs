@@ -46,7 +46,10 @@ const WHEEL_FILES: [&str; 2] = [
 
 /// Candidate files, in search order.
 fn candidates() -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> = std::env::var_os("TDSL_NVRTC").map(PathBuf::from).into_iter().collect();
+    let mut out: Vec<PathBuf> = std::env::var_os("TDSL_NVRTC")
+        .map(PathBuf::from)
+        .into_iter()
+        .collect();
     let pythons: Vec<String> = std::env::var("TDSL_PYTHON")
         .into_iter()
         .chain(["python3".to_string(), "python".to_string()])
@@ -108,7 +111,11 @@ fn load() -> Result<Nvrtc, String> {
     let mut n = 0;
     // SAFETY: as above.
     let mut archs = vec![0i32; 0];
-    if unsafe { sys::nvrtcGetNumSupportedArchs(&mut n) }.result().is_ok() && n > 0 {
+    if unsafe { sys::nvrtcGetNumSupportedArchs(&mut n) }
+        .result()
+        .is_ok()
+        && n > 0
+    {
         archs = vec![0; n as usize];
         // SAFETY: `archs` has room for the `n` entries NVRTC writes.
         let _ = unsafe { sys::nvrtcGetSupportedArchs(archs.as_mut_ptr()) };

@@ -75,7 +75,12 @@ const COMMANDS: &[(&str, &str, &str)] = &[
     (
         ":emit",
         "clif|cuda [NAME]",
-        "the Cranelift IR the JIT compiles (there is no CUDA backend)",
+        "the Cranelift IR the JIT compiles, or the CUDA C++ the GPU runs",
+    ),
+    (
+        ":device",
+        "cpu|cuda",
+        "where :time runs the session (cuda: the GPU; same as :set backend)",
     ),
     (
         ":time",
@@ -768,6 +773,11 @@ impl Session {
             ":load" => self.cmd_load(&args),
             ":save" => self.cmd_save(&args),
             ":set" => self.cmd_set(&args),
+            ":device" => match args.as_slice() {
+                ["cuda"] => self.cmd_set(&["backend", "cuda"]),
+                ["cpu"] => self.cmd_set(&["backend", "jit"]),
+                _ => self.error("usage: :device cpu|cuda"),
+            },
             ":reset" => self.cmd_reset(),
             other => {
                 let names = COMMANDS.iter().map(|c| c.0);

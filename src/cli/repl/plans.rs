@@ -123,20 +123,17 @@ impl Session {
     }
 
     pub(super) fn cmd_emit(&mut self, args: &[&str]) {
-        match args.first().copied() {
-            Some("clif") => {}
-            Some("cuda") | Some("ptx") => {
-                self.print(
-                    "there is no CUDA backend in this build, so there is no CUDA to show; \
-                     `:emit clif [NAME]` prints the Cranelift IR the CPU JIT compiles",
+        let engine = match args.first().copied() {
+            Some("clif") => Engine::Jit,
+            Some("cuda") => Engine::Cuda,
+            _ => {
+                self.error(
+                    "usage: :emit clif|cuda [NAME]  (the Cranelift IR or the CUDA C++ of the \
+                     session's kernels)",
                 );
                 return;
             }
-            _ => {
-                self.error("usage: :emit clif [NAME]  (the Cranelift IR of the session's kernels)");
-                return;
-            }
-        }
+        };
         let Some((_, plan, added)) = self.plan() else {
             return;
         };
@@ -150,8 +147,9 @@ impl Session {
         let mut text = Self::assumed_outputs_note(&added);
         for k in sel {
             let kern = &plan.loops.kernels[k];
-            let _ = writeln!(text, "; kernel {} ({})", kern.name, kern.origin);
-            match crate::runtime::emit(Engine::Jit, &plan, k) {
+            let comment = if engine == Engine::Cuda { "//" } else { ";" };
+            let _ = writeln!(text, "{comment} kernel {} ({})", kern.name, kern.origin);
+            match crate::runtime::emit(engine, &plan, k) {
                 Ok(clif) => {
                     text.push_str(&clif);
                     if !clif.ends_with('\n') {

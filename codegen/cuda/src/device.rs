@@ -1,0 +1,344 @@
+//! The driver half: [`CudaBackend`] behind the backend seam (`tdsl_loop::Backend`), on cudarc.
+//!
+//! `compile` maps the program (`crate::map`), renders one translation unit with the device
+//! prelude, compiles it with NVRTC to a CUBIN for the device's exact `sm_XX` and loads its
+//! functions. `run` allocates one device buffer per program buffer, copies the inputs in,
+//! launches every step in order on one stream (timing each launch with CUDA events), runs
+//! host steps (`sparsify`) between them, and copies only the outputs back: intermediates stay
+//! on the device.
+//!
+//! Nothing here calls cudarc before `is_culib_present` says the driver library is there
+//! (cudarc panics when a library is missing): no driver, no device and no NVRTC are
+//! `ErrorKind::Unavailable` errors that say what was looked for.
+
+#![allow(unsafe_code)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cudarc::driver::sys::CUevent_flags;
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg,
+};
+use cudarc::nvrtc::Ptx;
+use tdsl_loop::backend::{self as seam, BackendError, ErrorKind, RunOptions, RunStats, Target};
+use tdsl_loop::{Data, LoopProgram, Role};
+
+use crate::map::{map_program, Step};
+use crate::render::{render_unit, CUDA_PRELUDE};
+
+/// The CUDA backend for one device.
+pub struct CudaBackend {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    sm: u32,
+    device: String,
+    n_compiled: usize,
+}
+
+/// What the device is, for reports.
+#[derive(Debug, Clone)]
+pub struct DeviceInfo {
+    pub name: String,
+    pub sm: u32,
+    pub multiprocessors: i32,
+    pub driver_version: i32,
+    pub nvrtc_version: (i32, i32),
+}
+
+fn unavailable(msg: impl Into<String>) -> BackendError {
+    BackendError::new(ErrorKind::Unavailable, msg)
+}
+
+fn driver_error(what: &str, e: impl std::fmt::Debug) -> BackendError {
+    BackendError::new(ErrorKind::Run, format!("{what} failed: {e:?}"))
+}
+
+/// Whether the driver library can be loaded (never panics).
+pub fn driver_present() -> bool {
+    // SAFETY: only tries to dlopen the driver by cudarc's names.
+    unsafe { cudarc::driver::sys::is_culib_present() }
+}
+
+impl CudaBackend {
+    /// The backend for device `ordinal`, or why there is none.
+    pub fn new(ordinal: usize) -> Result<CudaBackend, BackendError> {
+        if !driver_present() {
+            return Err(unavailable(
+                "no CUDA driver was found (libcuda.so.1 is not on the loader's path): this \
+                 machine has no NVIDIA driver installed",
+            ));
+        }
+        let ctx = CudaContext::new(ordinal).map_err(|e| {
+            unavailable(format!(
+                "the CUDA driver is installed but device {ordinal} cannot be used: {e:?}"
+            ))
+        })?;
+        let (major, minor) = ctx
+            .compute_capability()
+            .map_err(|e| unavailable(format!("the device's compute capability: {e:?}")))?;
+        let sm = (major * 10 + minor) as u32;
+        if sm < 70 {
+            return Err(unavailable(format!(
+                "the device is sm_{sm}; tdsl's CUDA backend needs sm_70 or newer"
+            )));
+        }
+        let nv = crate::nvrtc::nvrtc().map_err(unavailable)?;
+        if !nv.archs.is_empty() && !nv.archs.contains(&sm) {
+            return Err(unavailable(format!(
+                "NVRTC {}.{} cannot compile for the device's sm_{sm} (it knows {:?}); install \
+                 an NVRTC that does (`pip install nvidia-cuda-nvrtc`)",
+                nv.version.0, nv.version.1, nv.archs
+            )));
+        }
+        let device = ctx.name().unwrap_or_else(|_| "CUDA device".into());
+        let stream = ctx.default_stream();
+        Ok(CudaBackend {
+            ctx,
+            stream,
+            sm,
+            device,
+            n_compiled: 0,
+        })
+    }
+
+    /// The device's name, architecture and versions.
+    pub fn info(&self) -> DeviceInfo {
+        use cudarc::driver::sys::CUdevice_attribute as A;
+        let mut driver_version = 0;
+        // SAFETY: the driver is loaded (the context exists); the pointer is a live local.
+        let _ = unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut driver_version) };
+        DeviceInfo {
+            name: self.device.clone(),
+            sm: self.sm,
+            multiprocessors: self
+                .ctx
+                .attribute(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+                .unwrap_or(0),
+            driver_version,
+            nvrtc_version: crate::nvrtc::nvrtc().map(|n| n.version).unwrap_or((0, 0)),
+        }
+    }
+}
+
+/// The kernel a line of the unit belongs to: launches start at their `// kN_M (` comment.
+fn kernel_at_line(unit: &str, line: usize, steps: &[Step]) -> Option<usize> {
+    let mut current = None;
+    for (i, text) in unit.lines().enumerate() {
+        if i + 1 > line {
+            break;
+        }
+        for s in steps {
+            if let Step::Launch(l) = s {
+                if text.starts_with(&format!("// {} (", l.name)) {
+                    current = Some(l.kernel);
+                }
+            }
+        }
+    }
+    current
+}
+
+impl seam::Backend for CudaBackend {
+    fn name(&self) -> &'static str {
+        "cuda"
+    }
+
+    fn target(&self) -> Target {
+        Target::Cuda { sm: self.sm }
+    }
+
+    fn compile(&mut self, p: &LoopProgram) -> Result<Arc<dyn seam::Executable>, BackendError> {
+        let (mapped, steps) = map_program(p);
+        let unit = render_unit(&mapped, &steps, CUDA_PRELUDE);
+        drop(mapped);
+        let cubin = crate::nvrtc::compile(&unit, self.sm, false).map_err(|log| {
+            // Blame the kernel of the first line NVRTC complains about (`tdsl.cu(LINE)`).
+            let line = log
+                .split("tdsl.cu(")
+                .nth(1)
+                .and_then(|r| r.split(')').next())
+                .and_then(|n| n.parse().ok());
+            let e = BackendError::new(
+                ErrorKind::Compile,
+                format!("NVRTC rejected the generated CUDA:\n{log}"),
+            );
+            match line.and_then(|l| kernel_at_line(&unit, l, &steps)) {
+                Some(k) => e.in_kernel(k),
+                None => e,
+            }
+        })?;
+        self.n_compiled += 1;
+        let module = self
+            .ctx
+            .load_module(Ptx::from_binary(cubin.bytes))
+            .map_err(|e| driver_error("loading the CUBIN", e))?;
+        let mut functions = Vec::new();
+        for s in &steps {
+            functions.push(match s {
+                Step::Launch(l) => Some(
+                    module
+                        .load_function(&l.name)
+                        .map_err(|e| driver_error(&format!("finding kernel {}", l.name), e))?,
+                ),
+                Step::Host { .. } => None,
+            });
+        }
+        Ok(Arc::new(CudaExecutable {
+            program: p.clone(),
+            steps,
+            functions,
+            stream: self.stream.clone(),
+        }))
+    }
+
+    fn n_compiled(&self) -> usize {
+        self.n_compiled
+    }
+
+    fn emit(&self, p: &LoopProgram, kernel: usize) -> Result<String, BackendError> {
+        Ok(crate::cuda_kernel(p, kernel))
+    }
+}
+
+struct CudaExecutable {
+    program: LoopProgram,
+    steps: Vec<Step>,
+    functions: Vec<Option<CudaFunction>>,
+    stream: Arc<CudaStream>,
+}
+
+impl CudaExecutable {
+    fn upload(&self, bufs: &[Data]) -> Result<Vec<CudaSlice<u8>>, BackendError> {
+        let mut dev = Vec::with_capacity(bufs.len());
+        for (d, b) in bufs.iter().zip(&self.program.buffers) {
+            let n = ((b.elems * b.ty.size_bytes()) as usize).max(1);
+            let mut slice = self
+                .stream
+                .alloc_zeros::<u8>(n)
+                .map_err(|e| driver_error(&format!("allocating {n} bytes on the device"), e))?;
+            if b.role.is_input() {
+                let bytes = d.to_le_bytes();
+                if !bytes.is_empty() {
+                    let mut view = slice.slice_mut(0..bytes.len());
+                    self.stream
+                        .memcpy_htod(&bytes, &mut view)
+                        .map_err(|e| driver_error("copying an input to the device", e))?;
+                }
+            }
+            dev.push(slice);
+        }
+        Ok(dev)
+    }
+
+    fn download(&self, dev: &CudaSlice<u8>, into: &mut Data) -> Result<(), BackendError> {
+        let bytes = self
+            .stream
+            .clone_dtoh(dev)
+            .map_err(|e| driver_error("copying a buffer from the device", e))?;
+        let n = into.len() * into.ty().size_bytes() as usize;
+        *into = Data::from_le_bytes(into.ty(), &bytes[..n.min(bytes.len())]);
+        Ok(())
+    }
+}
+
+impl seam::Executable for CudaExecutable {
+    fn program(&self) -> &LoopProgram {
+        &self.program
+    }
+
+    fn run(&self, bufs: &mut [Data], _opts: &RunOptions) -> Result<RunStats, BackendError> {
+        crate::check_buffers(&self.program, bufs)
+            .map_err(|m| BackendError::new(ErrorKind::Buffers, m))?;
+        let t0 = Instant::now();
+        let mut dev = self.upload(bufs)?;
+        self.stream
+            .synchronize()
+            .map_err(|e| driver_error("synchronising", e))?;
+        let mut transfer = t0.elapsed();
+        let mut kernel_ms = vec![0f32; self.program.kernels.len()];
+        let mut host_time = vec![Duration::ZERO; self.program.kernels.len()];
+        for (step, f) in self.steps.iter().zip(&self.functions) {
+            match (step, f) {
+                (Step::Launch(l), Some(f)) => {
+                    let (blocks, threads) = l.shape();
+                    let cfg = LaunchConfig {
+                        grid_dim: (blocks as u32, 1, 1),
+                        block_dim: (threads as u32, 1, 1),
+                        shared_mem_bytes: 0,
+                    };
+                    let start = self
+                        .stream
+                        .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+                        .map_err(|e| driver_error("recording an event", e))?;
+                    let mut b = self.stream.launch_builder(f);
+                    for p in &l.params {
+                        b.arg(&dev[p.0 as usize]);
+                    }
+                    // SAFETY: the kernel's parameters are the buffers `l.params`, in order, each
+                    // a device allocation of its buffer's full size; indices were proven in
+                    // bounds by the verifier, and sparse index data was validated when bound.
+                    unsafe { b.launch(cfg) }.map_err(|e| {
+                        driver_error(&format!("launching {}", l.name), e).in_kernel(l.kernel)
+                    })?;
+                    let end = self
+                        .stream
+                        .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+                        .map_err(|e| driver_error("recording an event", e))?;
+                    let ms = start.elapsed_ms(&end).map_err(|e| {
+                        driver_error(&format!("running {}", l.name), e).in_kernel(l.kernel)
+                    })?;
+                    kernel_ms[l.kernel] += ms;
+                }
+                (Step::Host { kernel, call }, _) => {
+                    let t = Instant::now();
+                    let mut host: Vec<Data> = self
+                        .program
+                        .buffers
+                        .iter()
+                        .map(|b| Data::zeros(b.ty, 0))
+                        .collect();
+                    for id in call.reads() {
+                        let b = self.program.buffer(id);
+                        host[id.0 as usize] = Data::zeros(b.ty, b.elems as usize);
+                        self.download(&dev[id.0 as usize], &mut host[id.0 as usize])?;
+                    }
+                    for id in call.writes() {
+                        let b = self.program.buffer(id);
+                        host[id.0 as usize] = Data::zeros(b.ty, b.elems as usize);
+                    }
+                    crate::host_call(call, &mut host)
+                        .map_err(|m| BackendError::new(ErrorKind::Run, m).in_kernel(*kernel))?;
+                    for id in call.writes() {
+                        let bytes = host[id.0 as usize].to_le_bytes();
+                        self.stream
+                            .memcpy_htod(&bytes, &mut dev[id.0 as usize].slice_mut(0..bytes.len()))
+                            .map_err(|e| driver_error("copying a host result to the device", e))?;
+                    }
+                    host_time[*kernel] += t.elapsed();
+                }
+                (Step::Launch(l), None) => {
+                    return Err(BackendError::new(
+                        ErrorKind::Run,
+                        format!("kernel {} was not loaded", l.name),
+                    ))
+                }
+            }
+        }
+        let t1 = Instant::now();
+        for (i, b) in self.program.buffers.iter().enumerate() {
+            if let Role::Output(_) = b.role {
+                self.download(&dev[i], &mut bufs[i])?;
+            }
+        }
+        transfer += t1.elapsed();
+        Ok(RunStats {
+            kernel_times: kernel_ms
+                .iter()
+                .zip(&host_time)
+                .map(|(ms, h)| Duration::from_secs_f64(*ms as f64 / 1e3) + *h)
+                .collect(),
+            transfer,
+        })
+    }
+}
