@@ -29,3 +29,10 @@ TDSL_FN float tdsl_bits_f32(unsigned int u) { return __uint_as_float(u); }
 TDSL_FN unsigned int tdsl_f32_bits(float f) { return __float_as_uint(f); }
 TDSL_FN double tdsl_rint(double x) { return rint(x); }
 TDSL_FN float tdsl_rint(float x) { return rintf(x); }
+
+// Warps: one warp per grid iteration for row-shaped work (softmax, norms, reductions).
+#define TDSL_WARP 32
+#define TDSL_LANE ((long long)(threadIdx.x & 31u))
+TDSL_FN float tdsl_shfl(float x, int off) { return __shfl_xor_sync(0xffffffffu, x, off); }
+TDSL_FN double tdsl_shfl(double x, int off) { return __shfl_xor_sync(0xffffffffu, x, off); }
+TDSL_FN void tdsl_syncwarp() { __syncwarp(); }

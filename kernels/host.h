@@ -18,6 +18,13 @@ static tdsl_dim3 blockIdx, threadIdx, blockDim, gridDim;
 #define TDSL_INF_D __builtin_inf()
 #define TDSL_NAN_D __builtin_nan("")
 
+// A warp of one lane: lane-split loops run whole, shuffles and warp barriers do nothing.
+#define TDSL_WARP 1
+#define TDSL_LANE 0LL
+TDSL_FN float tdsl_shfl(float x, int) { return x; }
+TDSL_FN double tdsl_shfl(double x, int) { return x; }
+TDSL_FN void tdsl_syncwarp() {}
+
 TDSL_FN float tdsl_bits_f32(unsigned int u) { float f; memcpy(&f, &u, 4); return f; }
 TDSL_FN unsigned int tdsl_f32_bits(float f) { unsigned int u; memcpy(&u, &f, 4); return u; }
 TDSL_FN double tdsl_rint(double x) { return nearbyint(x); }

@@ -80,6 +80,39 @@ pub fn compile_jit(plan: &Plan) -> Result<(Arc<dyn Executable>, usize), Diagnost
     compile(Engine::Jit, plan)
 }
 
+/// The GPU's name and measured ceilings (f32 GFLOP/s, copy GB/s), measured once per thread.
+pub fn cuda_ceilings(plan: &Plan) -> Result<(String, f64, f64), Diagnostic> {
+    thread_local! {
+        static CEIL: RefCell<Option<(String, f64, f64)>> = const { RefCell::new(None) };
+    }
+    if let Some(c) = CEIL.with(|c| c.borrow().clone()) {
+        return Ok(c);
+    }
+    let c = CUDA.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        let be = slot.get_or_insert_with(|| tdsl_cuda::CudaBackend::new(0));
+        match be {
+            Ok(be) => {
+                let i = be.info();
+                let c = be.ceilings().map_err(|e| backend_diagnostic(e, plan))?;
+                let name = format!(
+                    "{} (sm_{}, {} SMs, driver {}, NVRTC {}.{})",
+                    i.name,
+                    i.sm,
+                    i.multiprocessors,
+                    i.driver_version,
+                    i.nvrtc_version.0,
+                    i.nvrtc_version.1
+                );
+                Ok((name, c.peak_gflops, c.bandwidth_gbps))
+            }
+            Err(e) => Err(backend_diagnostic(e.clone(), plan)),
+        }
+    })?;
+    CEIL.with(|cell| *cell.borrow_mut() = Some(c.clone()));
+    Ok(c)
+}
+
 fn internal(message: String) -> Diagnostic {
     Diagnostic::new(Code::Internal, message)
         .help("this is a tdsl bug: please report it with the script")

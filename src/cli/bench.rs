@@ -48,7 +48,7 @@ pub fn bench(
     front: Front,
     o: &Options,
 ) -> Result<String, crate::Diagnostic> {
-    let machine = machine_ceilings();
+    let on_gpu = o.engine == crate::session::Engine::Cuda;
     let t = Instant::now();
     let (exe, n_compiled) = runtime::compile(o.engine, plan)?;
     let compile = t.elapsed();
@@ -68,16 +68,25 @@ pub fn bench(
         run(&mut bufs)?;
     }
     let mut totals = Vec::with_capacity(o.runs);
+    let mut transfers = Vec::with_capacity(o.runs);
     let n_k = plan.loops.kernels.len();
     let mut per_kernel: Vec<Vec<Duration>> = vec![Vec::new(); n_k];
     for _ in 0..o.runs.max(1) {
         let t = Instant::now();
         let stats = run(&mut bufs)?;
-        totals.push(t.elapsed());
+        let wall = t.elapsed();
+        // On a device the run is its kernels' time (CUDA events); copies are reported apart.
+        totals.push(if on_gpu {
+            stats.kernel_times.iter().sum()
+        } else {
+            wall
+        });
+        transfers.push(stats.transfer);
         for (k, d) in stats.kernel_times.iter().enumerate().take(n_k) {
             per_kernel[k].push(*d);
         }
     }
+    let transfer = median(&mut transfers);
     let min = totals.iter().copied().min().unwrap_or_default();
     let med = median(&mut totals);
     let cost = crate::plan::cost::program_cost(
@@ -100,9 +109,25 @@ pub fn bench(
     let secs = med.as_secs_f64().max(1e-12);
     let gflops = flops as f64 / secs / 1e9;
     let gbps = bytes as f64 / secs / 1e9;
-    // A run faster than the peak means the cached ceilings were measured under load.
-    let remeasured = crate::machine::recheck(&machine, gflops);
-    let machine = remeasured.unwrap_or(machine);
+    let (machine, remeasured) = if on_gpu {
+        let (name, peak, bw) = runtime::cuda_ceilings(plan)?;
+        let c = Ceilings {
+            describe: format!(
+                "{name}: {peak:.0} GFLOP/s f32 FMA peak, {bw:.0} GB/s copy bandwidth (measured on the device)"
+            ),
+            peak_gflops: peak,
+            bandwidth_gbps: bw,
+        };
+        (c, false)
+    } else {
+        // A run faster than the peak means the cached ceilings were measured under load.
+        let machine = machine_ceilings();
+        let remeasured = crate::machine::recheck(&machine, gflops);
+        (
+            Ceilings::of(&remeasured.unwrap_or(machine)),
+            remeasured.is_some(),
+        )
+    };
     let kernels: Vec<(String, String, Duration, tdsl_loop::stats::KernelStats)> = plan
         .loops
         .kernels
@@ -113,7 +138,8 @@ pub fn bench(
         .collect();
     let m = Measured {
         machine,
-        remeasured: remeasured.is_some(),
+        remeasured,
+        transfer: on_gpu.then_some(transfer),
         compile,
         cached,
         n_kernels: n_k,
@@ -135,9 +161,28 @@ pub fn bench(
     })
 }
 
+/// The ceilings a run is compared with: the CPU's ([`Machine`]) or the GPU's.
+struct Ceilings {
+    describe: String,
+    peak_gflops: f64,
+    bandwidth_gbps: f64,
+}
+
+impl Ceilings {
+    fn of(m: &Machine) -> Ceilings {
+        Ceilings {
+            describe: m.describe(),
+            peak_gflops: m.peak_gflops,
+            bandwidth_gbps: m.bandwidth_gbps,
+        }
+    }
+}
+
 /// What a benchmark measured.
 struct Measured {
-    machine: Machine,
+    machine: Ceilings,
+    /// Host↔device copies per run (median), on a device.
+    transfer: Option<Duration>,
     /// The cached ceilings were below this run and were measured again.
     remeasured: bool,
     compile: Duration,
@@ -182,7 +227,8 @@ fn report_json(m: &Measured, front: &Front) -> String {
         "peak_gbps": machine.bandwidth_gbps,
         "pct_peak": 100.0 * m.gflops / machine.peak_gflops,
         "pct_bandwidth": 100.0 * m.gbps / machine.bandwidth_gbps,
-        "machine": machine.describe(),
+        "machine": machine.describe,
+        "transfer_ms_median": m.transfer.map(ms),
         "remeasured": m.remeasured,
         "kernels": m.kernels.iter().map(|(name, origin, d, s)| {
             let sec = d.as_secs_f64().max(1e-12);
@@ -204,7 +250,7 @@ fn report_json(m: &Measured, front: &Front) -> String {
 fn report_text(m: &Measured, front: &Front) -> String {
     let machine = &m.machine;
     let mut out = String::new();
-    let _ = writeln!(out, "machine: {}", machine.describe());
+    let _ = writeln!(out, "machine: {}", machine.describe);
     if m.remeasured {
         let _ = writeln!(
             out,
@@ -229,6 +275,13 @@ fn report_text(m: &Measured, front: &Front) -> String {
         m.runs,
         m.threads
     );
+    if let Some(t) = m.transfer {
+        let _ = writeln!(
+            out,
+            "device: run time is the kernels' time (CUDA events); host-device copies {} per run",
+            duration(t)
+        );
+    }
     let _ = writeln!(
         out,
         "total: {} FLOPs, {} bytes → {:.2} GFLOP/s ({:.1}% of peak), {:.2} GB/s ({:.1}% of bandwidth)",

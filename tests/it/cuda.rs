@@ -79,6 +79,20 @@ fn nvrtc_compiles_every_kernel_shape_for_sm80_and_sm90_without_spills() {
     eprintln!("NVRTC: {units} units, {kernels} kernel compiles, at most {max_regs} registers");
 }
 
+#[test]
+fn nvrtc_compiles_the_device_ceiling_probes() {
+    if !nvrtc_or_skip("the ceiling probes") {
+        return;
+    }
+    for sm in [80, 90] {
+        let c = tdsl_cuda::nvrtc::compile(tdsl_cuda::device::CEILINGS_SOURCE, sm, true)
+            .unwrap_or_else(|e| panic!("sm_{sm}: {e}"));
+        let r = tdsl_cuda::nvrtc::resources(&c.log);
+        assert_eq!(r.len(), 2, "{}", c.log);
+        assert!(r.iter().all(|k| k.spill_stores == 0), "{}", c.log);
+    }
+}
+
 /// The kernel text of `script`'s kernel `k`.
 fn kernel_text(script: &str, k: usize) -> String {
     let plan = plan(script).expect("the script plans");
@@ -86,7 +100,7 @@ fn kernel_text(script: &str, k: usize) -> String {
 }
 
 #[test]
-fn snapshot_softmax_rows_one_thread_per_row() {
+fn snapshot_softmax_rows_one_warp_per_row() {
     insta::assert_snapshot!(kernel_text(
         "input x: f32[a=4, b=6, c=32] = randn(seed=0)\n\
          e = exp(x - reduce(x, 'a b c -> a b 1', 'max'))\n\

@@ -121,6 +121,104 @@ impl CudaBackend {
     }
 }
 
+/// The source of the ceiling probes (`tdsl_copy`, `tdsl_fma`).
+pub const CEILINGS_SOURCE: &str = include_str!("../../../kernels/ceilings.cu");
+
+/// A device's measured ceilings.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Ceilings {
+    /// f32 FMA throughput, GFLOP/s.
+    pub peak_gflops: f64,
+    /// Device-memory copy bandwidth (bytes read + written), GB/s.
+    pub bandwidth_gbps: f64,
+}
+
+impl CudaBackend {
+    /// Measures the device's f32 peak and copy bandwidth (best of five runs of each probe).
+    pub fn ceilings(&self) -> Result<Ceilings, BackendError> {
+        let cubin = crate::nvrtc::compile(CEILINGS_SOURCE, self.sm, false)
+            .map_err(|m| BackendError::new(ErrorKind::Compile, m))?;
+        let module = self
+            .ctx
+            .load_module(Ptx::from_binary(cubin.bytes))
+            .map_err(|e| driver_error("loading the ceiling probes", e))?;
+        let copy = module
+            .load_function("tdsl_copy")
+            .map_err(|e| driver_error("finding tdsl_copy", e))?;
+        let fma = module
+            .load_function("tdsl_fma")
+            .map_err(|e| driver_error("finding tdsl_fma", e))?;
+        let sms = self.info().multiprocessors.max(1) as u32;
+        let time = |launch: &dyn Fn() -> Result<(), BackendError>| -> Result<f64, BackendError> {
+            launch()?;
+            let mut best = f64::INFINITY;
+            for _ in 0..5 {
+                let start = self
+                    .stream
+                    .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+                    .map_err(|e| driver_error("recording an event", e))?;
+                launch()?;
+                let end = self
+                    .stream
+                    .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+                    .map_err(|e| driver_error("recording an event", e))?;
+                let ms = start
+                    .elapsed_ms(&end)
+                    .map_err(|e| driver_error("timing a probe", e))?;
+                best = best.min(ms as f64 / 1e3);
+            }
+            Ok(best.max(1e-9))
+        };
+        // Bandwidth: copy 256 MiB (16-byte elements).
+        let n_vec: i64 = 1 << 24;
+        let a = self
+            .stream
+            .alloc_zeros::<u8>((n_vec * 16) as usize)
+            .map_err(|e| driver_error("allocating the bandwidth probe", e))?;
+        let b = self
+            .stream
+            .alloc_zeros::<u8>((n_vec * 16) as usize)
+            .map_err(|e| driver_error("allocating the bandwidth probe", e))?;
+        let cfg = LaunchConfig {
+            grid_dim: (sms * 16, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let secs = time(&|| {
+            let mut l = self.stream.launch_builder(&copy);
+            l.arg(&a).arg(&b).arg(&n_vec);
+            // SAFETY: `a` and `b` hold `n_vec` 16-byte elements each.
+            unsafe { l.launch(cfg) }.map_err(|e| driver_error("the bandwidth probe", e))?;
+            Ok(())
+        })?;
+        let bandwidth_gbps = 2.0 * (n_vec * 16) as f64 / secs / 1e9;
+        // Peak: 8 FMA chains per thread, 8 blocks of 256 threads per SM.
+        let iters: i32 = 1 << 14;
+        let threads = (sms * 8 * 256) as usize;
+        let out = self
+            .stream
+            .alloc_zeros::<f32>(threads)
+            .map_err(|e| driver_error("allocating the FMA probe", e))?;
+        let cfg = LaunchConfig {
+            grid_dim: (sms * 8, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let secs = time(&|| {
+            let mut l = self.stream.launch_builder(&fma);
+            l.arg(&out).arg(&iters);
+            // SAFETY: `out` holds one float per launched thread.
+            unsafe { l.launch(cfg) }.map_err(|e| driver_error("the FMA probe", e))?;
+            Ok(())
+        })?;
+        let peak_gflops = 16.0 * iters as f64 * threads as f64 / secs / 1e9;
+        Ok(Ceilings {
+            peak_gflops,
+            bandwidth_gbps,
+        })
+    }
+}
+
 /// The kernel a line of the unit belongs to: launches start at their `// kN_M (` comment.
 fn kernel_at_line(unit: &str, line: usize, steps: &[Step]) -> Option<usize> {
     let mut current = None;

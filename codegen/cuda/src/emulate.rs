@@ -83,7 +83,8 @@ pub fn emulator_source(p: &LoopProgram, steps: &[Step]) -> String {
 }
 
 fn launch_call(out: &mut String, l: &Launch) {
-    let (blocks, threads) = l.shape();
+    // The host prelude's warp has one lane.
+    let (blocks, threads) = l.shape_for(1);
     let args: Vec<String> = l.params.iter().map(|b| format!("b{}", b.0)).collect();
     let _ = writeln!(
         out,

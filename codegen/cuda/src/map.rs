@@ -15,8 +15,15 @@
 //!    flattened index space walked by a grid-stride loop; everything inside runs on one thread.
 //!    A loop that cannot be mapped runs on one thread.
 //!
-//! Cross-thread reductions (warp shuffles, shared-memory trees) and shared-memory tiles are not
-//! generated yet: a reduction runs inside the thread that owns its output element.
+//! 4. A grid launch whose iteration is a row of work (softmax, norms, reductions: top-level
+//!    range loops of 32 or more iterations under the grid) runs one *warp* per grid iteration
+//!    ([`Launch::warp`], [`warp_ok`]): its top-level loops are split across the 32 lanes, each
+//!    accumulator updated in such a loop is combined across the warp with shuffles, and lanes
+//!    meet at `__syncwarp` after each loop that stores. Everything else is one thread per
+//!    iteration.
+//!
+//! Shared-memory tiles, block-level reduction trees and coalesced transposes through shared
+//! memory are not generated yet.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -50,7 +57,12 @@ pub struct Launch {
     pub body: Vec<Stmt>,
     /// Every buffer the launch touches, in id order (the kernel's parameters).
     pub params: Vec<BufId>,
+    /// One warp per grid iteration, its top-level loops split across the lanes.
+    pub warp: bool,
 }
+
+/// Lanes of a warp on the device.
+pub const WARP: u64 = 32;
 
 /// Threads per block of every launch (a multiple of the warp size).
 pub const BLOCK: u64 = 256;
@@ -63,12 +75,18 @@ impl Launch {
         self.grid.iter().map(|g| g.1).product::<u64>().max(1)
     }
 
-    /// (blocks, threads per block).
+    /// (blocks, threads per block) on the device.
     pub fn shape(&self) -> (u64, u64) {
+        self.shape_for(WARP)
+    }
+
+    /// (blocks, threads per block) for a warp of `warp` lanes (1 in the host emulation).
+    pub fn shape_for(&self, warp: u64) -> (u64, u64) {
         if self.grid.is_empty() {
             return (1, 1);
         }
-        let n = self.iterations();
+        let lanes = if self.warp { warp } else { 1 };
+        let n = self.iterations().saturating_mul(lanes);
         let block = n.next_multiple_of(32).min(BLOCK);
         (n.div_ceil(block).min(MAX_BLOCKS), block)
     }
@@ -83,12 +101,14 @@ pub fn map_program(p: &LoopProgram) -> (LoopProgram, Vec<Step>) {
         let mut n = 0usize;
         let mut launch = |grid: Vec<(VarId, u64)>, body: Vec<Stmt>, steps: &mut Vec<Step>| {
             let params = stmt_buffers(&body).into_iter().collect();
+            let warp = !grid.is_empty() && warp_ok(&body);
             steps.push(Step::Launch(Launch {
                 name: format!("{}_{n}", k.name),
                 kernel: ki,
                 grid,
                 body,
                 params,
+                warp,
             }));
             n += 1;
         };
@@ -272,6 +292,87 @@ fn nest_is_safe(chain: &[&Loop]) -> bool {
         && loads
             .iter()
             .all(|(b, ix)| stores.get(b).is_none_or(|st| st == ix))
+}
+
+/// Whether the body of a grid iteration can run as one warp: it has a top-level range loop of
+/// at least [`WARP`] iterations, every top-level loop is a range loop, the accumulators updated
+/// inside them are combined by `+ * max min` (never overwritten), and every store inside them
+/// is injective in the loop's variable (lanes write distinct elements).
+pub fn warp_ok(body: &[Stmt]) -> bool {
+    let mut long = false;
+    for s in body {
+        let Stmt::Loop(l) = s else { continue };
+        let Iter::Range { extent } = l.iter else {
+            return false;
+        };
+        long |= extent >= WARP;
+        let mut extents: BTreeMap<VarId, u64> = [(l.var, extent)].into();
+        let mut ok = true;
+        if outer_updates(l).is_none() {
+            return false;
+        }
+        for s in &l.body {
+            s.visit(&mut |s| match s {
+                Stmt::Loop(inner) => match inner.iter {
+                    Iter::Range { extent } => {
+                        extents.insert(inner.var, extent);
+                    }
+                    _ => ok = false,
+                },
+                Stmt::Call(_) => ok = false,
+                _ => {}
+            });
+        }
+        if !ok {
+            return false;
+        }
+        let mut stores_ok = true;
+        for s in &l.body {
+            s.visit(&mut |s| {
+                if let Stmt::Store { index, .. } = s {
+                    // Variables bound outside the loop (the grid's) are fixed for the warp.
+                    let inside = Index {
+                        offset: index.offset,
+                        terms: index
+                            .terms
+                            .iter()
+                            .filter(|t| extents.contains_key(&t.0))
+                            .copied()
+                            .collect(),
+                    };
+                    stores_ok &= injective(&inside, &[l.var], &extents);
+                }
+            });
+        }
+        if !stores_ok {
+            return false;
+        }
+    }
+    long
+}
+
+/// The accumulators a loop updates that are declared outside it, each with the one operation
+/// that combines it; `None` when one is overwritten (`Set`) or combined two ways.
+pub fn outer_updates(l: &Loop) -> Option<Vec<(tdsl_loop::AccId, tdsl_loop::AccOp)>> {
+    let inner = tdsl_loop::walk::stmt_lets(&l.body);
+    let mut out: Vec<(tdsl_loop::AccId, tdsl_loop::AccOp)> = Vec::new();
+    let mut ok = true;
+    for s in &l.body {
+        s.visit(&mut |s| {
+            if let Stmt::Update { acc, op, .. } = s {
+                if inner.contains(acc) {
+                    return;
+                }
+                match out.iter().find(|(a, _)| a == acc) {
+                    Some((_, o)) if o != op => ok = false,
+                    Some(_) => {}
+                    None => out.push((*acc, *op)),
+                }
+                ok &= *op != tdsl_loop::AccOp::Set;
+            }
+        });
+    }
+    ok.then_some(out)
 }
 
 /// Whether distinct values of the variables of `ix` give distinct elements, by the mixed-radix

@@ -84,9 +84,10 @@ pub fn render_launch(p: &LoopProgram, l: &Launch) -> String {
         let ext: Vec<String> = l.grid.iter().map(|g| g.1.to_string()).collect();
         let _ = writeln!(
             head,
-            "// launch: <<<{blocks}, {threads}>>>, grid-stride over {} = {} iterations",
+            "// launch: <<<{blocks}, {threads}>>>, grid-stride over {} = {} iterations{}",
             ext.join(" x "),
-            l.iterations()
+            l.iterations(),
+            if l.warp { ", one warp each" } else { "" }
         );
     }
     let writes = writes(&l.body);
@@ -105,9 +106,16 @@ pub fn render_launch(p: &LoopProgram, l: &Launch) -> String {
         r.stmts(&l.body);
     } else {
         let n = l.iterations();
-        r.line(&format!(
-            "for (long long gi = TDSL_THREAD; gi < {n}LL; gi += TDSL_STRIDE) {{"
-        ));
+        if l.warp {
+            r.line("const long long lane = TDSL_LANE;");
+            r.line(&format!(
+                "for (long long gi = TDSL_THREAD / TDSL_WARP; gi < {n}LL; gi += TDSL_STRIDE / TDSL_WARP) {{"
+            ));
+        } else {
+            r.line(&format!(
+                "for (long long gi = TDSL_THREAD; gi < {n}LL; gi += TDSL_STRIDE) {{"
+            ));
+        }
         r.depth += 1;
         let mut inner = 1u64;
         for &(v, e) in l.grid.iter().rev() {
@@ -119,7 +127,11 @@ pub fn render_launch(p: &LoopProgram, l: &Launch) -> String {
             r.line(&format!("const long long v{} = {div} % {e}LL;", v.0));
             inner = inner.saturating_mul(e);
         }
-        r.stmts(&l.body);
+        if l.warp {
+            r.warp_stmts(&l.body);
+        } else {
+            r.stmts(&l.body);
+        }
         r.depth -= 1;
         r.line("}");
     }
@@ -263,6 +275,67 @@ impl Renderer<'_> {
         }
     }
 
+    /// The body of a grid iteration run by a whole warp (`Launch::warp`): top-level loops are
+    /// split across the lanes; an accumulator updated in one starts at its identity on every
+    /// lane but lane 0 and is combined across the warp after it (butterfly shuffles, so every
+    /// lane ends with the total); lanes meet after every store.
+    fn warp_stmts(&mut self, stmts: &[Stmt]) {
+        let n_accs = self.accs.len();
+        for s in stmts {
+            match s {
+                Stmt::Loop(l) => {
+                    let Iter::Range { extent } = l.iter else {
+                        self.stmt(s);
+                        continue;
+                    };
+                    let updates = crate::map::outer_updates(l).unwrap_or_default();
+                    for (a, op) in &updates {
+                        let t = self.acc_ty(*a);
+                        self.line(&format!(
+                            "if (lane != 0) a{} = {};",
+                            a.0,
+                            constant(identity(*op), t)
+                        ));
+                    }
+                    let v = l.var.0;
+                    self.line(&format!(
+                        "for (long long v{v} = lane; v{v} < {extent}LL; v{v} += TDSL_WARP) {{"
+                    ));
+                    self.depth += 1;
+                    self.stmts(&l.body);
+                    self.depth -= 1;
+                    self.line("}");
+                    for (a, op) in &updates {
+                        let a = a.0;
+                        let other = format!("tdsl_shfl(a{a}, off)");
+                        let combined = match op {
+                            AccOp::Add => format!("a{a} + {other}"),
+                            AccOp::Mul => format!("a{a} * {other}"),
+                            AccOp::Max => format!("t_max(a{a}, {other})"),
+                            AccOp::Min | AccOp::Set => format!("t_min(a{a}, {other})"),
+                        };
+                        self.line(&format!(
+                            "for (int off = TDSL_WARP / 2; off > 0; off /= 2) a{a} = {combined};"
+                        ));
+                    }
+                    if !writes(std::slice::from_ref(s)).is_empty() {
+                        self.line("tdsl_syncwarp();");
+                    }
+                }
+                Stmt::Store { .. } => {
+                    self.line("if (lane == 0) {");
+                    self.depth += 1;
+                    self.stmt(s);
+                    self.depth -= 1;
+                    self.line("}");
+                    self.line("tdsl_syncwarp();");
+                }
+                other => self.stmt(other),
+            }
+        }
+        self.accs.truncate(n_accs);
+    }
+
     fn acc_ty(&self, a: AccId) -> ElemType {
         self.accs
             .iter()
@@ -336,6 +409,16 @@ impl Renderer<'_> {
             }
             Expr::Iota(ix) => format!("(({})({}))", compute_c(t), index(ix)),
         }
+    }
+}
+
+/// The value that leaves an accumulator unchanged under `op`.
+fn identity(op: AccOp) -> f64 {
+    match op {
+        AccOp::Add => -0.0,
+        AccOp::Mul => 1.0,
+        AccOp::Max => f64::NEG_INFINITY,
+        AccOp::Min | AccOp::Set => f64::INFINITY,
     }
 }
 

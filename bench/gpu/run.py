@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+"""GPU side-by-side: `tdsl bench --device cuda` against torch on the same device, one process.
+
+For every bench/gpu/NAME.tdsl: the tdsl figure is `tdsl bench --device cuda --json` (the
+kernels' time from CUDA events, median of --runs; copies reported apart), the anchor is the
+same computation written in torch (eager, and torch.compile when it works), timed with CUDA
+events, median of --runs after warm-up. Prints a markdown table with the device, driver and
+date for bench/RESULTS.md.
+
+Usage: python3 bench/gpu/run.py [--tdsl PATH] [--runs N]
+"""
+
+import argparse, datetime, json, os, statistics, subprocess, sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def torch_cases(torch):
+    F = torch.nn.functional
+    dev = "cuda"
+    g = torch.Generator(device=dev).manual_seed(0)
+
+    def randn(*s, dtype=torch.float32):
+        return torch.randn(*s, generator=g, device=dev, dtype=dtype)
+
+    x = randn(8192, 4096)
+    w, b = randn(4096), randn(4096)
+    xb, bb = randn(16384, 4096, dtype=torch.bfloat16), randn(4096, dtype=torch.bfloat16)
+    return {
+        "layernorm": lambda: F.layer_norm(x, (4096,), w, b, eps=1e-5),
+        "softmax": lambda: torch.softmax(x, dim=-1),
+        "scale_bias_gelu": lambda: F.gelu(xb * 0.5 + bb, approximate="tanh"),
+    }
+
+
+def time_torch(torch, f, runs):
+    for _ in range(3):
+        f()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(runs):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        f()
+        e.record()
+        torch.cuda.synchronize()
+        ts.append(s.elapsed_time(e))
+    return statistics.median(ts)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tdsl", default="target/release/tdsl")
+    ap.add_argument("--runs", type=int, default=20)
+    a = ap.parse_args()
+    import torch
+
+    cases = torch_cases(torch)
+    props = torch.cuda.get_device_properties(0)
+    drv = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                         capture_output=True, text=True).stdout.strip()
+    print(f"device: {props.name} ({props.multi_processor_count} SMs), driver {drv}, "
+          f"torch {torch.__version__}, {datetime.date.today()}")
+    print("| workload | tdsl ms | torch eager ms | torch.compile ms | speedup vs eager (eager / tdsl) | tdsl GB/s | % bandwidth | copies ms |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, f in cases.items():
+        script = os.path.join(HERE, f"{name}.tdsl")
+        r = subprocess.run([a.tdsl, "bench", script, "--device", "cuda", "--json",
+                            "--runs", str(a.runs)], capture_output=True, text=True)
+        if r.returncode != 0:
+            print(f"| {name} | failed: {r.stderr.strip()[:200]} |")
+            continue
+        j = json.loads(r.stdout)
+        eager = time_torch(torch, f, a.runs)
+        try:
+            compiled = time_torch(torch, torch.compile(f), a.runs)
+        except Exception:  # noqa: BLE001 (inductor may be missing)
+            compiled = float("nan")
+        t = j["run_ms_median"]
+        print(f"| {name} | {t:.3f} | {eager:.3f} | {compiled:.3f} | {eager / t:.2f}x | "
+              f"{j['gbps']:.0f} | {j['pct_bandwidth']:.0f}% | {j.get('transfer_ms_median') or 0:.1f} |")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
