@@ -136,3 +136,45 @@ fn snapshot_csr_times_dense() {
         .collect();
     insta::assert_snapshot!(all);
 }
+
+#[test]
+fn cli_emit_prints_one_unit_with_every_kernel_and_plan_shows_the_gpu_mapping() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = "input x: f32[n=64, d=48] = randn(seed=0)\n\
+                  input w: f32[d, h=16] = randn(seed=1)\n\
+                  e = exp(x - reduce(x, 'n d -> n 1', 'max'))\n\
+                  y = einsum(e / reduce(e, 'n d -> n 1', 'sum'), w, 'n d, d h -> n h')\n\
+                  output y\n";
+    let out = crate::common::tdsl_script(dir.path(), "emit", script, &["--target", "cuda"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    // The prelude once, then every launch with its shape.
+    assert_eq!(out.stdout.matches("#define TDSL_KERNEL").count(), 1);
+    let plan = plan(script).expect("plans");
+    for k in &plan.loops.kernels {
+        assert!(
+            out.stdout.contains(&format!("TDSL_KERNEL {}_0(", k.name)),
+            "kernel {} missing:\n{}",
+            k.name,
+            out.stdout
+        );
+    }
+    assert!(out.stdout.contains("// launch: <<<"), "{}", out.stdout);
+    assert!(out.stdout.contains("one warp each"), "{}", out.stdout);
+    // The GEMM call is a loop nest on the GPU, its loops spread over the grid.
+    let p = crate::common::tdsl_script(dir.path(), "plan", script, &["--device", "cuda"]);
+    assert_eq!(p.code, 0, "{}", p.stderr);
+    assert!(p.stdout.contains("gpu grid"), "{}", p.stdout);
+    assert!(!p.stdout.contains("gemm m="), "{}", p.stdout);
+    let cpu = crate::common::tdsl_script(dir.path(), "plan", script, &[]);
+    assert!(cpu.stdout.contains("gemm m="), "{}", cpu.stdout);
+    // Without a GPU, running there is a diagnostic with exit status 1, never a panic.
+    if crate::gpu::device().is_none() {
+        let r = crate::common::tdsl_script(dir.path(), "run", script, &["--device", "cuda"]);
+        assert_eq!(r.code, 1, "{}", r.stderr);
+        assert!(
+            r.stderr.contains("tdsl::backend::unavailable"),
+            "{}",
+            r.stderr
+        );
+    }
+}

@@ -84,6 +84,25 @@ impl CudaBackend {
             )));
         }
         let nv = crate::nvrtc::nvrtc().map_err(unavailable)?;
+        let mut driver = 0;
+        // SAFETY: the driver library is loaded (a context exists); the pointer is a live local.
+        let _ = unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut driver) };
+        // cudarc (built for CUDA 13.4) times events with `cuEventElapsedTime_v2` (CUDA 12.8+), and
+        // a CUBIN from NVRTC N.x needs a driver of CUDA N or newer.
+        let needed = (nv.version.0 * 1000).max(12080);
+        if driver < needed {
+            return Err(unavailable(format!(
+                "the NVIDIA driver supports CUDA {}.{}, but tdsl needs {}.{} or newer (NVRTC {}.{} \
+                 was found); update the driver, or install an older NVRTC \
+                 (`pip install nvidia-cuda-nvrtc-cu12`)",
+                driver / 1000,
+                driver % 1000 / 10,
+                needed / 1000,
+                needed % 1000 / 10,
+                nv.version.0,
+                nv.version.1
+            )));
+        }
         if !nv.archs.is_empty() && !nv.archs.contains(&sm) {
             return Err(unavailable(format!(
                 "NVRTC {}.{} cannot compile for the device's sm_{sm} (it knows {:?}); install \

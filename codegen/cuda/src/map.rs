@@ -296,8 +296,9 @@ fn nest_is_safe(chain: &[&Loop]) -> bool {
 
 /// Whether the body of a grid iteration can run as one warp: it has a top-level range loop of
 /// at least [`WARP`] iterations, every top-level loop is a range loop, the accumulators updated
-/// inside them are combined by `+ * max min` (never overwritten), and every store inside them
-/// is injective in the loop's variable (lanes write distinct elements).
+/// inside them are combined by `+ * max min` (never overwritten) and not read inside them,
+/// every store inside them is injective in the loop's variable (lanes write distinct
+/// elements), and a buffer stored inside is read there only at the stored element.
 pub fn warp_ok(body: &[Stmt]) -> bool {
     let mut long = false;
     for s in body {
@@ -308,9 +309,37 @@ pub fn warp_ok(body: &[Stmt]) -> bool {
         long |= extent >= WARP;
         let mut extents: BTreeMap<VarId, u64> = [(l.var, extent)].into();
         let mut ok = true;
-        if outer_updates(l).is_none() {
+        let Some(updated) = outer_updates(l) else {
             return false;
+        };
+        // A lane holds only its part of an outer accumulator until the loop ends: nothing in
+        // the loop may read it (a running sum would see partial values).
+        let mut stores: BTreeMap<BufId, Index> = BTreeMap::new();
+        let mut loads: Vec<(BufId, Index)> = Vec::new();
+        for s in &l.body {
+            s.visit(&mut |s| {
+                if let Stmt::Store { buf, index, .. } = s {
+                    match stores.get(buf) {
+                        Some(i) if i != index => ok = false,
+                        _ => {
+                            stores.insert(*buf, index.clone());
+                        }
+                    }
+                }
+                for e in s.exprs() {
+                    e.visit(&mut |x| match x {
+                        Expr::Acc(a) if updated.iter().any(|(u, _)| u == a) => ok = false,
+                        Expr::Load { buf, index } => loads.push((*buf, index.clone())),
+                        _ => {}
+                    });
+                }
+            });
         }
+        // Lanes run different iterations at once: a stored buffer is read only at the element
+        // the same iteration stores.
+        ok &= loads
+            .iter()
+            .all(|(b, ix)| stores.get(b).is_none_or(|st| st == ix));
         for s in &l.body {
             s.visit(&mut |s| match s {
                 Stmt::Loop(inner) => match inner.iter {
@@ -417,6 +446,77 @@ mod tests {
             offset: 0,
             terms: terms.iter().map(|&(v, s)| (VarId(v), s)).collect(),
         }
+    }
+
+    fn lp(var: u32, extent: u64, body: Vec<Stmt>) -> Stmt {
+        Stmt::Loop(Loop {
+            var: VarId(var),
+            iter: Iter::Range { extent },
+            parallel: false,
+            vector: 1,
+            gpu: None,
+            body,
+        })
+    }
+
+    fn load(buf: u32, terms: &[(u32, i64)], offset: i64) -> Expr {
+        Expr::Load {
+            buf: BufId(buf),
+            index: Index {
+                offset,
+                ..ix(terms)
+            },
+        }
+    }
+
+    #[test]
+    fn warps_take_reductions_but_not_running_values_or_carried_dependencies() {
+        use tdsl_loop::{AccId, AccOp, ElemType};
+        let a0 = AccId(0);
+        let let_a0 = Stmt::Let {
+            acc: a0,
+            ty: ElemType::F32,
+            init: Expr::Const(0.0),
+        };
+        let add = Stmt::Update {
+            acc: a0,
+            op: AccOp::Add,
+            value: load(0, &[(1, 1)], 0),
+        };
+        let store = |index: Index, value: Expr| Stmt::Store {
+            buf: BufId(1),
+            index,
+            value,
+        };
+        // A row sum: lanes split the loop, the warp combines, lane 0 stores.
+        let sum = vec![
+            let_a0.clone(),
+            lp(1, 64, vec![add.clone()]),
+            store(ix(&[]), Expr::Acc(a0)),
+        ];
+        assert!(warp_ok(&sum));
+        // Too short a row to be worth a warp.
+        assert!(!warp_ok(&[let_a0.clone(), lp(1, 8, vec![add.clone()])]));
+        // A running sum reads the accumulator inside the loop: partial values on each lane.
+        let running = vec![
+            let_a0,
+            lp(1, 64, vec![add, store(ix(&[(1, 1)]), Expr::Acc(a0))]),
+        ];
+        assert!(!warp_ok(&running));
+        // y[i + 1] = 2·y[i]: carried through memory from one lane to the next.
+        let carried = vec![lp(
+            1,
+            64,
+            vec![Stmt::Store {
+                buf: BufId(1),
+                index: Index {
+                    offset: 1,
+                    ..ix(&[(1, 1)])
+                },
+                value: load(1, &[(1, 1)], 0),
+            }],
+        )];
+        assert!(!warp_ok(&carried));
     }
 
     #[test]

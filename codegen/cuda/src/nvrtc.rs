@@ -149,7 +149,9 @@ pub fn options(sm: u32, verbose: bool) -> Vec<String> {
     let mut o = vec![
         format!("--gpu-architecture=sm_{sm}"),
         "--std=c++17".to_string(),
-        "--fmad=true".to_string(),
+        // No contraction of `a*b + c` into one FMA: spec/loop-ir.md §2 rounds every `+ - * /`,
+        // as the evaluator, the CPU JIT and the emulation do.
+        "--fmad=false".to_string(),
     ];
     if verbose {
         o.push("--ptxas-options=-v".to_string());
