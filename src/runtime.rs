@@ -93,18 +93,8 @@ pub fn cuda_ceilings(plan: &Plan) -> Result<(String, f64, f64), Diagnostic> {
         let be = slot.get_or_insert_with(|| tdsl_cuda::CudaBackend::new(0));
         match be {
             Ok(be) => {
-                let i = be.info();
                 let c = be.ceilings().map_err(|e| backend_diagnostic(e, plan))?;
-                let name = format!(
-                    "{} (sm_{}, {} SMs, driver {}, NVRTC {}.{})",
-                    i.name,
-                    i.sm,
-                    i.multiprocessors,
-                    i.driver_version,
-                    i.nvrtc_version.0,
-                    i.nvrtc_version.1
-                );
-                Ok((name, c.peak_gflops, c.bandwidth_gbps))
+                Ok((be.info().describe(), c.peak_gflops, c.bandwidth_gbps))
             }
             Err(e) => Err(backend_diagnostic(e.clone(), plan)),
         }

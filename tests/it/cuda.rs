@@ -110,6 +110,14 @@ fn snapshot_softmax_rows_one_warp_per_row() {
     ));
 }
 
+/// The kernels of every statement of `script`, without the prelude.
+fn all_kernels(script: &str) -> String {
+    let plan = plan(script).expect("plans");
+    (0..plan.loops.kernels.len())
+        .map(|k| tdsl_cuda::cuda_kernel(&plan.loops, k))
+        .collect()
+}
+
 #[test]
 fn snapshot_mixed_precision_gemm_with_bias_and_gelu() {
     let script = "input x: bf16[16, 32] = randn(seed=0)\n\
@@ -117,11 +125,7 @@ fn snapshot_mixed_precision_gemm_with_bias_and_gelu() {
                   input b: f32[24] = randn(seed=2)\n\
                   y = gelu(einsum(x, w, 'n i, o i -> n o') + b)\n\
                   output y\n";
-    let plan = plan(script).expect("plans");
-    let all: String = (0..plan.loops.kernels.len())
-        .map(|k| tdsl_cuda::cuda_kernel(&plan.loops, k))
-        .collect();
-    insta::assert_snapshot!(all);
+    insta::assert_snapshot!(all_kernels(script));
 }
 
 #[test]
@@ -130,11 +134,7 @@ fn snapshot_csr_times_dense() {
                   input x: f32[16, 4] = randn(seed=1)\n\
                   y = einsum(a, x, 'i k, k j -> i j')\n\
                   output y\n";
-    let plan = plan(script).expect("plans");
-    let all: String = (0..plan.loops.kernels.len())
-        .map(|k| tdsl_cuda::cuda_kernel(&plan.loops, k))
-        .collect();
-    insta::assert_snapshot!(all);
+    insta::assert_snapshot!(all_kernels(script));
 }
 
 #[test]

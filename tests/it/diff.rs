@@ -127,7 +127,7 @@ fn jit(p: &Program, inputs: &[Tensor], shapes: &[Vec<usize>]) -> Result<Vec<Tens
 }
 
 /// The extents of every output of a checked program.
-fn output_shapes(p: &Program) -> Vec<Vec<usize>> {
+pub(crate) fn output_shapes(p: &Program) -> Vec<Vec<usize>> {
     p.outputs
         .iter()
         .map(|o| {

@@ -16,18 +16,7 @@ pub(crate) fn device() -> Option<&'static str> {
     static DEVICE: OnceLock<Option<String>> = OnceLock::new();
     DEVICE
         .get_or_init(|| match tdsl_cuda::CudaBackend::new(0) {
-            Ok(b) => {
-                let i = b.info();
-                Some(format!(
-                    "{} (sm_{}, {} SMs, driver {}, NVRTC {}.{})",
-                    i.name,
-                    i.sm,
-                    i.multiprocessors,
-                    i.driver_version,
-                    i.nvrtc_version.0,
-                    i.nvrtc_version.1
-                ))
-            }
+            Ok(b) => Some(b.info().describe()),
             Err(e) => {
                 assert!(
                     std::env::var_os("TDSL_REQUIRE_GPU").is_none(),
@@ -84,18 +73,7 @@ fn gpu_runs_every_script_like_the_interpreter() {
         let Ok(plan) = tdsl::plan::lower::plan_program(&p) else {
             continue;
         };
-        let shapes: Vec<Vec<usize>> = p
-            .outputs
-            .iter()
-            .map(|o| {
-                p.tensor_type(o.tensor)
-                    .shape
-                    .extents()
-                    .iter()
-                    .map(|&e| e as usize)
-                    .collect()
-            })
-            .collect();
+        let shapes = crate::diff::output_shapes(&p);
         let want = tdsl::interp::run(&p, &inputs);
         let got = tdsl::runtime::run_on(Engine::Cuda, &plan, &inputs, &shapes)
             .unwrap_or_else(|d| panic!("{name}: {d}"));

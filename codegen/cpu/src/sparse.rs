@@ -75,16 +75,7 @@ pub(crate) fn run(call: &LibCall, bufs: &mut [Data], _threads: usize) -> Result<
             bufs[ci] = out;
             r
         }
-        LibCall::Sparsify { src, out, select } => {
-            let shape: Vec<usize> = out.shape.iter().map(|&e| e as usize).collect();
-            let src = bufs
-                .get(src.0 as usize)
-                .and_then(Data::as_values)
-                .ok_or("sparsify source is not a float buffer")?;
-            let t = tdsl_sparse::prune::sparsify(src, &shape, out.layout, *select)
-                .map_err(|e| e.to_string())?;
-            data::store_sparse(&t, out, bufs)
-        }
+        LibCall::Sparsify { src, out, select } => data::sparsify_into(*src, out, *select, bufs),
         LibCall::Densify { s, dst } => {
             let shape: Vec<usize> = s.shape.iter().map(|&e| e as usize).collect();
             let dense = tdsl_sparse::prune::to_dense(data::sparse_ref(s, bufs, &shape)?)

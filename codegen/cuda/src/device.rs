@@ -46,6 +46,22 @@ pub struct DeviceInfo {
     pub nvrtc_version: (i32, i32),
 }
 
+impl DeviceInfo {
+    /// One line for reports: name, architecture, SMs, driver and NVRTC versions.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} (sm_{}, {} SMs, driver {}.{}, NVRTC {}.{})",
+            self.name,
+            self.sm,
+            self.multiprocessors,
+            self.driver_version / 1000,
+            self.driver_version % 1000 / 10,
+            self.nvrtc_version.0,
+            self.nvrtc_version.1
+        )
+    }
+}
+
 fn unavailable(msg: impl Into<String>) -> BackendError {
     BackendError::new(ErrorKind::Unavailable, msg)
 }

@@ -77,16 +77,7 @@ pub(crate) fn check_buffers(p: &LoopProgram, bufs: &[Data]) -> Result<(), String
 /// Runs a call the device has no kernel for (`sparsify`) on host buffers.
 pub(crate) fn host_call(call: &LibCall, bufs: &mut [Data]) -> Result<(), String> {
     match call {
-        LibCall::Sparsify { src, out, select } => {
-            let shape: Vec<usize> = out.shape.iter().map(|&e| e as usize).collect();
-            let src = bufs
-                .get(src.0 as usize)
-                .and_then(Data::as_values)
-                .ok_or("sparsify source is not a float buffer")?;
-            let t = tdsl_sparse::prune::sparsify(src, &shape, out.layout, *select)
-                .map_err(|e| e.to_string())?;
-            data::store_sparse(&t, out, bufs)
-        }
+        LibCall::Sparsify { src, out, select } => data::sparsify_into(*src, out, *select, bufs),
         other => Err(format!(
             "{other:?} has a kernel on the device and is not run on the host"
         )),

@@ -244,61 +244,92 @@ fn annotate(l: &Loop, depth: usize) -> Loop {
     out
 }
 
+/// What a run of statements reads and writes, for the mapping decisions.
+#[derive(Debug, Default)]
+struct Accesses {
+    /// Each stored buffer and its one index (`conflict` when a buffer has two).
+    stores: BTreeMap<BufId, Index>,
+    conflict: bool,
+    loads: Vec<(BufId, Index)>,
+    accs_read: BTreeSet<tdsl_loop::AccId>,
+    /// Extents of the range loops inside.
+    extents: BTreeMap<VarId, u64>,
+    /// A loop that is not a range, or a call.
+    irregular: bool,
+}
+
+impl Accesses {
+    fn of(stmts: &[Stmt]) -> Accesses {
+        let mut a = Accesses::default();
+        for s in stmts {
+            s.visit(&mut |s| {
+                match s {
+                    Stmt::Loop(inner) => match inner.iter {
+                        Iter::Range { extent } => {
+                            a.extents.insert(inner.var, extent);
+                        }
+                        _ => a.irregular = true,
+                    },
+                    Stmt::Call(_) => a.irregular = true,
+                    Stmt::Store { buf, index, .. } => match a.stores.get(buf) {
+                        Some(i) if i != index => a.conflict = true,
+                        _ => {
+                            a.stores.insert(*buf, index.clone());
+                        }
+                    },
+                    _ => {}
+                }
+                for e in s.exprs() {
+                    e.visit(&mut |x| match x {
+                        Expr::Load { buf, index } => a.loads.push((*buf, index.clone())),
+                        Expr::Acc(acc) => {
+                            a.accs_read.insert(*acc);
+                        }
+                        _ => {}
+                    });
+                }
+            });
+        }
+        a
+    }
+
+    /// Every buffer stored inside is stored at one index and read inside only there: no
+    /// iteration reads what another one writes.
+    fn iterations_independent(&self) -> bool {
+        !self.conflict
+            && self
+                .loads
+                .iter()
+                .all(|(b, ix)| self.stores.get(b).is_none_or(|st| st == ix))
+    }
+}
+
 /// Whether the perfectly nested range loops `chain` (outermost first) can all run as one
-/// flattened grid: every buffer stored inside is stored at one index, that index is injective
-/// over all its variables ([`injective`], with every mapped variable in it), and every load of
-/// a stored buffer reads the element the same iteration stores.
+/// flattened grid: every store inside is injective over all its variables ([`injective`], with
+/// every mapped variable in it), and iterations are independent
+/// ([`Accesses::iterations_independent`]).
 fn nest_is_safe(chain: &[&Loop]) -> bool {
     let innermost = chain[chain.len() - 1];
     let mapped: Vec<VarId> = chain.iter().map(|l| l.var).collect();
-    let mut extents: BTreeMap<VarId, u64> = chain
-        .iter()
-        .filter_map(|l| match l.iter {
-            Iter::Range { extent } => Some((l.var, extent)),
-            _ => None,
-        })
-        .collect();
-    let mut stores: BTreeMap<BufId, Index> = BTreeMap::new();
-    let mut loads: Vec<(BufId, Index)> = Vec::new();
-    let mut ok = true;
-    for s in &innermost.body {
-        s.visit(&mut |s| {
-            if let Stmt::Loop(inner) = s {
-                if let Iter::Range { extent } = inner.iter {
-                    extents.insert(inner.var, extent);
-                }
-            }
-            if let Stmt::Call(_) = s {
-                ok = false;
-            }
-            if let Stmt::Store { buf, index, .. } = s {
-                match stores.get(buf) {
-                    Some(i) if i != index => ok = false,
-                    _ => {
-                        stores.insert(*buf, index.clone());
-                    }
-                }
-            }
-            for e in s.exprs() {
-                e.visit(&mut |x| {
-                    if let Expr::Load { buf, index } = x {
-                        loads.push((*buf, index.clone()));
-                    }
-                });
-            }
-        });
+    let mut a = Accesses::of(&innermost.body);
+    for l in chain {
+        if let Iter::Range { extent } = l.iter {
+            a.extents.insert(l.var, extent);
+        }
     }
-    ok && stores.values().all(|ix| injective(ix, &mapped, &extents))
-        && loads
-            .iter()
-            .all(|(b, ix)| stores.get(b).is_none_or(|st| st == ix))
+    !a.irregular
+        && a.iterations_independent()
+        && a.stores
+            .values()
+            .all(|ix| injective(ix, &mapped, &a.extents))
 }
 
 /// Whether the body of a grid iteration can run as one warp: it has a top-level range loop of
-/// at least [`WARP`] iterations, every top-level loop is a range loop, the accumulators updated
-/// inside them are combined by `+ * max min` (never overwritten) and not read inside them,
-/// every store inside them is injective in the loop's variable (lanes write distinct
-/// elements), and a buffer stored inside is read there only at the stored element.
+/// at least [`WARP`] iterations, every top-level loop is a range loop of range loops, the
+/// accumulators updated inside them are combined by `+ * max min` (never overwritten) and not
+/// read inside them (a lane holds only its part until the loop ends), every store inside them
+/// is injective in the loop's variable (lanes write distinct elements; variables bound
+/// outside are fixed for the warp), and iterations are independent.
 pub fn warp_ok(body: &[Stmt]) -> bool {
     let mut long = false;
     for s in body {
@@ -307,73 +338,27 @@ pub fn warp_ok(body: &[Stmt]) -> bool {
             return false;
         };
         long |= extent >= WARP;
-        let mut extents: BTreeMap<VarId, u64> = [(l.var, extent)].into();
-        let mut ok = true;
         let Some(updated) = outer_updates(l) else {
             return false;
         };
-        // A lane holds only its part of an outer accumulator until the loop ends: nothing in
-        // the loop may read it (a running sum would see partial values).
-        let mut stores: BTreeMap<BufId, Index> = BTreeMap::new();
-        let mut loads: Vec<(BufId, Index)> = Vec::new();
-        for s in &l.body {
-            s.visit(&mut |s| {
-                if let Stmt::Store { buf, index, .. } = s {
-                    match stores.get(buf) {
-                        Some(i) if i != index => ok = false,
-                        _ => {
-                            stores.insert(*buf, index.clone());
-                        }
-                    }
-                }
-                for e in s.exprs() {
-                    e.visit(&mut |x| match x {
-                        Expr::Acc(a) if updated.iter().any(|(u, _)| u == a) => ok = false,
-                        Expr::Load { buf, index } => loads.push((*buf, index.clone())),
-                        _ => {}
-                    });
-                }
-            });
-        }
-        // Lanes run different iterations at once: a stored buffer is read only at the element
-        // the same iteration stores.
-        ok &= loads
-            .iter()
-            .all(|(b, ix)| stores.get(b).is_none_or(|st| st == ix));
-        for s in &l.body {
-            s.visit(&mut |s| match s {
-                Stmt::Loop(inner) => match inner.iter {
-                    Iter::Range { extent } => {
-                        extents.insert(inner.var, extent);
-                    }
-                    _ => ok = false,
-                },
-                Stmt::Call(_) => ok = false,
-                _ => {}
-            });
-        }
+        let mut a = Accesses::of(&l.body);
+        a.extents.insert(l.var, extent);
+        let inside = |index: &Index| Index {
+            offset: index.offset,
+            terms: index
+                .terms
+                .iter()
+                .filter(|t| a.extents.contains_key(&t.0))
+                .copied()
+                .collect(),
+        };
+        let ok = !a.irregular
+            && a.iterations_independent()
+            && !updated.iter().any(|(u, _)| a.accs_read.contains(u))
+            && a.stores
+                .values()
+                .all(|ix| injective(&inside(ix), &[l.var], &a.extents));
         if !ok {
-            return false;
-        }
-        let mut stores_ok = true;
-        for s in &l.body {
-            s.visit(&mut |s| {
-                if let Stmt::Store { index, .. } = s {
-                    // Variables bound outside the loop (the grid's) are fixed for the warp.
-                    let inside = Index {
-                        offset: index.offset,
-                        terms: index
-                            .terms
-                            .iter()
-                            .filter(|t| extents.contains_key(&t.0))
-                            .copied()
-                            .collect(),
-                    };
-                    stores_ok &= injective(&inside, &[l.var], &extents);
-                }
-            });
-        }
-        if !stores_ok {
             return false;
         }
     }

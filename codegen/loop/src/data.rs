@@ -186,6 +186,24 @@ pub fn sparse_ref<'a>(
     })
 }
 
+/// `sparsify` on host buffers: prunes the dense row-major `src` into `out`'s buffers
+/// (`tdsl_sparse::prune::sparsify`, then [`store_sparse`]). Every backend runs it this way.
+pub fn sparsify_into(
+    src: crate::ir::BufId,
+    out: &crate::ir::SparseOperand,
+    select: crate::ir::Select,
+    bufs: &mut [Data],
+) -> Result<(), String> {
+    let shape: Vec<usize> = out.shape.iter().map(|&e| e as usize).collect();
+    let src = bufs
+        .get(src.0 as usize)
+        .and_then(Data::as_values)
+        .ok_or("sparsify source is not a float buffer")?;
+    let t =
+        tdsl_sparse::prune::sparsify(src, &shape, out.layout, select).map_err(|e| e.to_string())?;
+    store_sparse(&t, out, bufs)
+}
+
 /// Writes `t` into the (capacity-sized) buffers of `s`: arrays are copied from the start and
 /// the rest of each buffer is zeroed.
 pub fn store_sparse(
