@@ -168,9 +168,9 @@ impl CallSite {
             if let Op::Reduce(op) = self.op {
                 let _ = write!(s, ", \"{op}\"");
             }
-            for (&(name, _), v) in lengths.iter().zip(&key.1) {
-                let _ = write!(s, ", {name}={v}");
-            }
+        }
+        for (&(name, _), v) in lengths.iter().zip(&key.1) {
+            let _ = write!(s, ", {name}={v}");
         }
         s.push_str(")\noutput y\n");
         (s, at)

@@ -206,25 +206,17 @@ fn extents_from_data(script: &ast::Script, diags: &Diagnostics) -> bool {
         })
 }
 
-fn code_of(text: &str) -> Code {
-    Code::ALL
-        .iter()
-        .copied()
-        .find(|c| c.as_str() == text)
-        .unwrap_or(Code::PatternSyntax)
-}
-
 /// The shape-free pattern checks of `tdsl_syntax::pattern` over every pattern call of a script.
 fn pattern_diagnostics(script: &ast::Script) -> Diagnostics {
     let mut out = Diagnostics::default();
     for e in syntax_pattern::check_script_patterns(script) {
-        let mut d = Diagnostic::new(code_of(e.error.code), e.error.message.clone())
+        let mut d = Diagnostic::new(check::pattern::code(e.error.code), e.error.message)
             .label(e.span, e.error.label);
-        for (s, text) in &e.others {
-            d = d.label(*s, text.clone());
+        for (s, text) in e.others {
+            d = d.label(s, text);
         }
-        if let Some(h) = &e.error.help {
-            d = d.help(h.clone());
+        if let Some(h) = e.error.help {
+            d = d.help(h);
         }
         out.push(d);
     }

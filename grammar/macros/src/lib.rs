@@ -95,14 +95,22 @@ fn locate(text: &str, offset: usize, end: usize) -> (String, String) {
     )
 }
 
-/// The text of a pattern error pointing inside a string literal (`what` names the string).
-fn render(e: &PatternError, text: &str, span: tdsl_syntax::Span, what: &str) -> String {
+/// The text of an error pointing inside a string literal (`what` names the string): the
+/// message and code, the line with a caret under `span` and its label, the other places
+/// (`others`, in the same text) and the help.
+fn render(
+    e: &PatternError,
+    text: &str,
+    span: tdsl_syntax::Span,
+    others: &[(tdsl_syntax::Span, String)],
+    what: &str,
+) -> String {
     let (at, snippet) = locate(text, span.start as usize, span.end as usize);
     let mut m = format!(
         "{} [{}]\n  at {at} of the {what}:\n{snippet} {}",
         e.message, e.code, e.label
     );
-    for (s, label) in &e.others {
+    for (s, label) in others {
         let (at, _) = locate(text, s.start as usize, s.end as usize);
         m.push_str(&format!("\n  {label}: {at}"));
     }
@@ -120,10 +128,18 @@ fn pattern_error(
     keywords: &[&Ident],
     macro_name: &str,
 ) -> TokenStream {
+    let others: Vec<(tdsl_syntax::Span, String)> = e
+        .others
+        .iter()
+        .filter_map(|(a, label)| match a {
+            At::Pattern(p) => Some((p.span(), label.clone())),
+            At::Keyword(_) => None,
+        })
+        .collect();
     match e.at {
-        At::Pattern(s) => error(
+        At::Pattern(p) => error(
             lit.span(),
-            render(e, text, s, &format!("{macro_name} pattern")),
+            render(e, text, p.span(), &others, &format!("{macro_name} pattern")),
         ),
         At::Keyword(i) => {
             let mut m = format!("{} [{}]", e.message, e.code);
@@ -132,6 +148,51 @@ fn pattern_error(
             }
             error(keywords.get(i).map_or(lit.span(), |k| k.span()), m)
         }
+    }
+}
+
+/// Axis-length keywords: their names and values (when literals), in order.
+struct Lengths<'a> {
+    idents: Vec<&'a Ident>,
+    values: Vec<&'a Expr>,
+    owned: Vec<(String, Option<u64>)>,
+}
+
+impl<'a> Lengths<'a> {
+    fn new(keywords: &[(&'a Ident, &'a Expr)]) -> Lengths<'a> {
+        Lengths {
+            idents: keywords.iter().map(|(n, _)| *n).collect(),
+            values: keywords.iter().map(|(_, v)| *v).collect(),
+            owned: keywords
+                .iter()
+                .map(|(n, v)| (n.unraw().to_string(), literal_u64(v)))
+                .collect(),
+        }
+    }
+
+    /// As the pattern parser takes them.
+    fn keywords(&self) -> Vec<Keyword<'_>> {
+        self.owned
+            .iter()
+            .map(|(name, value)| Keyword {
+                name,
+                value: *value,
+            })
+            .collect()
+    }
+
+    /// `("h", axis_len(4))` for the call site.
+    fn tokens(&self) -> Vec<TokenStream2> {
+        self.owned
+            .iter()
+            .zip(&self.values)
+            .map(|((s, _), v)| {
+                let v = u64_literal(v);
+                quote_spanned! {v.span()=>
+                    (#s, ::tdsl::api::__private::axis_len(#v))
+                }
+            })
+            .collect()
     }
 }
 
@@ -156,8 +217,9 @@ fn operand(e: &Expr) -> TokenStream2 {
 }
 
 /// `tdsl::einsum!("b i k, b k j -> b i j", a, b)`: numpy's einsum over named labels, the
-/// pattern first, then one operand per comma-separated operand pattern. Evaluates to
-/// `Result<tdsl::Tensor, tdsl::Diagnostics>`.
+/// pattern first, then one operand per comma-separated operand pattern, then axis lengths for
+/// labels that only appear inside groups (`einsum!("b (h d), (h d) o -> b h o", x, w, h = 4)`).
+/// Evaluates to `Result<tdsl::Tensor, tdsl::Diagnostics>`.
 #[proc_macro]
 pub fn einsum(input: TokenStream) -> TokenStream {
     let Args(args) = syn::parse_macro_input!(input as Args);
@@ -175,24 +237,30 @@ pub fn einsum(input: TokenStream) -> TokenStream {
         return error(first.span(), format!("{usage}{hint}"));
     };
     let mut operands = Vec::new();
+    let mut keywords: Vec<(&Ident, &Expr)> = Vec::new();
     for a in &args[1..] {
         match a {
-            Arg::Positional(e) => operands.push(e),
-            Arg::Keyword { name, .. } => return error(
-                name.span(),
-                "einsum! takes no keyword arguments: every label's extent comes from an operand",
-            ),
+            Arg::Positional(e) if keywords.is_empty() => operands.push(e),
+            Arg::Positional(e) => {
+                return error(
+                    e.span(),
+                    format!("{usage} (axis lengths such as `h = 4` come last)"),
+                )
+            }
+            Arg::Keyword { name, value } => keywords.push((name, value)),
         }
     }
     let text = lit.value();
-    if let Err(e) = pattern::check_einsum(&text, Some(operands.len())) {
-        return pattern_error(&e, lit, &text, &[], "einsum!");
+    let lengths = Lengths::new(&keywords);
+    if let Err(e) = pattern::check_einsum(&text, Some(operands.len()), &lengths.keywords()) {
+        return pattern_error(&e, lit, &text, &lengths.idents, "einsum!");
     }
     let site = call_site(quote!(::tdsl::api::__private::Op::Einsum), &text, "einsum!");
     let ops = operands.iter().map(|e| operand(e));
+    let lengths = lengths.tokens();
     quote! {{
         #site
-        __TDSL_CALL_SITE.call(::std::vec![#(#ops),*], &[])
+        __TDSL_CALL_SITE.call(::std::vec![#(#ops),*], &[#(#lengths),*])
     }}
     .into()
 }
@@ -300,20 +368,9 @@ fn einops(input: TokenStream, op: PatternOp) -> TokenStream {
     } else {
         None
     };
-    let owned: Vec<(String, Option<u64>)> = keywords
-        .iter()
-        .map(|(n, v)| (n.unraw().to_string(), literal_u64(v)))
-        .collect();
-    let kw: Vec<Keyword<'_>> = owned
-        .iter()
-        .map(|(name, value)| Keyword {
-            name,
-            value: *value,
-        })
-        .collect();
-    let names: Vec<&Ident> = keywords.iter().map(|(n, _)| *n).collect();
-    if let Err(e) = pattern::check_pattern(op, &text, &kw) {
-        return pattern_error(&e, lit, &text, &names, &macro_name);
+    let lengths = Lengths::new(&keywords);
+    if let Err(e) = pattern::parse_einops(op, &text, &lengths.keywords()) {
+        return pattern_error(&e, lit, &text, &lengths.idents, &macro_name);
     }
     let op_tokens = match (&reduce_op, op) {
         (Some(r), _) => quote!(::tdsl::api::__private::Op::Reduce(#r)),
@@ -322,13 +379,7 @@ fn einops(input: TokenStream, op: PatternOp) -> TokenStream {
     };
     let site = call_site(op_tokens, &text, &macro_name);
     let x = operand(positional[0]);
-    let lengths = keywords.iter().map(|(n, v)| {
-        let s = n.unraw().to_string();
-        let v = u64_literal(v);
-        quote_spanned! {v.span()=>
-            (#s, ::tdsl::api::__private::axis_len(#v))
-        }
-    });
+    let lengths = lengths.tokens();
     quote! {{
         #site
         __TDSL_CALL_SITE.call(::std::vec![#x], &[#(#lengths),*])
@@ -384,7 +435,10 @@ pub fn program(input: TokenStream) -> TokenStream {
         }
     };
     if let Some(e) = pattern::check_script_patterns(&script).first() {
-        return error(lit.span(), render(&e.error, &text, e.span, "script"));
+        return error(
+            lit.span(),
+            render(&e.error, &text, e.span, &e.others, "script"),
+        );
     }
     quote! {{
         static __TDSL_PROGRAM: ::std::sync::OnceLock<::tdsl::Program> =
@@ -410,11 +464,11 @@ mod tests {
     #[test]
     fn render_names_the_axis_and_its_place() {
         let text = "a b -> b a c";
-        let e = pattern::check_pattern(PatternOp::Rearrange, text, &[]).expect_err("one side");
-        let At::Pattern(s) = e.at else {
+        let e = pattern::parse_einops(PatternOp::Rearrange, text, &[]).expect_err("one side");
+        let At::Pattern(p) = e.at else {
             panic!("{e:?}")
         };
-        let m = render(&e, text, s, "rearrange! pattern");
+        let m = render(&e, text, p.span(), &[], "rearrange! pattern");
         assert!(m.starts_with("axis `c` is on the right side"), "{m}");
         assert!(m.contains("[tdsl::pattern::axis_one_side]"), "{m}");
         assert!(m.contains("line 1, column 12"), "{m}");

@@ -22,32 +22,18 @@ pub fn resolve_pattern(
     let ctx = Ctx {
         pattern,
         base: pattern_span,
-        map: None,
+        numpy: None,
+        kwargs: kwargs.iter().map(|k| k.2).collect(),
     };
-    let Some(arrow) = find_arrow(&ctx)? else {
-        let t = ctx.text(ctx.trim(ctx.whole()));
-        return Err(ctx
-            .err(
-                Code::PatternMissingArrow,
-                ctx.whole(),
-                format!("{} pattern `{pattern}` has no `->`", op.name()),
-                "no `->` here",
-            )
-            .help(format!(
-                "write the input axes, `->`, then the output axes: \"{t} -> {t}\""
-            )));
-    };
-    let left = parse_side(&ctx, Pos::new(0, arrow), EINOPS)?;
-    let right = parse_side(&ctx, Pos::new(arrow + 2, pattern.len()), EINOPS)?;
+    let parsed = tdsl_syntax::pattern::parse_einops(op, pattern, &keywords(kwargs))
+        .map_err(|e| ctx.parse_error(e))?;
+    let (left, right) = (&parsed.left, &parsed.right);
     let kwarg = |name: &str| {
         kwargs
             .iter()
             .find(|(n, _, _)| n == name)
             .map(|&(_, v, _)| v)
     };
-
-    check_ellipses(&ctx, op, &left, &right)?;
-    check_axis_sets(&ctx, op, &left, &right, &kwarg)?;
 
     // Rank.
     let l_ell = left.ellipsis().map(|(g, _)| g);
@@ -59,47 +45,14 @@ pub fn resolve_pattern(
         _ => {
             return Err(rank_error(
                 &ctx,
-                &left,
-                arrow,
+                left,
+                parsed.arrow,
                 n_other,
                 l_ell.is_some(),
                 input,
             ))
         }
     };
-
-    check_kwargs(&ctx, &left, &right, kwargs)?;
-
-    // At most one unknown per input group.
-    for g in &left.groups {
-        let unknown: Vec<&str> = g
-            .atoms
-            .iter()
-            .filter_map(|a| a.name())
-            .filter(|n| kwarg(n).is_none())
-            .collect();
-        if unknown.len() > 1 {
-            let list = unknown
-                .iter()
-                .map(|n| format!("`{n}`"))
-                .collect::<Vec<_>>()
-                .join(", ");
-            return Err(ctx
-                .err(
-                    Code::PatternTwoUnknowns,
-                    g.pos,
-                    format!(
-                        "cannot infer the lengths of {list} in `{}`: at most one axis of a group may be unknown",
-                        ctx.text(g.pos)
-                    ),
-                    "several unknown lengths",
-                )
-                .help(format!(
-                    "pass all but one as keyword arguments, e.g. `{}=2`",
-                    unknown[0]
-                )));
-        }
-    }
 
     // Elementary axes of the input, group by group.
     let mut in_elems: Vec<u64> = Vec::new();
@@ -130,7 +83,7 @@ pub fn resolve_pattern(
     let right_has_ell = right.ellipsis().is_some();
     let find_in = |name: &str| elem_names.iter().position(|n| *n == Some(name));
     let (out_groups, out_names) = output_groups(
-        &ctx, &right, &in_elems, &ell_elems, &ell_names, &find_in, &kwarg,
+        &ctx, right, &in_elems, &ell_elems, &ell_names, &find_in, &kwarg,
     )?;
 
     // Reduced axes: everything of the input that the output does not mention.
@@ -326,193 +279,7 @@ fn output_groups(
     Ok((out_groups, out_names))
 }
 
-/// einops' ellipsis rules that do not depend on the operation.
-pub(super) fn check_ellipses(
-    ctx: &Ctx,
-    op: PatternOp,
-    left: &Side,
-    right: &Side,
-) -> Result<(), Diagnostic> {
-    let l = left.ellipsis();
-    let r = right.ellipsis();
-    if let (None, Some((_, a))) = (l, r) {
-        return Err(ctx
-            .err(
-                Code::PatternEllipsis,
-                a.pos,
-                "`...` on the right side of the pattern but not on the left".to_string(),
-                "`...` only on the right",
-            )
-            .help("`...` stands for input axes; put it on the left side too"));
-    }
-    if let Some((g, a)) = l {
-        if left.groups.get(g).is_some_and(|g| g.paren) {
-            return Err(ctx
-                .err(
-                    Code::PatternEllipsis,
-                    a.pos,
-                    "`...` inside parentheses on the left side of the pattern".to_string(),
-                    "`...` in a group",
-                )
-                .help(
-                    "on the left, `...` must stand alone; it may be grouped on the right: `b ... -> b (...)`",
-                ));
-        }
-        if r.is_none() && op != PatternOp::Reduce {
-            return Err(ctx
-                .err(
-                    Code::PatternEllipsis,
-                    a.pos,
-                    format!(
-                        "`...` on the left side of the {} pattern but not on the right",
-                        op.name()
-                    ),
-                    "`...` only on the left",
-                )
-                .help("add `...` to the right side; only reduce may drop the `...` axes"));
-        }
-    }
-    Ok(())
-}
-
-/// Which axes may appear on which side, per operation (einops' identifier checks).
-pub(super) fn check_axis_sets(
-    ctx: &Ctx,
-    op: PatternOp,
-    left: &Side,
-    right: &Side,
-    kwarg: &dyn Fn(&str) -> Option<u64>,
-) -> Result<(), Diagnostic> {
-    let anon = |a: &Atom, side: &str, help: &str| {
-        ctx.err(
-            Code::PatternAnonymous,
-            a.pos,
-            format!(
-                "numeric axis `{}` on the {side} side of {}",
-                ctx.text(a.pos),
-                op.name()
-            ),
-            "numeric axis",
-        )
-        .help(help.to_string())
-    };
-    match op {
-        PatternOp::Rearrange => {
-            for (side, s) in [("left", left), ("right", right)] {
-                if let Some(a) = s.atoms().find(|a| matches!(a.kind, AtomKind::Number(_))) {
-                    return Err(anon(
-                        a,
-                        side,
-                        "rearrange allows only `1` as a numeric axis; use reduce to pool over it or repeat to add it",
-                    ));
-                }
-            }
-            for (n, a) in left.names() {
-                if !right.has_name(n) {
-                    return Err(ctx
-                        .err(
-                            Code::PatternAxisOneSide,
-                            a.pos,
-                            format!(
-                                "axis `{n}` is on the left side of the rearrange pattern but not on the right"
-                            ),
-                            "only on the left",
-                        )
-                        .help(format!(
-                            "rearrange keeps every axis: add `{n}` to the right side, or use reduce to remove it"
-                        )));
-                }
-            }
-            for (n, a) in right.names() {
-                if !left.has_name(n) {
-                    return Err(ctx
-                        .err(
-                            Code::PatternAxisOneSide,
-                            a.pos,
-                            format!(
-                                "axis `{n}` is on the right side of the rearrange pattern but not on the left"
-                            ),
-                            "only on the right",
-                        )
-                        .help(format!(
-                            "rearrange keeps every axis: add `{n}` to the left side, or use repeat to create it"
-                        )));
-                }
-            }
-        }
-        PatternOp::Reduce => {
-            for a in right.atoms() {
-                match &a.kind {
-                    AtomKind::Number(_) => {
-                        return Err(anon(
-                            a,
-                            "right",
-                            "reduce cannot create axes; write `1` for a unit axis or use repeat",
-                        ))
-                    }
-                    AtomKind::Name(n) if !left.has_name(n) => {
-                        return Err(ctx
-                            .err(
-                                Code::PatternAxisOneSide,
-                                a.pos,
-                                format!(
-                                    "axis `{n}` is on the right side of the reduce pattern but not on the left"
-                                ),
-                                "not in the input",
-                            )
-                            .help("reduce only removes axes; the output axes must come from the left side"));
-                    }
-                    _ => {}
-                }
-            }
-        }
-        PatternOp::Repeat => {
-            for a in left.atoms() {
-                match &a.kind {
-                    AtomKind::Number(_) => {
-                        return Err(anon(
-                            a,
-                            "left",
-                            "repeat cannot remove axes; numeric axes belong on the right side of repeat",
-                        ))
-                    }
-                    AtomKind::Name(n) if !right.has_name(n) => {
-                        return Err(ctx
-                            .err(
-                                Code::PatternAxisOneSide,
-                                a.pos,
-                                format!(
-                                    "axis `{n}` is on the left side of the repeat pattern but not on the right"
-                                ),
-                                "dropped",
-                            )
-                            .help(format!(
-                                "repeat keeps every input axis: add `{n}` to the right side, or use reduce to remove it"
-                            )));
-                    }
-                    _ => {}
-                }
-            }
-            for (n, a) in right.names() {
-                if !left.has_name(n) && kwarg(n).is_none() {
-                    return Err(ctx
-                        .err(
-                            Code::UnknownExtent,
-                            a.pos,
-                            format!("new axis `{n}` of repeat has no length"),
-                            "length unknown",
-                        )
-                        .help(format!(
-                            "pass its length as a keyword argument, e.g. `{n}=2`"
-                        )));
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
-pub(super) fn rank_error(
+fn rank_error(
     ctx: &Ctx,
     left: &Side,
     arrow: usize,
@@ -545,68 +312,4 @@ pub(super) fn rank_error(
         d = d.help("write one group per input axis");
     }
     d
-}
-
-/// einops' checks of the axis-length keyword arguments.
-pub(super) fn check_kwargs(
-    ctx: &Ctx,
-    left: &Side,
-    right: &Side,
-    kwargs: &[(String, u64, Span)],
-) -> Result<(), Diagnostic> {
-    for (i, (name, value, span)) in kwargs.iter().enumerate() {
-        if let Err(reason) = check_name(name) {
-            return Err(Diagnostic::new(
-                Code::PatternBadKwarg,
-                format!("`{name}` is not a valid axis name: {reason}"),
-            )
-            .label(*span, "invalid axis name"));
-        }
-        if let Some((_, _, first)) = kwargs
-            .get(..i)
-            .and_then(|k| k.iter().find(|k| &k.0 == name))
-        {
-            return Err(Diagnostic::new(
-                Code::PatternBadKwarg,
-                format!("the length of axis `{name}` is given twice"),
-            )
-            .label(*span, "second length")
-            .label(*first, "first length"));
-        }
-        if !left.has_name(name) && !right.has_name(name) {
-            let mut axes: Vec<&str> = Vec::new();
-            for (n, _) in left.names().chain(right.names()) {
-                if !axes.contains(&n) {
-                    axes.push(n);
-                }
-            }
-            let help = if axes.is_empty() {
-                "the pattern has no named axes; remove this argument".to_string()
-            } else {
-                format!(
-                    "the pattern's axes are {}; remove the argument or fix its name",
-                    axes.iter()
-                        .map(|a| format!("`{a}`"))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )
-            };
-            return Err(Diagnostic::new(
-                Code::PatternUnusedKwarg,
-                format!("axis length `{name}={value}` names no axis of the pattern"),
-            )
-            .label(*span, "not in the pattern")
-            .label(ctx.span(ctx.whole()), "pattern")
-            .help(help));
-        }
-        if *value == 0 {
-            return Err(Diagnostic::new(
-                Code::PatternBadKwarg,
-                format!("axis length `{name}=0` must be at least 1"),
-            )
-            .label(*span, "length 0")
-            .help("axis lengths are positive"));
-        }
-    }
-    Ok(())
 }

@@ -1,8 +1,8 @@
 //! tdsl's einsum patterns (numpy's einsum over named labels, with composition) resolved against
 //! the operands' shapes.
 
-use super::numpy::numpy_subscripts;
 use super::*;
+use tdsl_syntax::pattern::{numpy_subscripts, parse_einsum, Einsum};
 
 // ---------------------------------------------------------------------------------------------
 // einsum
@@ -34,22 +34,22 @@ pub fn resolve_einsum(
     kwargs: &[(String, u64, Span)],
 ) -> Result<EinsumSpec, Diagnostic> {
     let ranks: Vec<usize> = operands.iter().map(Shape::rank).collect();
-    let (spaced, map) = match numpy_subscripts(pattern, &ranks) {
-        Some((text, map)) => (text, Some(map)),
-        None => (pattern.to_string(), None),
-    };
+    let numpy = numpy_subscripts(pattern, &ranks);
     let ctx = Ctx {
-        pattern: spaced.as_str(),
+        pattern: numpy.as_ref().map_or(pattern, |s| s.text.as_str()),
         base: pattern_span,
-        map,
+        numpy: numpy.as_ref(),
+        kwargs: kwargs.iter().map(|k| k.2).collect(),
     };
-    let (ops, out, arrow) = parse_einsum(&ctx, operands)?;
+    let parsed = parse_einsum(ctx.pattern, Some(operands.len()), &keywords(kwargs))
+        .map_err(|e| ctx.parse_error(e))?;
     let mut r = Resolver {
         ctx,
         operands,
-        ops,
-        out,
-        arrow,
+        ops: &parsed.operands,
+        out: &parsed.output,
+        parsed: &parsed,
+        arrow: parsed.arrow,
         layouts: Vec::new(),
         ell_width: Vec::new(),
         n_ell: 0,
@@ -61,7 +61,6 @@ pub fn resolve_einsum(
     r.lay_out()?;
     r.broadcast_ellipsis()?;
     r.label_table();
-    check_einsum_kwargs(&r.ctx, &r.names, kwargs)?;
     r.plain_extents()?;
     r.kwarg_extents(kwargs)?;
     r.infer_composed()?;
@@ -69,118 +68,13 @@ pub fn resolve_einsum(
     r.assemble()
 }
 
-/// Operand sides and the output side of an einsum pattern, and where its `->` is; the operand
-/// count and the output's labels checked against the operands.
-fn parse_einsum(ctx: &Ctx, operands: &[Shape]) -> Result<(Vec<Side>, Side, usize), Diagnostic> {
-    let pattern = ctx.pattern;
-    let arrow = find_arrow(ctx)?;
-    let in_end = arrow.unwrap_or(pattern.len());
-
-    // Operands, split at commas.
-    let mut ops: Vec<Side> = Vec::new();
-    let mut start = 0usize;
-    let commas: Vec<usize> = pattern
-        .get(..in_end)
-        .unwrap_or("")
-        .match_indices(',')
-        .map(|(i, _)| i)
-        .collect();
-    for end in commas.iter().copied().chain(std::iter::once(in_end)) {
-        let pos = Pos::new(start, end);
-        if ctx.text(pos).trim_matches(' ').is_empty() {
-            let at = if pos.lo < pos.hi {
-                pos
-            } else if end < in_end {
-                Pos::new(end, end + 1)
-            } else if start > 0 {
-                Pos::new(start - 1, start)
-            } else if let Some(a) = arrow {
-                Pos::new(a, a + 2)
-            } else {
-                pos
-            };
-            return Err(ctx
-                .err(
-                    Code::PatternSyntax,
-                    at,
-                    format!("einsum operand {} has no axes", ops.len() + 1),
-                    "empty operand",
-                )
-                .help("write the operand's axis labels; scalar operands are not supported"));
-        }
-        let side = parse_side(ctx, pos, EINSUM_IN)?;
-        if let Some((g, a)) = side.ellipsis() {
-            if side.groups.get(g).is_some_and(|g| g.paren) {
-                return Err(ctx
-                    .err(
-                        Code::PatternEllipsis,
-                        a.pos,
-                        "`...` inside parentheses in an einsum operand".to_string(),
-                        "`...` in a group",
-                    )
-                    .help("in an operand `...` must stand alone; it may be grouped in the output: `-> b (...)`"));
-            }
-        }
-        ops.push(side);
-        start = end + 1;
-    }
-    let Some(arrow) = arrow else {
-        return Err(ctx
-            .err(
-                Code::PatternMissingArrow,
-                ctx.whole(),
-                format!("einsum pattern `{pattern}` has no `->`"),
-                "no `->` here",
-            )
-            .help(format!(
-                "write it with an explicit output: \"{}\"",
-                implicit_pattern(ctx, &ops)
-            )));
-    };
-    let out = parse_side(ctx, Pos::new(arrow + 2, pattern.len()), EINSUM_OUT)?;
-
-    if ops.len() != operands.len() {
-        let p = ctx.trim(Pos::new(0, arrow));
-        return Err(ctx.err(
-            Code::PatternOperands,
-            p,
-            format!(
-                "einsum pattern has {} operand{} but {} {} passed",
-                ops.len(),
-                if ops.len() == 1 { "" } else { "s" },
-                operands.len(),
-                if operands.len() == 1 { "was" } else { "were" },
-            ),
-            &format!(
-                "{} operand{}",
-                ops.len(),
-                if ops.len() == 1 { "" } else { "s" }
-            ),
-        ));
-    }
-
-    for (n, a) in out.names() {
-        if !ops.iter().any(|s| s.has_name(n)) {
-            return Err(ctx
-                .err(
-                    Code::PatternAxisOneSide,
-                    a.pos,
-                    format!("output label `{n}` appears in no operand"),
-                    "not in any operand",
-                )
-                .help("every output label must come from an operand"));
-        }
-    }
-
-    Ok((ops, out, arrow))
-}
-
 /// The state of resolving one einsum pattern, filled phase by phase (see [`resolve_einsum`]).
 struct Resolver<'a> {
     ctx: Ctx<'a>,
     operands: &'a [Shape],
-    ops: Vec<Side>,
-    out: Side,
+    ops: &'a [Side],
+    out: &'a Side,
+    parsed: &'a Einsum,
     arrow: usize,
     /// Per operand: the slots each group covers.
     layouts: Vec<Vec<OpSlots>>,
@@ -348,7 +242,7 @@ impl Resolver<'_> {
         let mut names: Vec<String> = Vec::new();
         let mut seen: Vec<Option<Seen>> = Vec::new();
         let mut ell_base: Option<usize> = None;
-        for side in ops {
+        for side in ops.iter() {
             for a in side.atoms() {
                 match &a.kind {
                     AtomKind::Name(n) if !names.contains(n) => {
@@ -550,7 +444,7 @@ impl Resolver<'_> {
             ctx,
             operands,
             ops,
-            out,
+            parsed,
             layouts,
             names,
             seen,
@@ -567,7 +461,7 @@ impl Resolver<'_> {
                 .map(String::as_str)
                 .collect();
             let text = ctx.text(g.pos);
-            if !unknown.is_empty() && used_whole(ops, out, g) {
+            if !unknown.is_empty() && parsed.used_whole(g) {
                 // The group's labels only ever appear together, in this order: no split is needed
                 // and every split gives the same result, so the first label takes the whole extent.
                 for (j, &l) in ids.iter().enumerate() {
@@ -582,21 +476,13 @@ impl Resolver<'_> {
                 continue;
             }
             if !unknown.is_empty() {
-                let list = unknown
-                    .iter()
-                    .map(|n| format!("`{n}`"))
-                    .collect::<Vec<_>>()
-                    .join(", ");
-                return Err(ctx
-                    .err(
-                        Code::PatternTwoUnknowns,
-                        g.pos,
-                        format!(
-                            "cannot infer the extents of {list} in `{text}`: at most one label of a group may be unknown"
-                        ),
-                        "several unknown extents",
-                    )
-                    .help("give all but one of them a plain axis of their own in some operand"));
+                // The parser rejects groups left with unknowns (`pattern::two_unknowns`).
+                return Err(ctx.err(
+                    Code::Internal,
+                    g.pos,
+                    format!("einsum group `{text}` left with unknown extents after parsing"),
+                    "unknown extents",
+                ));
             }
             let known = group_known(ctx, g, &ids, seen)?;
             if known != extent {
@@ -751,69 +637,6 @@ fn composed_groups<'s>(
         .collect()
 }
 
-/// Whether the labels of group `g` appear only in groups identical to `g` (same labels in the
-/// same order), in every operand and in the output: `"b (h d), (h d) o -> b o"`.
-pub(super) fn used_whole(ops: &[Side], out: &Side, g: &Group) -> bool {
-    let labels = |g: &Group| -> Vec<String> {
-        g.atoms
-            .iter()
-            .filter_map(|a| a.name().map(String::from))
-            .collect()
-    };
-    let mine = labels(g);
-    if mine.len() < 2 || mine.len() != g.atoms.len() {
-        return false;
-    }
-    ops.iter()
-        .chain([out])
-        .flat_map(|s| s.groups.iter())
-        .all(|h| {
-            let theirs = labels(h);
-            theirs == mine || theirs.iter().all(|n| !mine.contains(n))
-        })
-}
-
-/// Keyword axis lengths of an einsum: each names a label of the pattern and is positive.
-pub(super) fn check_einsum_kwargs(
-    ctx: &Ctx,
-    labels: &[String],
-    kwargs: &[(String, u64, Span)],
-) -> Result<(), Diagnostic> {
-    for (i, (name, value, span)) in kwargs.iter().enumerate() {
-        if kwargs[..i].iter().any(|k| &k.0 == name) {
-            return Err(Diagnostic::new(
-                Code::PatternBadKwarg,
-                format!("axis length `{name}` is given twice"),
-            )
-            .label(*span, "again here")
-            .help("give each axis length once"));
-        }
-        if !labels.iter().any(|l| l == name) {
-            let named: Vec<String> = labels
-                .iter()
-                .filter(|l| !l.starts_with("..."))
-                .map(|l| format!("`{l}`"))
-                .collect();
-            return Err(Diagnostic::new(
-                Code::PatternUnusedKwarg,
-                format!("axis length `{name}={value}` names no label of the einsum pattern"),
-            )
-            .label(*span, "not in the pattern")
-            .label(ctx.span(ctx.whole()), "pattern")
-            .help(format!("the pattern's labels are {}", named.join(", "))));
-        }
-        if *value == 0 {
-            return Err(Diagnostic::new(
-                Code::PatternBadKwarg,
-                format!("axis length `{name}=0` must be at least 1"),
-            )
-            .label(*span, "length 0")
-            .help("axis lengths are positive"));
-        }
-    }
-    Ok(())
-}
-
 /// Product of the known label extents of a group (unknown ones count as 1).
 pub(super) fn group_known(
     ctx: &Ctx,
@@ -882,30 +705,4 @@ pub(super) fn unify(ctx: &Ctx, name: &str, prev: &Seen, now: &Seen) -> Result<()
             &format!("extent {y}"),
         )
         .label(ctx.span(prev.pos), format!("extent {x}")))
-}
-
-/// The explicit form of numpy's implicit output: labels used exactly once, sorted, `...` first.
-pub(super) fn implicit_pattern(ctx: &Ctx, ops: &[Side]) -> String {
-    let mut counts: Vec<(&str, usize)> = Vec::new();
-    for (n, _) in ops.iter().flat_map(|s| s.names()) {
-        match counts.iter_mut().find(|(c, _)| *c == n) {
-            Some((_, k)) => *k += 1,
-            None => counts.push((n, 1)),
-        }
-    }
-    let mut once: Vec<&str> = counts
-        .into_iter()
-        .filter(|&(_, k)| k == 1)
-        .map(|(n, _)| n)
-        .collect();
-    once.sort_unstable();
-    let mut out: Vec<&str> = Vec::new();
-    if ops.iter().any(|s| s.ellipsis().is_some()) {
-        out.push("...");
-    }
-    out.extend(once);
-    let inputs: Vec<&str> = ops.iter().map(|s| ctx.text(ctx.trim(s.pos))).collect();
-    format!("{} -> {}", inputs.join(", "), out.join(" "))
-        .trim_end()
-        .to_string()
 }
