@@ -31,6 +31,7 @@ codes! {
     SyntaxError => "tdsl::syntax::unexpected",
     BadNumber => "tdsl::syntax::bad_number",
     TooDeep => "tdsl::syntax::too_deep",
+    ChainedComparison => "tdsl::syntax::chained_comparison",
     // Names and statements.
     UndefinedName => "tdsl::check::undefined_name",
     DuplicateName => "tdsl::check::duplicate_name",

@@ -103,6 +103,7 @@ pub fn syntax_diagnostic(e: SyntaxError) -> Diagnostic {
         SyntaxErrorKind::Unexpected => Code::SyntaxError,
         SyntaxErrorKind::BadNumber => Code::BadNumber,
         SyntaxErrorKind::TooDeep => Code::TooDeep,
+        SyntaxErrorKind::ChainedComparison => Code::ChainedComparison,
     };
     match e.kind {
         SyntaxErrorKind::BadNumber => Diagnostic::new(code, e.message)
@@ -113,6 +114,9 @@ pub fn syntax_diagnostic(e: SyntaxError) -> Diagnostic {
         SyntaxErrorKind::Unexpected => {
             Diagnostic::new(code, e.message).label(e.span, "unexpected here")
         }
+        SyntaxErrorKind::ChainedComparison => Diagnostic::new(code, e.message)
+            .label(e.span, "two comparisons in a row")
+            .help("parenthesize the one meant first, or write both tests and multiply them: `(a < b) * (b < c)`"),
         SyntaxErrorKind::TooDeep => Diagnostic::new(code, e.message)
             .label(e.span, "limit passed here")
             .help(format!(

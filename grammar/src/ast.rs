@@ -120,6 +120,14 @@ pub enum BinOp {
 }
 
 impl BinOp {
+    /// `< <= > >= == !=`: these do not chain (`a < b < c` is a syntax error).
+    pub fn is_comparison(self) -> bool {
+        matches!(
+            self,
+            BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge | BinOp::Eq | BinOp::Ne
+        )
+    }
+
     pub fn symbol(self) -> &'static str {
         match self {
             BinOp::Add => "+",

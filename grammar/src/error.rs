@@ -12,6 +12,9 @@ pub enum SyntaxErrorKind {
     /// Expressions nest deeper, or a statement has more operators, than the documented limits
     /// (`depth::MAX_NESTING`, `depth::MAX_OPERATORS`).
     TooDeep,
+    /// `a < b < c`: a comparison whose operand is an unparenthesized comparison. Python reads
+    /// it as `a < b and b < c` and numpy rejects it on arrays; tdsl rejects it too.
+    ChainedComparison,
 }
 
 /// A syntax error. pest stops at the first one, so there is at most one per parse.

@@ -235,6 +235,7 @@ fn lower_expr(pair: Pair<'_, Rule>) -> Result<Expr> {
         })
         .map_infix(|lhs, op, rhs| {
             let (lhs, rhs) = (lhs?, rhs?);
+            let op_span = span_of(&op);
             let op = match op.as_rule() {
                 Rule::add => BinOp::Add,
                 Rule::sub => BinOp::Sub,
@@ -248,6 +249,18 @@ fn lower_expr(pair: Pair<'_, Rule>) -> Result<Expr> {
                 Rule::ne => BinOp::Ne,
                 _ => return Err(shape_error(span_of(&op), "operator")),
             };
+            if op.is_comparison() && is_bare_comparison(&lhs) {
+                return Err(SyntaxError {
+                    kind: SyntaxErrorKind::ChainedComparison,
+                    message: format!(
+                        "comparisons do not chain: `a {0} b {1} c` is neither `(a {0} b) {1} c` nor Python's `a {0} b and b {1} c`",
+                        comparison_text(&lhs),
+                        op.symbol()
+                    ),
+                    span: lhs.span.join(op_span),
+                    expected: Vec::new(),
+                });
+            }
             let span = lhs.span.join(rhs.span);
             Ok(Expr {
                 kind: ExprKind::Binary {
@@ -259,6 +272,25 @@ fn lower_expr(pair: Pair<'_, Rule>) -> Result<Expr> {
             })
         })
         .parse(pair.into_inner())
+}
+
+/// A comparison written without parentheses around it (parentheses widen a node's span past
+/// its operands').
+fn is_bare_comparison(e: &Expr) -> bool {
+    match &e.kind {
+        ExprKind::Binary { op, lhs, rhs } => {
+            op.is_comparison() && e.span == lhs.span.join(rhs.span)
+        }
+        _ => false,
+    }
+}
+
+/// The operator of a comparison node, as written.
+fn comparison_text(e: &Expr) -> &'static str {
+    match &e.kind {
+        ExprKind::Binary { op, .. } => op.symbol(),
+        _ => "<",
+    }
 }
 
 fn lower_primary(pair: Pair<'_, Rule>) -> Result<Expr> {

@@ -126,7 +126,8 @@ fn write_expr(out: &mut String, e: &Expr, min_prec: u8) {
             if paren {
                 out.push('(');
             }
-            write_expr(out, lhs, p);
+            // Comparisons do not chain: a comparison under another one is parenthesized.
+            write_expr(out, lhs, if op.is_comparison() { p + 1 } else { p });
             let _ = write!(out, " {} ", op.symbol());
             // Left-associative: a right operand of equal precedence needs parentheses.
             write_expr(out, rhs, p + 1);

@@ -158,6 +158,34 @@ fn einsum_axis_lengths_whole_groups_and_numpy_subscripts() {
 }
 
 #[test]
+fn comparisons_do_not_chain() {
+    let dir = tempfile::tempdir().unwrap();
+    for chained in ["0 < x < 2", "x == x != 0", "(x) >= 1 <= 2", "x + 1 < x * 2 < 3"] {
+        let script = format!("input x: f32[n=3] = arange\ny = {chained}\noutput y\n");
+        let out = tdsl_script(dir.path(), "check", &script, &[]);
+        assert_eq!(out.code, 1, "{chained}: {}", out.stderr);
+        assert!(
+            out.stderr.contains("tdsl::syntax::chained_comparison"),
+            "{chained}: {}",
+            out.stderr
+        );
+    }
+    // Parenthesized, either way round, they are two ordinary comparisons.
+    let script = "input x: f32[n=3] = arange\n\
+                  a = (0 < x) < 1\nb = 0 < (x < 2)\nc = (0 < x) * (x < 2)\n\
+                  output a, b, c\n";
+    for (name, want) in [
+        ("a", [1.0, 0.0, 0.0]),
+        ("b", [1.0, 1.0, 0.0]),
+        ("c", [0.0, 1.0, 0.0]),
+    ] {
+        for got in run_all(script, name) {
+            assert_close(&got, &want, 0.0, name);
+        }
+    }
+}
+
+#[test]
 fn deep_input_is_a_diagnostic_not_a_crash() {
     let dir = tempfile::tempdir().unwrap();
     let cases = [

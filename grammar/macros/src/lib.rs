@@ -424,6 +424,9 @@ pub fn program(input: TokenStream) -> TokenStream {
                 tdsl_syntax::SyntaxErrorKind::Unexpected => "tdsl::syntax::unexpected",
                 tdsl_syntax::SyntaxErrorKind::BadNumber => "tdsl::syntax::bad_number",
                 tdsl_syntax::SyntaxErrorKind::TooDeep => "tdsl::syntax::too_deep",
+                tdsl_syntax::SyntaxErrorKind::ChainedComparison => {
+                    "tdsl::syntax::chained_comparison"
+                }
             };
             return error(
                 lit.span(),
