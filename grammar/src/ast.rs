@@ -33,6 +33,8 @@ pub enum StmtKind {
     Input(InputDecl),
     /// `y = expr`
     Assign { name: Ident, value: Expr },
+    /// `a, b = expr` (two or more names): the tensors an `unpack` returns, in order.
+    AssignMany { names: Vec<Ident>, value: Expr },
     /// `output y, z`
     Output { names: Vec<Ident> },
 }

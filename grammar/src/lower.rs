@@ -110,6 +110,18 @@ fn lower_stmt(pair: Pair<'_, Rule>) -> Result<Stmt> {
             let value = lower_expr(next(&mut inner, span, "expression")?)?;
             StmtKind::Assign { name, value }
         }
+        Rule::assign_many_stmt => {
+            let mut names = Vec::new();
+            let mut value = None;
+            for p in inner {
+                match p.as_rule() {
+                    Rule::ident => names.push(lower_ident(p)),
+                    _ => value = Some(lower_expr(p)?),
+                }
+            }
+            let value = value.ok_or_else(|| shape_error(span, "expression"))?;
+            StmtKind::AssignMany { names, value }
+        }
         _ => return Err(shape_error(span, "statement")),
     };
     Ok(Stmt { kind, span })

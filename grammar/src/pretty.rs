@@ -68,6 +68,10 @@ pub fn stmt(s: &Stmt) -> String {
         StmtKind::Assign { name, value } => {
             let _ = write!(out, "{} = {}", name.name, expr(value));
         }
+        StmtKind::AssignMany { names, value } => {
+            let names: Vec<&str> = names.iter().map(|n| n.name.as_str()).collect();
+            let _ = write!(out, "{} = {}", names.join(", "), expr(value));
+        }
         StmtKind::Output { names } => {
             out.push_str("output ");
             out.push_str(

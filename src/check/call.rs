@@ -12,7 +12,7 @@ pub(super) struct CallArgs<'e> {
 }
 
 impl<'e> CallArgs<'e> {
-    fn new(func: &'e ast::Ident, args: &'e [Arg], span: Span) -> CallArgs<'e> {
+    pub(super) fn new(func: &'e ast::Ident, args: &'e [Arg], span: Span) -> CallArgs<'e> {
         let positional = args
             .iter()
             .filter_map(|a| match a {
@@ -51,7 +51,7 @@ impl<'e> CallArgs<'e> {
     }
 
     /// The diagnostic for the wrong number of positional arguments (`want` were expected).
-    fn arity(&self, this: &mut Checker, want: &str) -> Option<NodeId> {
+    pub(super) fn arity(&self, this: &mut Checker, want: &str) -> Option<NodeId> {
         let name = self.name;
         let usage = match name {
             "max" | "min" | "pow" => format!("write `{name}(a, b)`"),
@@ -130,6 +130,22 @@ impl Checker {
             "sparsify" => self.sparsify(&a.positional, &a.kwargs, span),
             "dense" => self.dense_call(&a),
             "einsum" => self.einsum_call(&a),
+            "pack" => self.pack_call(&a),
+            "unpack" => {
+                let mut pieces = self.unpack_call(&a)?;
+                if pieces.len() == 1 {
+                    return pieces.pop();
+                }
+                self.diags.push(
+                    Diagnostic::new(
+                        Code::BadArgument,
+                        format!("`unpack` returns {} tensors here", pieces.len()),
+                    )
+                    .label(span, "several tensors")
+                    .help("assign them to as many names: `a, b = unpack(y, \"b * c\", x1, x2)`"),
+                );
+                None
+            }
             "randn" | "rand" | "zeros" | "ones" | "arange" => {
                 self.diags.push(
                     Diagnostic::new(
@@ -335,6 +351,8 @@ impl Checker {
             "reduce",
             "repeat",
             "einsum",
+            "pack",
+            "unpack",
             "sparsify",
             "dense",
         ]);

@@ -25,6 +25,7 @@ use tdsl_syntax::Span;
 mod call;
 mod decl;
 mod ops;
+mod pack;
 mod sparsify;
 
 /// What is known about data bound to an input before checking (from `--input`, `--weights` or
@@ -281,6 +282,7 @@ impl Checker {
                     }
                 }
             }
+            StmtKind::AssignMany { names, value } => self.assign_many(names, value, stmt.span),
             StmtKind::Output { names } => {
                 for n in names {
                     if let Some(prev) = self.prog.outputs.iter().find(|o| o.name == n.name) {

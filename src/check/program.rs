@@ -222,6 +222,19 @@ pub enum NodeKind {
     },
     /// `dense(x)`: the same values, stored densely.
     Dense(NodeId),
+    /// `pack`: the parts laid end to end along slot `axis`; every other slot agrees. The parts
+    /// are already flattened (one slot for einops' `*`) and cast to the node's dtype.
+    Concat {
+        axis: usize,
+        parts: Vec<NodeId>,
+    },
+    /// A piece of an `unpack`: `x` from `start` along slot `axis`, for the node's extent there;
+    /// every other slot is `x`'s.
+    Slice {
+        x: NodeId,
+        axis: usize,
+        start: u64,
+    },
 }
 
 /// One node: what it computes, its type, and where it was written.
@@ -389,8 +402,9 @@ impl Program {
             | NodeKind::Dense(x)
             | NodeKind::Sparsify { x, .. } => vec![*x],
             NodeKind::Binary(_, a, b) => vec![*a, *b],
-            NodeKind::Pattern { x, .. } => vec![*x],
+            NodeKind::Pattern { x, .. } | NodeKind::Slice { x, .. } => vec![*x],
             NodeKind::Einsum { operands, .. } => operands.clone(),
+            NodeKind::Concat { parts, .. } => parts.clone(),
         }
     }
 }

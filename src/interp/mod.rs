@@ -169,6 +169,14 @@ fn eval_all(program: &Program, inputs: &[Tensor]) -> Vec<Value> {
                 let ops: Vec<&Value> = operands.iter().map(|o| &values[o.idx()]).collect();
                 einsum(&ops, spec)
             }
+            NodeKind::Concat { axis, parts } => {
+                let parts: Vec<&Value> = parts.iter().map(|o| &values[o.idx()]).collect();
+                concat(&parts, *axis)
+            }
+            NodeKind::Slice { x, axis, start } => {
+                let len = node.ty.shape.0[*axis].extent as usize;
+                slice(&values[x.idx()], *axis, *start as usize, len)
+            }
         };
         // Weak scalars (literals, sizes, and arithmetic on only those) stay exact f64 until they
         // meet a tensor, whose dtype they then take (numpy's NEP 50).
@@ -183,6 +191,37 @@ fn eval_all(program: &Program, inputs: &[Tensor]) -> Vec<Value> {
         });
     }
     values
+}
+
+/// `parts` laid end to end along `axis` (numpy's `concatenate`).
+fn concat(parts: &[&Value], axis: usize) -> Value {
+    let mut shape = parts[0].shape.clone();
+    shape[axis] = parts.iter().map(|p| p.shape[axis]).sum();
+    let outer: usize = shape[..axis].iter().product();
+    let inner: usize = shape[axis + 1..].iter().product();
+    let mut data = Vec::with_capacity(outer * shape[axis] * inner);
+    for o in 0..outer {
+        for p in parts {
+            let run = p.shape[axis] * inner;
+            data.extend_from_slice(&p.data[o * run..(o + 1) * run]);
+        }
+    }
+    Value { shape, data }
+}
+
+/// `x[.., start..start + len, ..]` along `axis`.
+fn slice(x: &Value, axis: usize, start: usize, len: usize) -> Value {
+    let mut shape = x.shape.clone();
+    shape[axis] = len;
+    let outer: usize = shape[..axis].iter().product();
+    let inner: usize = shape[axis + 1..].iter().product();
+    let run = x.shape[axis] * inner;
+    let mut data = Vec::with_capacity(outer * len * inner);
+    for o in 0..outer {
+        let from = o * run + start * inner;
+        data.extend_from_slice(&x.data[from..from + len * inner]);
+    }
+    Value { shape, data }
 }
 
 fn round(dtype: DType, x: f64) -> f64 {

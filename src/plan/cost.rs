@@ -578,6 +578,8 @@ pub fn program_cost_with(program: &Program, inputs: &CostInputs) -> ProgramCost 
                 | NodeKind::Cast(_)
                 | NodeKind::Dense(_)
                 | NodeKind::AxisIndex { .. }
+                | NodeKind::Concat { .. }
+                | NodeKind::Slice { .. }
                 | NodeKind::Sparsify { .. } => {}
                 NodeKind::Unary(..) | NodeKind::Binary(..) | NodeKind::Where(..) => {
                     flops += out_elems;

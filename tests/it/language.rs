@@ -158,6 +158,69 @@ fn einsum_axis_lengths_whole_groups_and_numpy_subscripts() {
 }
 
 #[test]
+fn pack_and_unpack_as_einops() {
+    // x: [b=2, n=3, c=2], y: [b=2, h=2, w=2, c=2], z: [b=2, c=2] (no `*` axes: one slot).
+    let script = "input x: f32[b=2, n=3, c=2] = arange\n\
+                  input y: f64[b=2, h=2, w=2, c=2] = arange\n\
+                  input z: f32[b=2, c=2] = ones\n\
+                  p = pack(x, y + 100, z, 'b * c')\n\
+                  u, v, w = unpack(p * 2, \"b * c\", x, y, z)\n\
+                  m, n = unpack(p, 'b * c', 7, 1)\n\
+                  output p, u, v, w, m, n\n";
+    let x: Vec<f64> = (0..12).map(f64::from).collect();
+    let y: Vec<f64> = (0..16).map(|i| f64::from(i) + 100.0).collect();
+    // p[b] = x[b] (3×2), y[b] (4×2), z[b] (1×2): 16 values per b.
+    let mut p = Vec::new();
+    for b in 0..2 {
+        p.extend_from_slice(&x[b * 6..b * 6 + 6]);
+        p.extend_from_slice(&y[b * 8..b * 8 + 8]);
+        p.extend_from_slice(&[1.0, 1.0]);
+    }
+    let twice = |v: &[f64]| v.iter().map(|a| a * 2.0).collect::<Vec<f64>>();
+    let y_back: Vec<f64> = (0..16).map(|i| (f64::from(i) + 100.0) * 2.0).collect();
+    let m: Vec<f64> = (0..2).flat_map(|b| p[b * 16..b * 16 + 14].to_vec()).collect();
+    let n: Vec<f64> = (0..2).flat_map(|b| p[b * 16 + 14..b * 16 + 16].to_vec()).collect();
+    for (name, want) in [
+        ("p", p.clone()),
+        ("u", twice(&x)),
+        ("v", y_back),
+        ("w", vec![2.0; 4]),
+        ("m", m),
+        ("n", n),
+    ] {
+        for got in run_all(script, name) {
+            assert_close(&got, &want, 0.0, name);
+        }
+    }
+}
+
+#[test]
+fn pack_and_unpack_errors_have_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let head = "input x: f32[b=2, n=3, c=4] = ones\ninput y: f32[b=3, c=4] = ones\n";
+    for (body, code) in [
+        ("p = pack(x, 'b c')\noutput p", "tdsl::pattern::syntax"),
+        ("p = pack(x, 'b * * c')\noutput p", "tdsl::pattern::syntax"),
+        ("p = pack(x, 'b (n) * c')\noutput p", "tdsl::pattern::syntax"),
+        ("p = pack(x, 'b * b')\noutput p", "tdsl::pattern::duplicate_axis"),
+        ("p = pack(x, y, 'b * c')\noutput p", "tdsl::check::extent_mismatch"),
+        ("p = pack(x, 'b n * c k')\noutput p", "tdsl::pattern::rank_mismatch"),
+        ("a, b = unpack(x, 'b * c', 1, 1)\noutput a", "tdsl::check::extent_mismatch"),
+        ("a, b = unpack(x, 'b * c', 1, 1, 1)\noutput a", "tdsl::check::arity"),
+        ("a, b = unpack(x, 'b * c', 3, 0)\noutput a", "tdsl::check::zero_extent"),
+        ("a, b = unpack(x, 'b * c', 3)\noutput a", "tdsl::check::arity"),
+        ("a = unpack(x, 'b * c', 1, 2)\noutput a", "tdsl::check::bad_argument"),
+        ("a, b = x + 1\noutput a", "tdsl::check::bad_argument"),
+        ("a, a = unpack(x, 'b * c', 1, 2)\noutput a", "tdsl::check::duplicate_name"),
+    ] {
+        let script = format!("{head}{body}\n");
+        let out = tdsl_script(dir.path(), "check", &script, &[]);
+        assert_eq!(out.code, 1, "{body}: {}", out.stderr);
+        assert!(out.stderr.contains(code), "{body}: want {code}: {}", out.stderr);
+    }
+}
+
+#[test]
 fn comparisons_do_not_chain() {
     let dir = tempfile::tempdir().unwrap();
     for chained in ["0 < x < 2", "x == x != 0", "(x) >= 1 <= 2", "x + 1 < x * 2 < 3"] {

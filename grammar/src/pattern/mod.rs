@@ -403,3 +403,103 @@ fn plural(n: usize) -> &'static str {
         "s"
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// pack / unpack
+// ---------------------------------------------------------------------------------------------
+
+/// A parsed `pack`/`unpack` pattern (einops 0.8's `pack`): axis names around one `*`, which
+/// stands for the axes that are flattened and concatenated (`"b * c"`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pack {
+    /// The names before `*`, with their positions.
+    pub before: Vec<(String, Pos)>,
+    /// Where `*` is.
+    pub star: Pos,
+    /// The names after `*`.
+    pub after: Vec<(String, Pos)>,
+}
+
+/// Parses a `pack`/`unpack` pattern: names separated by spaces and exactly one `*`; no
+/// parentheses, `...`, numbers or `->` (einops' rules).
+pub fn parse_pack(func: &str, pattern: &str) -> Result<Pack, PatternError> {
+    let t = parse::Text { pattern };
+    let mut before: Vec<(String, Pos)> = Vec::new();
+    let mut after: Vec<(String, Pos)> = Vec::new();
+    let mut star: Option<Pos> = None;
+    let mut start: Option<usize> = None;
+    let mut tokens: Vec<Pos> = Vec::new();
+    for (i, c) in pattern.char_indices().chain(std::iter::once((pattern.len(), ' '))) {
+        if c == ' ' {
+            if let Some(s) = start.take() {
+                tokens.push(Pos::new(s, i));
+            }
+        } else if start.is_none() {
+            start = Some(i);
+        }
+    }
+    for p in tokens {
+        let text = t.text(p);
+        if text == "*" {
+            if let Some(first) = star {
+                return Err(t
+                    .err(
+                        PatternCode::Syntax,
+                        p,
+                        format!("`{func}` pattern `{pattern}` has more than one `*`"),
+                        "second `*`",
+                    )
+                    .also(At::Pattern(first), "first `*`")
+                    .help("one `*` marks the axes that are packed together"));
+            }
+            star = Some(p);
+            continue;
+        }
+        if let Err(reason) = check_axis_name(text) {
+            let help = match text {
+                t if t.contains('(') || t.contains(')') => {
+                    "pack patterns have no composition: name each axis, and let `*` cover the packed ones"
+                }
+                t if t.contains("...") => "write `*` for the axes `...` would cover",
+                t if t.contains("->") => "pack patterns have one side: write `b * c`, not `->`",
+                _ => reason,
+            };
+            return Err(t
+                .err(
+                    PatternCode::Syntax,
+                    p,
+                    format!("invalid axis `{text}` in `{func}` pattern: {reason}"),
+                    "invalid axis",
+                )
+                .help(help));
+        }
+        if let Some((_, first)) = before.iter().chain(after.iter()).find(|(n, _)| n == text) {
+            return Err(t
+                .err(
+                    PatternCode::DuplicateAxis,
+                    p,
+                    format!("axis `{text}` appears twice in the `{func}` pattern"),
+                    "second occurrence",
+                )
+                .also(At::Pattern(*first), "first occurrence")
+                .help("give each axis its own name"));
+        }
+        let list = if star.is_some() { &mut after } else { &mut before };
+        list.push((text.to_string(), p));
+    }
+    let Some(star) = star else {
+        return Err(t
+            .err(
+                PatternCode::Syntax,
+                t.whole(),
+                format!("`{func}` pattern `{pattern}` has no `*`"),
+                "no `*` here",
+            )
+            .help("mark the axes to pack with `*`, as in einops: \"b * c\""));
+    };
+    Ok(Pack {
+        before,
+        star,
+        after,
+    })
+}

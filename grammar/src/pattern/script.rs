@@ -21,7 +21,7 @@ pub struct ScriptPatternError {
 pub fn check_script_patterns(script: &Script) -> Vec<ScriptPatternError> {
     let mut out = Vec::new();
     for stmt in &script.stmts {
-        if let StmtKind::Assign { value, .. } = &stmt.kind {
+        if let StmtKind::Assign { value, .. } | StmtKind::AssignMany { value, .. } = &stmt.kind {
             check_expr_patterns(value, &mut out);
         }
     }

@@ -659,6 +659,15 @@ impl Session {
                     _ => name.name.clone(),
                 }
             }
+            StmtKind::AssignMany { names, .. } => {
+                let p = self.prog();
+                let lines: Vec<String> = names
+                    .iter()
+                    .filter_map(|n| p.assigns.iter().rev().find(|a| a.name == n.name))
+                    .map(|a| format!("{}: {}", a.name, type_summary(&p.node(a.node).ty)))
+                    .collect();
+                lines.join("\n")
+            }
             StmtKind::Output { .. } => {
                 let outs: Vec<&str> = self
                     .prog()

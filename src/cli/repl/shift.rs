@@ -81,6 +81,12 @@ pub(super) fn shift_stmt(s: &mut Stmt, by: u32) {
             shift_ident(name, by);
             shift_expr(value, by);
         }
+        StmtKind::AssignMany { names, value } => {
+            for n in names {
+                shift_ident(n, by);
+            }
+            shift_expr(value, by);
+        }
         StmtKind::Output { names } => {
             for n in names {
                 shift_ident(n, by);

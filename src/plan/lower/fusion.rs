@@ -4,6 +4,13 @@
 
 use super::*;
 
+/// Where a kernel stores: a buffer laid out as node `node`'s value, from element `offset` on.
+pub(super) struct Target {
+    buf: BufId,
+    node: NodeId,
+    offset: i64,
+}
+
 impl Planner<'_> {
     /// Root atoms for a materialised node: one per output slot, split further where the node
     /// itself is a pattern whose output slots compose several elementary axes.
@@ -39,10 +46,44 @@ impl Planner<'_> {
             self.out.kernels.extend(kernels);
             return Ok(());
         }
-        let mut atoms = self.root_atoms(id);
+        let target = Target {
+            buf: self.mat[&id],
+            node: id,
+            offset: 0,
+        };
+        self.lower_into(id, true, target)
+    }
+
+    /// `pack`: one kernel per part, each storing the part's values at its offset along the
+    /// packed axis of the concatenation's buffer.
+    pub(super) fn lower_concat(
+        &mut self,
+        id: NodeId,
+        axis: usize,
+        parts: &[NodeId],
+    ) -> Result<(), Retry> {
+        let strides = row_major(&self.extents(id));
+        let mut start = 0i64;
+        for &part in parts {
+            let part = self.resolve(part);
+            let target = Target {
+                buf: self.mat[&id],
+                node: id,
+                offset: start * strides[axis],
+            };
+            self.lower_into(part, false, target)?;
+            start += self.extents(part)[axis] as i64;
+        }
+        Ok(())
+    }
+
+    /// The kernel computing `value` (all of it; `root` when it is the node being materialised)
+    /// and storing it into `target`, splitting loops where patterns need finer axes.
+    fn lower_into(&mut self, value: NodeId, root: bool, target: Target) -> Result<(), Retry> {
+        let mut atoms = self.root_atoms(value);
         // Every split adds an atom; more than an axis list can hold means no progress.
         for _ in 0..MAX_SPLITS {
-            match self.try_fused(id, &atoms) {
+            match self.try_fused(value, root, &target, &atoms) {
                 Ok(k) => {
                     self.out.kernels.push(k);
                     return Ok(());
@@ -61,12 +102,17 @@ impl Planner<'_> {
         })
     }
 
-    pub(super) fn try_fused(&mut self, id: NodeId, atoms: &[Vec<u64>]) -> Result<Kernel, Retry> {
+    pub(super) fn try_fused(
+        &mut self,
+        id: NodeId,
+        root: bool,
+        target: &Target,
+        atoms: &[Vec<u64>],
+    ) -> Result<Kernel, Retry> {
         self.next_var = 0;
         self.next_acc = 0;
         self.reductions.clear();
         self.acc_place.clear();
-        let buf = self.mat[&id];
         let mut coords = Vec::new();
         let mut vars = Vec::new();
         self.root_pos.clear();
@@ -87,15 +133,15 @@ impl Planner<'_> {
             vars: vars.clone(),
             pre: vec![Vec::new(); n + 1],
         }];
-        let value = self.build(id, &coords, true);
+        let value = self.build(id, &coords, root);
         let nest = self.env.pop().expect("root nest");
         let value = value?;
-        // Store index: row-major over slots, each slot row-major over its atoms.
-        let slot_strides = row_major(&self.extents(id));
-        let index = coord_index(&coords, &slot_strides, 0);
-        let dtype = elem_type(self.p.node(id).ty.dtype);
+        // Store index: row-major over the target's slots, each slot row-major over its atoms.
+        let slot_strides = row_major(&self.extents(target.node));
+        let index = coord_index(&coords, &slot_strides, target.offset);
+        let dtype = elem_type(self.p.node(target.node).ty.dtype);
         let store = Stmt::Store {
-            buf,
+            buf: target.buf,
             index,
             value: cast_to(value, self.expr_ty(id), dtype.compute()),
         };
@@ -109,7 +155,7 @@ impl Planner<'_> {
         );
         Ok(Kernel {
             name: format!("k{}", self.out.kernels.len()),
-            origin: self.origin(id),
+            origin: self.origin(target.node),
             source: None,
             body,
         })
@@ -211,7 +257,21 @@ impl Planner<'_> {
                 self.build_pattern(id, x, recipe, *reduce, coords)
             }
             NodeKind::Dense(x) => self.build_operand(*x, id, coords),
-            NodeKind::Einsum { .. } | NodeKind::Sparsify { .. } => Err(Retry::Materialise(id)),
+            NodeKind::Slice { x, axis, start } => {
+                // A window of a materialised value: a load at an offset.
+                let x = self.resolve(*x);
+                let Some(&b) = self.mat.get(&x) else {
+                    return Err(Retry::Materialise(x));
+                };
+                let strides = row_major(&self.extents(x));
+                Ok(Expr::Load {
+                    buf: b,
+                    index: coord_index(coords, &strides, *start as i64 * strides[*axis]),
+                })
+            }
+            NodeKind::Einsum { .. } | NodeKind::Sparsify { .. } | NodeKind::Concat { .. } => {
+                Err(Retry::Materialise(id))
+            }
         }
     }
 

@@ -90,7 +90,7 @@ impl Planner<'_> {
             let n = self.p.node(id);
             let multi = self.consumers[id.idx()] > 1;
             match &n.kind {
-                NodeKind::Einsum { .. } => {
+                NodeKind::Einsum { .. } | NodeKind::Concat { .. } => {
                     self.must.insert(id);
                 }
                 NodeKind::Pattern {
@@ -290,6 +290,10 @@ impl Planner<'_> {
                 let ops: Vec<NodeId> = operands.iter().map(|&o| self.resolve(o)).collect();
                 let spec = spec.clone();
                 self.lower_einsum(id, &ops, &spec)
+            }
+            NodeKind::Concat { axis, parts } => {
+                let (axis, parts) = (*axis, parts.clone());
+                self.lower_concat(id, axis, &parts)
             }
             _ => self.lower_fused(id),
         }

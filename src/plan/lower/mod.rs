@@ -284,6 +284,8 @@ impl<'a> Planner<'a> {
             | NodeKind::Cast(_)
             | NodeKind::Where(..) => "elementwise",
             NodeKind::Sparsify { .. } => "sparsify",
+            NodeKind::Concat { .. } => "pack",
+            NodeKind::Slice { .. } => "unpack",
             _ => "value",
         };
         format!("{stmt}: {what}")

@@ -1,0 +1,223 @@
+//! `script`: text through the front half of `tdsl check`, and `tdsl cost` / `tdsl plan` for
+//! programs small enough to bind and plan quickly. Nothing is JIT-compiled or run.
+
+use std::collections::BTreeMap;
+
+use tdsl::bind::{bind_available, Value};
+use tdsl::plan::cost::stored_value;
+use tdsl::session::MemoryUse;
+use tdsl::Tensor;
+
+use super::Ctx;
+
+/// Largest value (in elements) of a program the target binds and plans.
+const SMALL: u64 = 1 << 12;
+
+/// Script tokens.
+pub const DICT: &[&[u8]] = &[
+    b"input",
+    b"output",
+    b"let",
+    b"einsum",
+    b"rearrange",
+    b"reduce",
+    b"repeat",
+    b"sparsify",
+    b"where",
+    b"index",
+    b"clamp",
+    b"clip",
+    b"cast",
+    b"pack",
+    b"unpack",
+    b"dense",
+    b"auto",
+    b"density",
+    b"approximate",
+    b"f32",
+    b"f64",
+    b"f16",
+    b"bf16",
+    b"i8",
+    b"i32",
+    b"bool",
+    b"@ csr",
+    b"@ csc",
+    b"@ coo",
+    b"@ bsr(2, 2)",
+    b"@ 2:4",
+    b"@ 2:4(k)",
+    b"csr",
+    b"bsr(2, 2)",
+    b"2:4",
+    b"= randn(seed=0)",
+    b"= randn(seed=1, density=0.5)",
+    b"= rand",
+    b"= zeros",
+    b"= ones",
+    b"= arange",
+    b"seed=",
+    b"exp",
+    b"log",
+    b"sqrt",
+    b"rsqrt",
+    b"tanh",
+    b"relu",
+    b"gelu",
+    b"sigmoid",
+    b"softplus",
+    b"abs",
+    b"pow",
+    b"max",
+    b"min",
+    b"sum",
+    b"mean",
+    b"prod",
+    b"\"sum\"",
+    b"\"max\"",
+    b"\"mean\"",
+    b"->",
+    b"...",
+    b"(",
+    b")",
+    b"[",
+    b"]",
+    b"\"",
+    b"'",
+    b"=",
+    b":",
+    b",",
+    b";",
+    b"#",
+    b"\\\n",
+    b"\n",
+    b"+",
+    b"-",
+    b"*",
+    b"/",
+    b"<",
+    b"<=",
+    b"==",
+    b"!=",
+    b">",
+    b"0",
+    b"1",
+    b"2",
+    b"-1",
+    b"1e308",
+    b"18446744073709551616",
+    b"x",
+    b"y",
+    b"w",
+    b"n",
+    b"k",
+    b"b h i d",
+    b"\"i j -> j i\"",
+    b"\"i k, k j -> i j\"",
+    b"\"b (h d) -> b h d\"",
+    b"\"... i -> ...\"",
+    b"\"ij,jk->ik\"",
+    b"h=2",
+    b"output y",
+    b"input x: f32[n=4]",
+    b"input w: f32[n, m=8] @ csr = randn(seed=0, density=0.5)",
+    b"y = einsum(x, w, \"n, n m -> m\")",
+];
+
+/// Runs `input` as `tdsl check FILE` would (the file read as UTF-8, lossily), then cost and
+/// plan when the program is small.
+pub fn run(input: &[u8], ctx: &mut Ctx) {
+    let text = String::from_utf8_lossy(input);
+    script_text(&text, ctx);
+}
+
+pub(super) fn script_text(text: &str, ctx: &mut Ctx) {
+    const NAME: &str = "fuzz.tdsl";
+    let pipe = tdsl::session::Pipeline::new(*ctx.cli.options());
+    let script = match pipe.parse(text) {
+        Ok(s) => s,
+        Err(d) => {
+            ctx.stage("parse-error");
+            ctx.diags(&d, NAME, text);
+            return;
+        }
+    };
+    ctx.stage("parsed");
+    // The shape-free pattern checks (what `Program::compile` reports when extents come from data).
+    for e in tdsl_syntax::pattern::check_script_patterns(&script) {
+        ctx.mark(e.error.code.as_str().as_bytes());
+    }
+    let program = match pipe.check(&script, &BTreeMap::new()) {
+        Ok(p) => p,
+        Err(d) => {
+            ctx.stage("check-error");
+            ctx.diags(&d, NAME, text);
+            return;
+        }
+    };
+    ctx.stage("checked");
+    if let Err(d) = pipe.check_memory(&program, MemoryUse::SparseInputs) {
+        ctx.stage("too-large");
+        ctx.diag(&d, NAME, text);
+        return;
+    }
+    let small = program.inputs.len() <= 64
+        && program.nodes.len() <= 256
+        && program
+            .nodes
+            .iter()
+            .all(|n| n.ty.shape.n_elems().is_some_and(|e| e <= SMALL))
+        && program
+            .inputs
+            .iter()
+            .all(|i| i.ty.shape.n_elems().is_some_and(|e| e <= SMALL));
+    let mut program = program;
+    // Initialisers generate data only for small programs (a big one would spend the time
+    // filling memory, not testing tdsl).
+    let data: Vec<Option<Value>> = if small {
+        match bind_available(&program, BTreeMap::new(), false) {
+            Ok(d) => {
+                ctx.stage("bound");
+                d
+            }
+            Err(d) => {
+                ctx.stage("bind-error");
+                ctx.diags(&d, NAME, text);
+                return;
+            }
+        }
+    } else {
+        vec![None; program.inputs.len()]
+    };
+    let stored: Vec<_> = program
+        .inputs
+        .iter()
+        .zip(&data)
+        .map(|(i, d)| stored_value(&i.ty, d.as_ref()))
+        .collect();
+    let dense: Vec<Option<&Tensor>> = data
+        .iter()
+        .map(|v| v.as_ref().and_then(Value::as_dense))
+        .collect();
+    pipe.resolve_auto(&mut program, &stored, &dense);
+    let cost = pipe.cost(&program, &stored, &dense);
+    ctx.stage("costed");
+    ctx.mark(&[cost.statements.len().min(255) as u8]);
+    if !small {
+        return;
+    }
+    match pipe.plan(&program) {
+        Ok(plan) => {
+            ctx.stage("planned");
+            let text = tdsl_loop::print::print_program(&plan.loops);
+            ctx.mark(&[plan.loops.kernels.len().min(255) as u8]);
+            if ctx.verbose {
+                print!("{text}");
+            }
+        }
+        Err(d) => {
+            ctx.stage("plan-error");
+            ctx.diag(&d, NAME, text);
+        }
+    }
+}
