@@ -144,7 +144,7 @@ impl Checker {
         let mut cast = Vec::new();
         for (id, n) in flat {
             total = self.size_fits(total.checked_add(n), span)?;
-            cast.push(self.to_dtype(id, dtype, span)?);
+            cast.push(self.converted(id, dtype, span)?);
         }
         let mut axes: Vec<Axis> = Vec::new();
         let names = p.before.iter().chain(&p.after);
@@ -273,7 +273,13 @@ impl Checker {
         }
         let t = self.expr(e)?;
         let shape = self.prog.node(t).ty.shape.clone();
-        let star = self.star_slots(p, pspan, shape.rank(), &format!("template {}", k + 1), e.span)?;
+        let star = self.star_slots(
+            p,
+            pspan,
+            shape.rank(),
+            &format!("template {}", k + 1),
+            e.span,
+        )?;
         Some(shape.0[star].to_vec())
     }
 
@@ -374,7 +380,7 @@ impl Checker {
     }
 
     /// `x` in `dtype` (a cast node only when it differs); sparse values are expanded.
-    fn to_dtype(&mut self, x: NodeId, dtype: DType, span: Span) -> Option<NodeId> {
+    fn converted(&mut self, x: NodeId, dtype: DType, span: Span) -> Option<NodeId> {
         let n = self.prog.node(x);
         let x = if n.ty.format.is_sparse() {
             let ty = TensorType {
@@ -401,8 +407,11 @@ impl Checker {
     fn size_fits(&mut self, n: Option<u64>, span: Span) -> Option<u64> {
         if n.is_none() {
             self.diags.push(
-                Diagnostic::new(Code::SizeOverflow, "the packed size does not fit in 64 bits")
-                    .label(span, "overflows u64"),
+                Diagnostic::new(
+                    Code::SizeOverflow,
+                    "the packed size does not fit in 64 bits",
+                )
+                .label(span, "overflows u64"),
             );
         }
         n
@@ -467,12 +476,7 @@ impl Checker {
         }
     }
 
-    fn not_unpack(
-        &mut self,
-        names: &[ast::Ident],
-        value: &Expr,
-        poison: impl Fn(&mut Checker),
-    ) {
+    fn not_unpack(&mut self, names: &[ast::Ident], value: &Expr, poison: impl Fn(&mut Checker)) {
         self.diags.push(
             Diagnostic::new(
                 Code::BadArgument,

@@ -178,8 +178,12 @@ fn pack_and_unpack_as_einops() {
     }
     let twice = |v: &[f64]| v.iter().map(|a| a * 2.0).collect::<Vec<f64>>();
     let y_back: Vec<f64> = (0..16).map(|i| (f64::from(i) + 100.0) * 2.0).collect();
-    let m: Vec<f64> = (0..2).flat_map(|b| p[b * 16..b * 16 + 14].to_vec()).collect();
-    let n: Vec<f64> = (0..2).flat_map(|b| p[b * 16 + 14..b * 16 + 16].to_vec()).collect();
+    let m: Vec<f64> = (0..2)
+        .flat_map(|b| p[b * 16..b * 16 + 14].to_vec())
+        .collect();
+    let n: Vec<f64> = (0..2)
+        .flat_map(|b| p[b * 16 + 14..b * 16 + 16].to_vec())
+        .collect();
     for (name, want) in [
         ("p", p.clone()),
         ("u", twice(&x)),
@@ -201,29 +205,68 @@ fn pack_and_unpack_errors_have_codes() {
     for (body, code) in [
         ("p = pack(x, 'b c')\noutput p", "tdsl::pattern::syntax"),
         ("p = pack(x, 'b * * c')\noutput p", "tdsl::pattern::syntax"),
-        ("p = pack(x, 'b (n) * c')\noutput p", "tdsl::pattern::syntax"),
-        ("p = pack(x, 'b * b')\noutput p", "tdsl::pattern::duplicate_axis"),
-        ("p = pack(x, y, 'b * c')\noutput p", "tdsl::check::extent_mismatch"),
-        ("p = pack(x, 'b n * c k')\noutput p", "tdsl::pattern::rank_mismatch"),
-        ("a, b = unpack(x, 'b * c', 1, 1)\noutput a", "tdsl::check::extent_mismatch"),
-        ("a, b = unpack(x, 'b * c', 1, 1, 1)\noutput a", "tdsl::check::arity"),
-        ("a, b = unpack(x, 'b * c', 3, 0)\noutput a", "tdsl::check::zero_extent"),
-        ("a, b = unpack(x, 'b * c', 3)\noutput a", "tdsl::check::arity"),
-        ("a = unpack(x, 'b * c', 1, 2)\noutput a", "tdsl::check::bad_argument"),
+        (
+            "p = pack(x, 'b (n) * c')\noutput p",
+            "tdsl::pattern::syntax",
+        ),
+        (
+            "p = pack(x, 'b * b')\noutput p",
+            "tdsl::pattern::duplicate_axis",
+        ),
+        (
+            "p = pack(x, y, 'b * c')\noutput p",
+            "tdsl::check::extent_mismatch",
+        ),
+        (
+            "p = pack(x, 'b n * c k')\noutput p",
+            "tdsl::pattern::rank_mismatch",
+        ),
+        (
+            "a, b = unpack(x, 'b * c', 1, 1)\noutput a",
+            "tdsl::check::extent_mismatch",
+        ),
+        (
+            "a, b = unpack(x, 'b * c', 1, 1, 1)\noutput a",
+            "tdsl::check::arity",
+        ),
+        (
+            "a, b = unpack(x, 'b * c', 3, 0)\noutput a",
+            "tdsl::check::zero_extent",
+        ),
+        (
+            "a, b = unpack(x, 'b * c', 3)\noutput a",
+            "tdsl::check::arity",
+        ),
+        (
+            "a = unpack(x, 'b * c', 1, 2)\noutput a",
+            "tdsl::check::bad_argument",
+        ),
         ("a, b = x + 1\noutput a", "tdsl::check::bad_argument"),
-        ("a, a = unpack(x, 'b * c', 1, 2)\noutput a", "tdsl::check::duplicate_name"),
+        (
+            "a, a = unpack(x, 'b * c', 1, 2)\noutput a",
+            "tdsl::check::duplicate_name",
+        ),
     ] {
         let script = format!("{head}{body}\n");
         let out = tdsl_script(dir.path(), "check", &script, &[]);
         assert_eq!(out.code, 1, "{body}: {}", out.stderr);
-        assert!(out.stderr.contains(code), "{body}: want {code}: {}", out.stderr);
+        assert!(
+            out.stderr.contains(code),
+            "{body}: want {code}: {}",
+            out.stderr
+        );
     }
 }
 
 #[test]
 fn comparisons_do_not_chain() {
     let dir = tempfile::tempdir().unwrap();
-    for chained in ["0 < x < 2", "x == x != 0", "(x) >= 1 <= 2", "x + 1 < x * 2 < 3"] {
+    for chained in [
+        "0 < x < 2",
+        "x == x != 0",
+        "(x) >= 1 <= 2",
+        "x + 1 < x * 2 < 3",
+    ] {
         let script = format!("input x: f32[n=3] = arange\ny = {chained}\noutput y\n");
         let out = tdsl_script(dir.path(), "check", &script, &[]);
         assert_eq!(out.code, 1, "{chained}: {}", out.stderr);

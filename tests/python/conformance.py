@@ -719,6 +719,9 @@ def random_pattern_cases(count=30):
             right.insert(int(rng.integers(0, len(right) + 1)), "1")
         pattern = " ".join(left) + " -> " + " ".join(right)
         dt = ["f64", "f32", "f16"][int(rng.integers(0, 3))]
+        # Keyword lengths in a random order (their position among themselves is free).
+        kw = dict(rng.permutation(list(kw.items())).tolist()) if kw else kw
+        kw = {k2: int(v) for k2, v in kw.items()}
         name = f"{op}_{k:02d}"
         if op == "rearrange":
             c = rearrange_case(name, tuple(shape), pattern, dt=dt, **kw)
@@ -730,6 +733,10 @@ def random_pattern_cases(count=30):
         c.group = "random_pattern"
         c.name = f"random_pattern/{name}"
         cases.append(c)
+        # The same case with einops' usual single quotes.
+        q = RunCase("random_pattern", f"{name}_single_quotes", c.inputs,
+                    c.body.replace('"', "'"), c.expected, note=pattern)
+        cases.append(q)
     return cases
 
 
@@ -750,6 +757,85 @@ def random_einsum_value_cases(count=16):
         c.name = f"random_einsum/n{n}_{k:02d}"
         cases.append(c)
     return cases
+
+
+# ---- pack / unpack, einsum habits ----------------------------------------------------------------
+
+
+def pack_cases():
+    """einops' pack and unpack against einops 0.8, in both quoting styles, with parts of zero,
+    one and several `*` axes and mixed dtypes; einsum with keyword lengths and numpy subscripts
+    in single quotes."""
+    cases = []
+    G = "pack"
+    x, y, z = rand((2, 3, 4)), rand((2, 2, 5, 4)), rand((2, 4))
+    for q in ['"', "'"]:
+        tag = "dq" if q == '"' else "sq"
+        body = f"y = pack(a, b, c, {q}b * c{q})"
+        exp = expect(lambda a, b, c: einops.pack([a, b, c], "b * c")[0], "f64", x, y, z)
+        cases.append(RunCase(G, f"three_parts_{tag}", {"a": x, "b": y, "c": z}, body, {"y": exp}))
+    # Leading `*` and trailing names; the parts' dtypes promote (f32 with f64 is f64).
+    u, v = rand((3, 2), "f32"), rand((4, 5, 2))
+    exp = expect(lambda a, b: einops.pack([a, b], "* c")[0], "f64", u, v)
+    cases.append(RunCase(G, "star_first_mixed_dtypes", {"a": u, "b": v},
+                         "y = pack(a, b, '* c')", {"y": exp}))
+    # `*` last: whole tensors flattened and concatenated.
+    exp = expect(lambda a, b: einops.pack([a, b], "b *")[0], "f64", x, y)
+    cases.append(RunCase(G, "star_last", {"a": x, "b": y}, "y = pack(a, b, 'b *')", {"y": exp}))
+    # Round trip: unpack with the packed tensors as templates, and with lengths.
+    packed, ps = einops.pack([f64(x), f64(y), f64(z)], "b * c")
+
+    def piece(i, shapes, scale):
+        return lambda a, b, c: einops.unpack(einops.pack([a, b, c], "b * c")[0] * scale,
+                                             shapes, "b * c")[i]
+
+    body = ("p = pack(a, b, c, 'b * c')\n"
+            "u, v, w = unpack(p * 3, 'b * c', a, b, c)")
+    expected = {n: expect(piece(i, ps, 3.0), "f64", x, y, z) for i, n in enumerate("uvw")}
+    cases.append(RunCase(G, "unpack_templates", {"a": x, "b": y, "c": z}, body, expected))
+    body = ('p = pack(a, b, c, "b * c")\n'
+            'm, n = unpack(p, "b * c", 10, 4)')
+    shapes = [(10,), (4,)]
+    expected = {n: expect(piece(i, shapes, 1.0), "f64", x, y, z) for i, n in enumerate("mn")}
+    cases.append(RunCase(G, "unpack_lengths", {"a": x, "b": y, "c": z}, body, expected))
+    # einsum: single quotes, numpy subscripts, heads split with a keyword length.
+    a, b = rand((2, 5, 8)), rand((2, 7, 8))
+    exp = expect(lambda a, b: np.einsum("bsx,btx->bst", a, b), "f64", a, b)
+    cases.append(RunCase(G, "einsum_numpy_single_quotes", {"a": a, "b": b},
+                         "y = einsum(a, b, 'bsx,btx->bst')", {"y": exp}))
+    ref = lambda a, b: np.einsum("bshd,bthd->bhst", a.reshape(2, 5, 4, 2),  # noqa: E731
+                                 b.reshape(2, 7, 4, 2))
+    exp = expect(ref, "f64", a, b)
+    for q in ['"', "'"]:
+        tag = "dq" if q == '"' else "sq"
+        cases.append(RunCase(G, f"einsum_heads_kwarg_{tag}", {"a": a, "b": b},
+                             f"y = einsum(a, b, {q}b s (h d), b t (h d) -> b h s t{q}, h=4)",
+                             {"y": exp}))
+    return cases
+
+
+def pack_error_cases():
+    """What einops' pack / unpack reject, rejected with a diagnostic."""
+    x, y = rand((2, 3, 4)), rand((3, 4))
+    P = "tdsl::pattern::"
+    C = "tdsl::check::"
+
+    def E(name, inputs, body, codes, ref, outputs=("y",)):
+        return ErrorCase("invalid", f"pack_{name}", inputs, body, codes, ref, outputs=outputs)
+
+    return [
+        E("no_star", {"a": x}, "y = pack(a, 'b c')", P + "syntax",
+          lambda: einops.pack([x], "b c")),
+        E("two_stars", {"a": x}, "y = pack(a, 'b * * c')", P + "syntax",
+          lambda: einops.pack([x], "b * * c")),
+        E("named_axes_disagree", {"a": x, "b": rand((3, 5, 4))}, "y = pack(a, b, 'b * c')",
+          C + "extent_mismatch", lambda: einops.pack([x, rand((3, 5, 4))], "b * c")),
+        E("rank_too_small", {"a": y}, "y = pack(a, 'b n * c')", P + "rank_mismatch",
+          lambda: einops.pack([y], "b n * c")),
+        E("unpack_sizes_disagree", {"a": x},
+          "u, y = unpack(a, 'b * c', 1, 1)", C + "extent_mismatch",
+          lambda: einops.unpack(x, [(1,), (1,)], "b * c")),
+    ]
 
 
 # ---- error cases ----------------------------------------------------------------------------------
@@ -1205,7 +1291,7 @@ def main():
     t0 = time.time()
     cases = (einops_cases() + einsum_cases() + elementwise_cases() + composite_cases()
              + random_pattern_cases() + random_einsum_value_cases() + error_cases()
-             + cost_cases())
+             + pack_cases() + pack_error_cases() + cost_cases())
     cases = [c for c in cases if args.filter in c.name]
     names = [c.name for c in cases]
     dupes = {n for n in names if names.count(n) > 1}

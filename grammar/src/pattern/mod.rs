@@ -429,7 +429,10 @@ pub fn parse_pack(func: &str, pattern: &str) -> Result<Pack, PatternError> {
     let mut star: Option<Pos> = None;
     let mut start: Option<usize> = None;
     let mut tokens: Vec<Pos> = Vec::new();
-    for (i, c) in pattern.char_indices().chain(std::iter::once((pattern.len(), ' '))) {
+    for (i, c) in pattern
+        .char_indices()
+        .chain(std::iter::once((pattern.len(), ' ')))
+    {
         if c == ' ' {
             if let Some(s) = start.take() {
                 tokens.push(Pos::new(s, i));
@@ -484,7 +487,11 @@ pub fn parse_pack(func: &str, pattern: &str) -> Result<Pack, PatternError> {
                 .also(At::Pattern(*first), "first occurrence")
                 .help("give each axis its own name"));
         }
-        let list = if star.is_some() { &mut after } else { &mut before };
+        let list = if star.is_some() {
+            &mut after
+        } else {
+            &mut before
+        };
         list.push((text.to_string(), p));
     }
     let Some(star) = star else {
