@@ -191,6 +191,16 @@ pub fn run_input(target: &Target, input: &[u8], ctx: &mut Ctx) -> Run {
     }
 }
 
+/// Runs `f` with a panic caught and not printed: for the fuzzer's own parsing of inputs (the
+/// npz mutator lists archive members with the zip crate).
+pub fn quietly<T>(f: impl FnOnce() -> T) -> Option<T> {
+    install_hook();
+    let was = QUIET.with(|q| q.replace(true));
+    let r = panic::catch_unwind(AssertUnwindSafe(f));
+    QUIET.with(|q| q.set(was));
+    r.ok()
+}
+
 /// Runs `f` on a thread with an 8 MiB stack and returns its result (a panic outside
 /// `catch_unwind` — a fuzzer bug — is passed on).
 pub fn on_big_stack<T: Send + 'static>(name: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
@@ -344,7 +354,15 @@ fn fuzz_loop(target: &'static Target, cfg: &Config) -> Summary {
         if (i as usize) < n_seeds {
             input.extend_from_slice(&pool[i as usize]);
         } else {
-            input.extend_from_slice(&pool[rng.below(pool.len())]);
+            // Length control: half the time the shorter of two entries, so that inputs, which
+            // edits lengthen more often than they shorten, do not all drift to `max_len`.
+            let (a, b) = (rng.below(pool.len()), rng.below(pool.len()));
+            let k = if rng.one_in(2) && pool[b].len() < pool[a].len() {
+                b
+            } else {
+                a
+            };
+            input.extend_from_slice(&pool[k]);
             let custom = target
                 .mutate
                 .is_some_and(|m| rng.one_in(2) && m(&mutator, &mut rng, &mut input, &pool));
@@ -371,10 +389,9 @@ fn fuzz_loop(target: &'static Target, cfg: &Config) -> Summary {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone_from(&input);
-        watch.started_ms.store(
-            watch.base.elapsed().as_millis() as u64,
-            Ordering::Relaxed,
-        );
+        watch
+            .started_ms
+            .store(watch.base.elapsed().as_millis() as u64, Ordering::Relaxed);
         let t = Instant::now();
         let r = run_input(target, &input, &mut ctx);
         let dt = t.elapsed();
@@ -390,7 +407,11 @@ fn fuzz_loop(target: &'static Target, cfg: &Config) -> Summary {
                     if saved_internal.len() < SAVE_MAX && saved_internal.insert(key) {
                         let name = format!("{}-internal-{hash:016x}", target.name);
                         let path = save(&cfg.crash_dir, &name, &input, &what);
-                        eprintln!("{}: internal error ({}): {what}", target.name, path.display());
+                        eprintln!(
+                            "{}: internal error ({}): {what}",
+                            target.name,
+                            path.display()
+                        );
                         s.findings.push((path, format!("internal error: {what}")));
                     }
                 }
@@ -418,7 +439,11 @@ fn fuzz_loop(target: &'static Target, cfg: &Config) -> Summary {
         if dt > cfg.hang {
             s.hangs += 1;
             let name = format!("{}-{hash:016x}", target.name);
-            let note = format!("took {:.2} s (limit {:.1} s)", dt.as_secs_f64(), cfg.hang.as_secs_f64());
+            let note = format!(
+                "took {:.2} s (limit {:.1} s)",
+                dt.as_secs_f64(),
+                cfg.hang.as_secs_f64()
+            );
             let path = save(&cfg.crash_dir, &name, &input, &note);
             eprintln!("{}: hang ({}): {note}", target.name, path.display());
             s.findings.push((path, format!("hang: {note}")));

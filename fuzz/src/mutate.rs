@@ -71,18 +71,7 @@ const INTERESTING_NUMBERS: &[&str] = &[
 /// Characters that are more than one byte in UTF-8, or otherwise odd: span arithmetic that
 /// assumes one byte per character breaks on these.
 const ODD_TEXT: &[&str] = &[
-    "é",
-    "→",
-    "…",
-    "😀",
-    "\u{feff}",
-    "\u{0}",
-    "\t",
-    "\r",
-    "\r\n",
-    "\u{2028}",
-    "\u{7f}",
-    "ß",
+    "é", "→", "…", "😀", "\u{feff}", "\u{0}", "\t", "\r", "\r\n", "\u{2028}", "\u{7f}", "ß",
     "\u{301}",
 ];
 

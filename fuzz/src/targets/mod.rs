@@ -21,6 +21,8 @@ mod pattern;
 mod repl;
 mod script;
 
+pub(crate) use files::zip_archive;
+
 /// What running an input did, for the engine.
 #[derive(Debug, Clone, Default)]
 pub struct Outcome {
@@ -41,7 +43,8 @@ pub struct Ctx {
     pub cli: Pipeline,
     /// A folder of our own for the file targets.
     tmp: PathBuf,
-    sig: u64,
+    /// Hashes of what was marked for this input (a set: order and repeats do not matter).
+    marks: Vec<u64>,
     internal: Option<String>,
 }
 
@@ -63,7 +66,7 @@ impl Ctx {
                 entry: tdsl::check::Entry::Cli,
             }),
             tmp,
-            sig: 0,
+            marks: Vec::new(),
             internal: None,
         }
     }
@@ -83,12 +86,9 @@ impl Ctx {
         }
     }
 
-    /// Mixes `bytes` into the outcome signature.
+    /// Adds `bytes` to the outcome: the set of everything marked while running an input.
     pub fn mark(&mut self, bytes: &[u8]) {
-        for &b in bytes.iter().chain(&[0xff]) {
-            self.sig ^= b as u64;
-            self.sig = self.sig.wrapping_mul(0x0100_0000_01b3);
-        }
+        self.marks.push(crate::rng::fnv1a(bytes));
     }
 
     /// Records a stage reached.
@@ -132,12 +132,21 @@ impl Ctx {
 
     /// The outcome so far, and a fresh start for the next input.
     fn take(&mut self) -> Outcome {
+        self.marks.sort_unstable();
+        self.marks.dedup();
+        let mut sig: u64 = 0xcbf2_9ce4_8422_2325;
+        for m in self.marks.drain(..) {
+            sig = (sig ^ m).wrapping_mul(0x0100_0000_01b3);
+        }
         Outcome {
-            sig: std::mem::take(&mut self.sig),
+            sig,
             internal: self.internal.take(),
         }
     }
 }
+
+/// A structural mutation: the mutator's settings, the PRNG, the input, the pool.
+pub type MutateFn = fn(&Mutator, &mut Rng, &mut Vec<u8>, &[Vec<u8>]) -> bool;
 
 /// A fuzz target.
 pub struct Target {
@@ -152,16 +161,16 @@ pub struct Target {
     /// Runs one input; the outcome is taken from the context afterwards.
     pub run: fn(&[u8], &mut Ctx) -> Outcome,
     /// A structural mutation tried on half the inputs; `false` falls back to byte edits.
-    pub mutate: Option<fn(&Mutator, &mut Rng, &mut Vec<u8>, &[Vec<u8>]) -> bool>,
+    pub mutate: Option<MutateFn>,
     /// A repair applied to half the mutated inputs (length fields made to match again).
-    pub fixup: Option<fn(&mut Rng, &mut Vec<u8>)>,
+    pub fixup: Option<fn(&mut Rng, &mut [u8])>,
 }
 
 /// Wraps a target body: the outcome is what the body recorded in the context.
 macro_rules! body {
     ($f:path) => {{
         fn run(input: &[u8], ctx: &mut Ctx) -> Outcome {
-            ctx.sig = 0;
+            ctx.marks.clear();
             ctx.internal = None;
             $f(input, ctx);
             ctx.take()

@@ -220,10 +220,7 @@ pub fn run(input: &[u8], ctx: &mut Ctx) {
     let shapes_line = lines.next();
     let keywords: Vec<Keyword> = kwargs
         .iter()
-        .map(|(n, v)| Keyword {
-            name: n,
-            value: *v,
-        })
+        .map(|(n, v)| Keyword { name: n, value: *v })
         .collect();
     let known: Vec<(String, u64)> = kwargs
         .iter()
@@ -307,7 +304,8 @@ pub fn run(input: &[u8], ctx: &mut Ctx) {
             };
             let ranks: Vec<usize> = shapes.iter().map(Shape::rank).collect();
             if let Some(sub) = syn::numpy_subscripts(pattern, &ranks) {
-                ctx.mark(sub.text.as_bytes());
+                ctx.stage("numpy-subscripts");
+                std::hint::black_box(sub);
             }
             let (line, span, kws) = call_text("einsum", shapes.len(), pattern, None, &known);
             match resolve_einsum(pattern, span, &shapes, &kws) {
@@ -387,19 +385,17 @@ fn macro_route(
             }
             // As `CallSite::remap` moves them: labels inside the pattern, relative to it.
             let (lo, hi) = (at as u32, (at + pattern.len()) as u32);
-            let moved: Vec<tdsl::Diagnostic> =
-                d.0.iter()
-                    .map(|x| {
-                        let mut x = x.clone();
-                        x.labels.retain(|l| lo <= l.span.start && l.span.end <= hi);
-                        for l in &mut x.labels {
-                            l.span.start -= lo;
-                            l.span.end -= lo;
-                        }
-                        x
-                    })
-                    .collect();
-            let shown = tdsl::Diagnostics(moved, None).with_source("einsum! pattern", pattern);
+            let mut moved = tdsl::Diagnostics::default();
+            for x in d.iter() {
+                let mut x = x.clone();
+                x.labels.retain(|l| lo <= l.span.start && l.span.end <= hi);
+                for l in &mut x.labels {
+                    l.span.start -= lo;
+                    l.span.end -= lo;
+                }
+                moved.push(x);
+            }
+            let shown = moved.with_source("einsum! pattern", pattern);
             let text = format!("{shown}\n{d}");
             if ctx.verbose {
                 println!("{text}");

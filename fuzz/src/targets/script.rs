@@ -10,6 +10,12 @@ use tdsl::Tensor;
 
 use super::Ctx;
 
+/// `n` in powers of two (0 for 0, 1 for 1, 2 for 2–3, …): a new order of magnitude is a new
+/// outcome, a new count is not.
+fn bucket(n: usize) -> u8 {
+    n.checked_ilog2().map_or(0, |l| l as u8 + 1)
+}
+
 /// Largest value (in elements) of a program the target binds and plans.
 const SMALL: u64 = 1 << 12;
 
@@ -202,7 +208,7 @@ pub(super) fn script_text(text: &str, ctx: &mut Ctx) {
     pipe.resolve_auto(&mut program, &stored, &dense);
     let cost = pipe.cost(&program, &stored, &dense);
     ctx.stage("costed");
-    ctx.mark(&[cost.statements.len().min(255) as u8]);
+    ctx.mark(&[1, bucket(cost.statements.len())]);
     if !small {
         return;
     }
@@ -210,7 +216,7 @@ pub(super) fn script_text(text: &str, ctx: &mut Ctx) {
         Ok(plan) => {
             ctx.stage("planned");
             let text = tdsl_loop::print::print_program(&plan.loops);
-            ctx.mark(&[plan.loops.kernels.len().min(255) as u8]);
+            ctx.mark(&[2, bucket(plan.loops.kernels.len())]);
             if ctx.verbose {
                 print!("{text}");
             }
