@@ -87,6 +87,8 @@ pub struct Summary {
     /// run reached, in the absence of coverage.
     pub outcomes: usize,
     pub pool: usize,
+    /// Mean length of the inputs run, in bytes.
+    pub mean_len: u64,
     /// Saved crash, hang and internal-error files, with what happened.
     pub findings: Vec<(PathBuf, String)>,
 }
@@ -116,7 +118,7 @@ impl fmt::Display for Summary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{}: {} inputs, {} crashes, {} hangs, {:.1} s ({}), slowest {:.1} ms; {} internal errors, {} distinct outcomes, pool {}",
+            "{}: {} inputs, {} crashes, {} hangs, {:.1} s ({}), slowest {:.1} ms; {} internal errors, {} distinct outcomes, pool {}, mean input {} B",
             self.target,
             self.inputs,
             self.crashes,
@@ -126,7 +128,8 @@ impl fmt::Display for Summary {
             self.slowest.as_secs_f64() * 1e3,
             self.internal,
             self.outcomes,
-            self.pool
+            self.pool,
+            self.mean_len
         )
     }
 }
@@ -346,6 +349,7 @@ fn fuzz_loop(target: &'static Target, cfg: &Config) -> Summary {
     let t0 = Instant::now();
     let mut last_progress = t0;
     let mut input: Vec<u8> = Vec::new();
+    let mut total_len: u64 = 0;
     for i in 0..cfg.runs {
         if cfg.time_limit.is_some_and(|l| t0.elapsed() >= l) {
             break;
@@ -397,6 +401,7 @@ fn fuzz_loop(target: &'static Target, cfg: &Config) -> Summary {
         let dt = t.elapsed();
         watch.started_ms.store(u64::MAX, Ordering::Relaxed);
         s.inputs += 1;
+        total_len += input.len() as u64;
         s.slowest = s.slowest.max(dt);
         let hash = fnv1a(&input);
         match r {
@@ -453,12 +458,14 @@ fn fuzz_loop(target: &'static Target, cfg: &Config) -> Summary {
             s.elapsed = t0.elapsed();
             s.outcomes = outcomes.len();
             s.pool = pool.len();
+            s.mean_len = total_len / s.inputs;
             eprintln!("  … {s}");
         }
     }
     s.elapsed = t0.elapsed();
     s.outcomes = outcomes.len();
     s.pool = pool.len();
+    s.mean_len = total_len / s.inputs.max(1);
     watch.done.store(true, Ordering::Relaxed);
     let _ = dog.join();
     ctx.cleanup();

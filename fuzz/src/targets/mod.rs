@@ -52,7 +52,7 @@ impl Ctx {
     pub fn new(target: &str) -> Ctx {
         use std::sync::atomic::{AtomicU64, Ordering};
         static N: AtomicU64 = AtomicU64::new(0);
-        let tmp = std::env::temp_dir().join(format!(
+        let tmp = scratch_dir().join(format!(
             "tdsl-fuzz-{}-{target}-{}",
             std::process::id(),
             N.fetch_add(1, Ordering::Relaxed)
@@ -147,6 +147,20 @@ impl Ctx {
 
 /// A structural mutation: the mutator's settings, the PRNG, the input, the pool.
 pub type MutateFn = fn(&Mutator, &mut Rng, &mut Vec<u8>, &[Vec<u8>]) -> bool;
+
+/// Where the file targets write their inputs: `$TDSL_FUZZ_TMP`, else `/dev/shm` where there is
+/// one (a file per input on a disk costs far more than reading it, and more still while other
+/// processes write), else the system's temporary folder.
+pub fn scratch_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("TDSL_FUZZ_TMP") {
+        return PathBuf::from(d);
+    }
+    let shm = std::path::Path::new("/dev/shm");
+    if shm.is_dir() {
+        return shm.to_path_buf();
+    }
+    std::env::temp_dir()
+}
 
 /// A fuzz target.
 pub struct Target {
