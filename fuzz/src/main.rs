@@ -218,6 +218,7 @@ fn main() -> ExitCode {
     for t in targets {
         let s = tdsl_fuzz::fuzz(t, &args.cfg);
         println!("{s}");
+        println!("  {}", s.stages_line());
         for (path, what) in &s.findings {
             println!("  {}: {what}", path.display());
         }

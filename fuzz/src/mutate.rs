@@ -216,7 +216,22 @@ impl Mutator {
             // Numbers: a decimal run in text, a little-endian integer in binary.
             10 => self.number(rng, input),
             // Lines: delete, duplicate or swap one (text), or repeat a chunk many times (both).
-            11 if self.text => Self::lines(rng, input),
+            11 if self.text && rng.one_in(2) => Self::lines(rng, input),
+            // A token repeated up to 2048 times: deep nesting, long operator chains.
+            11 if self.text && !self.dict.is_empty() => {
+                let t = *rng.pick(self.dict);
+                let bits = 1 + rng.below(11);
+                let times = 1 + rng.below(1 << bits);
+                let at = rng.below(len + 1);
+                let room = self.max_len.saturating_sub(len);
+                let rep: Vec<u8> = t
+                    .iter()
+                    .copied()
+                    .cycle()
+                    .take((t.len() * times).min(room))
+                    .collect();
+                input.splice(at..at, rep);
+            }
             11 | 12 if len > 0 => {
                 let (lo, hi) = Self::range(rng, len.min(64));
                 let chunk = input[lo..hi].to_vec();

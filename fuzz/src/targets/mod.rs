@@ -31,6 +31,8 @@ pub struct Outcome {
     pub sig: u64,
     /// A bug that is not a panic: a `tdsl::internal::error` diagnostic or a broken promise.
     pub internal: Option<String>,
+    /// The stages the input reached (each once).
+    pub stages: Vec<&'static str>,
 }
 
 /// State a target keeps between inputs.
@@ -45,6 +47,7 @@ pub struct Ctx {
     tmp: PathBuf,
     /// Hashes of what was marked for this input (a set: order and repeats do not matter).
     marks: Vec<u64>,
+    stages: Vec<&'static str>,
     internal: Option<String>,
 }
 
@@ -67,6 +70,7 @@ impl Ctx {
             }),
             tmp,
             marks: Vec::new(),
+            stages: Vec::new(),
             internal: None,
         }
     }
@@ -92,8 +96,11 @@ impl Ctx {
     }
 
     /// Records a stage reached.
-    pub fn stage(&mut self, name: &str) {
+    pub fn stage(&mut self, name: &'static str) {
         self.mark(name.as_bytes());
+        if !self.stages.contains(&name) {
+            self.stages.push(name);
+        }
         if self.verbose {
             println!("stage: {name}");
         }
@@ -140,6 +147,7 @@ impl Ctx {
         }
         Outcome {
             sig,
+            stages: std::mem::take(&mut self.stages),
             internal: self.internal.take(),
         }
     }
@@ -185,6 +193,7 @@ macro_rules! body {
     ($f:path) => {{
         fn run(input: &[u8], ctx: &mut Ctx) -> Outcome {
             ctx.marks.clear();
+            ctx.stages.clear();
             ctx.internal = None;
             $f(input, ctx);
             ctx.take()

@@ -41,6 +41,9 @@ pub fn run(input: &[u8], ctx: &mut Ctx) {
                 }
                 _ => {
                     ctx.stage("syntax-error");
+                    if e.kind == tdsl_syntax::SyntaxErrorKind::TooDeep {
+                        ctx.stage("too-deep");
+                    }
                     ctx.diag(&tdsl::syntax_diagnostic(e), "<repl>", line);
                 }
             },

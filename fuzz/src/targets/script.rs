@@ -128,6 +128,15 @@ pub const DICT: &[&[u8]] = &[
     b"input x: f32[n=4]",
     b"input w: f32[n, m=8] @ csr = randn(seed=0, density=0.5)",
     b"y = einsum(x, w, \"n, n m -> m\")",
+    // Repeated by the mutator into deep nesting and long operator chains, at and past the
+    // depth guard's limits (`tdsl_syntax::depth::MAX_NESTING` = 200, `MAX_OPERATORS` = 1000).
+    b"(((((",
+    b")))))",
+    b"-(",
+    b"exp(",
+    b"x+",
+    b"x*",
+    b"- ",
 ];
 
 /// Runs `input` as `tdsl check FILE` would (the file read as UTF-8, lossily), then cost and
@@ -144,6 +153,9 @@ pub(super) fn script_text(text: &str, ctx: &mut Ctx) {
         Ok(s) => s,
         Err(d) => {
             ctx.stage("parse-error");
+            if d.iter().any(|d| d.code == tdsl::Code::TooDeep) {
+                ctx.stage("too-deep");
+            }
             ctx.diags(&d, NAME, text);
             return;
         }
@@ -168,7 +180,7 @@ pub(super) fn script_text(text: &str, ctx: &mut Ctx) {
         return;
     }
     let small = program.inputs.len() <= 64
-        && program.nodes.len() <= 256
+        && program.nodes.len() <= 4096
         && program
             .nodes
             .iter()
