@@ -33,6 +33,35 @@ def torch_cases(torch):
     }
 
 
+def gemm_cases(torch):
+    """Tensor-core products: name -> (FLOP of the dense product, {anchor name: fn})."""
+    F = torch.nn.functional
+    dev = "cuda"
+    g = torch.Generator(device=dev).manual_seed(0)
+    out = {}
+    w = torch.randn(8192, 8192, generator=g, device=dev, dtype=torch.bfloat16)
+    # 2:4 along `in`: keep the two largest magnitudes of every group of 4.
+    groups = w.view(-1, 4)
+    keep = groups.abs().topk(2, dim=1).indices
+    w24 = torch.zeros_like(groups).scatter_(1, keep, groups.gather(1, keep)).view(8192, 8192)
+    try:
+        from torch.sparse import to_sparse_semi_structured
+        w24s = to_sparse_semi_structured(w24)
+    except Exception as e:  # noqa: BLE001
+        w24s = None
+        print(f"(no semi-structured sparse anchor: {e})", file=sys.stderr)
+    for rows in (8192, 256):
+        x = torch.randn(rows, 8192, generator=g, device=dev, dtype=torch.bfloat16)
+        flop = 2 * rows * 8192 * 8192
+        suffix = "" if rows == 8192 else f"_{rows}"
+        out[f"gemm_bf16{suffix}"] = (flop, {"cuBLAS": lambda x=x: F.linear(x, w)})
+        anchors = {"cuBLAS dense": lambda x=x: F.linear(x, w24)}
+        if w24s is not None:
+            anchors["cuSPARSELt"] = lambda x=x: F.linear(x, w24s)
+        out[f"sp24_bf16{suffix}"] = (flop, anchors)
+    return out
+
+
 def time_torch(torch, f, runs):
     for _ in range(3):
         f()
@@ -52,6 +81,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tdsl", default="target/release/tdsl")
     ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--no-compile", action="store_true", help="skip torch.compile (slow to warm up)")
     a = ap.parse_args()
     import torch
 
@@ -72,13 +102,35 @@ def main():
             continue
         j = json.loads(r.stdout)
         eager = time_torch(torch, f, a.runs)
-        try:
-            compiled = time_torch(torch, torch.compile(f), a.runs)
-        except Exception:  # noqa: BLE001 (inductor may be missing)
-            compiled = float("nan")
+        compiled = float("nan")
+        if not a.no_compile:
+            try:
+                compiled = time_torch(torch, torch.compile(f), a.runs)
+            except Exception:  # noqa: BLE001 (inductor may be missing)
+                pass
         t = j["run_ms_median"]
         print(f"| {name} | {t:.3f} | {eager:.3f} | {compiled:.3f} | {eager / t:.2f}x | "
               f"{j['gbps']:.0f} | {j['pct_bandwidth']:.0f}% | {j.get('transfer_ms_median') or 0:.1f} |")
+
+    print()
+    print("| product (bf16, FLOP of the dense product) | tdsl ms | tdsl TFLOP/s | anchor | anchor ms | anchor TFLOP/s | tdsl speedup |")
+    print("|---|---|---|---|---|---|---|")
+    for name, (flop, anchors) in gemm_cases(torch).items():
+        script = os.path.join(HERE, f"{name}.tdsl")
+        r = subprocess.run([a.tdsl, "bench", script, "--device", "cuda", "--json",
+                            "--runs", str(a.runs)], capture_output=True, text=True)
+        if r.returncode != 0:
+            print(f"| {name} | failed: {r.stderr.strip()[:300]} |")
+            continue
+        t = json.loads(r.stdout)["run_ms_median"]
+        for an, f in anchors.items():
+            try:
+                at = time_torch(torch, f, a.runs)
+            except Exception as e:  # noqa: BLE001
+                print(f"| {name} | {t:.3f} | {flop / t / 1e9:.0f} | {an} | failed: {str(e)[:120]} | | |")
+                continue
+            print(f"| {name} | {t:.3f} | {flop / t / 1e9:.0f} | {an} | {at:.3f} | "
+                  f"{flop / at / 1e9:.0f} | {at / t:.2f}x |")
 
 
 if __name__ == "__main__":

@@ -178,3 +178,69 @@ fn cli_emit_prints_one_unit_with_every_kernel_and_plan_shows_the_gpu_mapping() {
         );
     }
 }
+
+/// The tensor-core launches of `script`: (kernel, description) of each, and the folded kernels.
+fn tensor_cores(script: &str) -> (Vec<(usize, String)>, Vec<usize>) {
+    let plan = plan(script).expect("plans");
+    let sel = tdsl_cuda::tensor::select(&plan.loops);
+    (
+        sel.calls.iter().map(|(k, t)| (*k, t.describe())).collect(),
+        sel.dead.into_iter().collect(),
+    )
+}
+
+#[test]
+fn tensor_cores_take_16_bit_products_and_fold_the_copies_around_them() {
+    // torch layout, bf16: one launch, B read k-contiguous straight from the weight.
+    let (calls, dead) = tensor_cores(
+        "input x: bf16[n=200, i=264] = randn(seed=0)\n\
+         input w: bf16[o=136, i] = randn(seed=1)\n\
+         y = einsum(x, w, 'n i, o i -> n o')\n\
+         output y\n",
+    );
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert!(calls[0].1.contains("mma.sync m16n8k16 bf16"), "{calls:?}");
+    assert!(calls[0].1.contains("B k-contiguous"), "{calls:?}");
+    assert!(dead.is_empty());
+    // 2:4 in torch layout: the CPU planner's widening copy of x and the transposing copy of the
+    // result are folded into the launch.
+    let (calls, dead) = tensor_cores(
+        "input x: bf16[m=100, k=128] = randn(seed=0)\n\
+         input w: bf16[n=72, k] @ 2:4(k) = randn(seed=1)\n\
+         y = einsum(x, w, 'm k, n k -> m n')\n\
+         output y\n",
+    );
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert!(calls[0].1.contains("mma.sp::ordered_metadata"), "{calls:?}");
+    assert_eq!(dead.len(), 2, "{dead:?}");
+    // What stays on the generic kernel: f32 products (no TF32 unless asked), K not a multiple
+    // of 8 (16-byte chunks), 2:4 with K not a multiple of 64, mixed operand types.
+    for script in [
+        "input x: f32[n=64, i=64] = randn(seed=0)\ninput w: f32[o=64, i] = randn(seed=1)\n\
+         y = einsum(x, w, 'n i, o i -> n o')\noutput y\n",
+        "input x: bf16[n=64, i=60] = randn(seed=0)\ninput w: bf16[o=64, i] = randn(seed=1)\n\
+         y = einsum(x, w, 'n i, o i -> n o')\noutput y\n",
+        "input x: bf16[m=16, k=96] = randn(seed=0)\ninput w: bf16[n=8, k] @ 2:4(k) = randn(seed=1)\n\
+         y = einsum(x, w, 'm k, n k -> m n')\noutput y\n",
+        "input x: f32[n=64, i=64] = randn(seed=0)\ninput w: bf16[o=64, i] = randn(seed=1)\n\
+         y = einsum(x, w, 'n i, o i -> n o')\noutput y\n",
+    ] {
+        let (calls, dead) = tensor_cores(script);
+        assert!(calls.is_empty() && dead.is_empty(), "{script}: {calls:?}");
+    }
+}
+
+#[test]
+fn snapshot_two_four_torch_layout_on_tensor_cores() {
+    let script = "input x: bf16[m=100, k=128] = randn(seed=0)\n\
+                  input w: bf16[n=72, k] @ 2:4(k) = randn(seed=1)\n\
+                  y = einsum(x, w, 'm k, n k -> m n')\n\
+                  output y\n";
+    let plan = plan(script).expect("plans");
+    let unit = tdsl_cuda::cuda_unit(&plan.loops);
+    let from = unit
+        .find("\n// k0:")
+        .or_else(|| unit.find("\n// k1_0"))
+        .unwrap();
+    insta::assert_snapshot!(&unit[from..]);
+}

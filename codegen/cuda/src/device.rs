@@ -24,7 +24,7 @@ use cudarc::nvrtc::Ptx;
 use tdsl_loop::backend::{self as seam, BackendError, ErrorKind, RunOptions, RunStats, Target};
 use tdsl_loop::{Data, LoopProgram, Role};
 
-use crate::map::{map_program, Step};
+use crate::map::{map_program_with, Step};
 use crate::render::{render_unit, CUDA_PRELUDE};
 
 /// The CUDA backend for one device.
@@ -282,7 +282,7 @@ impl seam::Backend for CudaBackend {
     }
 
     fn compile(&mut self, p: &LoopProgram) -> Result<Arc<dyn seam::Executable>, BackendError> {
-        let (mapped, steps) = map_program(p);
+        let (mapped, steps) = map_program_with(p, self.sm >= 80);
         let unit = render_unit(&mapped, &steps, CUDA_PRELUDE);
         drop(mapped);
         let cubin = crate::nvrtc::compile(&unit, self.sm, false).map_err(|log| {

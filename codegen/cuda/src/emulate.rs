@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tdsl_loop::{Data, LoopProgram};
 
-use crate::map::{map_program, Launch, Step};
+use crate::map::{map_program_with, Launch, Step};
 use crate::render::{render_unit, HOST_PRELUDE};
 
 /// A C++ compiler to emulate with: `$CXX`, else `c++`, `g++` or `clang++` if one runs.
@@ -107,7 +107,7 @@ static RUNS: AtomicUsize = AtomicUsize::new(0);
 impl Emulator {
     /// Maps `p` for the GPU, renders it with the host prelude and compiles it with `cxx`.
     pub fn compile(p: &LoopProgram, cxx: &Path) -> Result<Emulator, String> {
-        let (program, steps) = map_program(p);
+        let (program, steps) = map_program_with(p, false);
         let src = emulator_source(&program, &steps);
         let dir = std::env::temp_dir().join(format!(
             "tdsl-emulate-{}-{}",

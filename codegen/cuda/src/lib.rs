@@ -14,11 +14,12 @@ pub mod emulate;
 pub mod map;
 pub mod nvrtc;
 pub mod render;
+pub mod tensor;
 
 use tdsl_loop::{data, Data, LibCall, LoopProgram};
 
 pub use device::CudaBackend;
-pub use map::{map_program, Launch, Step};
+pub use map::{map_program, map_program_with, Launch, Step};
 
 /// The CUDA C++ translation unit of `p`: every kernel of the program, each launch with its
 /// shape as a comment, after the device prelude. What `tdsl emit --target cuda` prints and

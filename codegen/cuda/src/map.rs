@@ -59,6 +59,9 @@ pub struct Launch {
     pub params: Vec<BufId>,
     /// One warp per grid iteration, its top-level loops split across the lanes.
     pub warp: bool,
+    /// A library call on tensor cores (`kernels/mma.cuh`): `grid` and `body` are empty and the
+    /// launch is one block of [`crate::tensor::THREADS`] threads per output tile.
+    pub lib: Option<crate::tensor::TensorCore>,
 }
 
 /// Lanes of a warp on the device.
@@ -82,6 +85,9 @@ impl Launch {
 
     /// (blocks, threads per block) for a warp of `warp` lanes (1 in the host emulation).
     pub fn shape_for(&self, warp: u64) -> (u64, u64) {
+        if let Some(tc) = &self.lib {
+            return (tc.blocks(), crate::tensor::THREADS);
+        }
         if self.grid.is_empty() {
             return (1, 1);
         }
@@ -92,12 +98,42 @@ impl Launch {
     }
 }
 
-/// The steps of `p` on a GPU, and the program they were cut from (calls expanded, grid loops
-/// annotated: what `tdsl plan --device cuda` prints).
+/// The steps of `p` on a GPU with tensor cores (sm_80 and later), and the program they were cut
+/// from (calls expanded, grid loops annotated: what `tdsl plan --device cuda` prints).
 pub fn map_program(p: &LoopProgram) -> (LoopProgram, Vec<Step>) {
+    map_program_with(p, true)
+}
+
+/// [`map_program`], with the tensor-core launches of [`crate::tensor::select`] or without them
+/// (devices before sm_80, and the host emulation, which has no warp-level matrix instructions).
+pub fn map_program_with(p: &LoopProgram, tensor_cores: bool) -> (LoopProgram, Vec<Step>) {
+    let sel = if tensor_cores {
+        crate::tensor::select(p)
+    } else {
+        crate::tensor::Selection::default()
+    };
     let mut out = expand_calls(p);
     let mut steps = Vec::new();
     for (ki, k) in out.kernels.iter_mut().enumerate() {
+        if sel.dead.contains(&ki) {
+            // A copy the tensor-core launches read or write through: not launched.
+            k.origin = format!("{} [folded into a tensor-core launch]", k.origin);
+            continue;
+        }
+        if let Some(tc) = sel.calls.get(&ki) {
+            k.body = p.kernels[ki].body.clone();
+            k.origin = format!("{} [{}]", k.origin, tc.describe());
+            steps.push(Step::Launch(Launch {
+                name: format!("{}_0", k.name),
+                kernel: ki,
+                grid: Vec::new(),
+                body: Vec::new(),
+                params: tc.params(),
+                warp: false,
+                lib: Some(tc.clone()),
+            }));
+            continue;
+        }
         let mut n = 0usize;
         let mut launch = |grid: Vec<(VarId, u64)>, body: Vec<Stmt>, steps: &mut Vec<Step>| {
             let params = stmt_buffers(&body).into_iter().collect();
@@ -109,6 +145,7 @@ pub fn map_program(p: &LoopProgram) -> (LoopProgram, Vec<Step>) {
                 body,
                 params,
                 warp,
+                lib: None,
             }));
             n += 1;
         };

@@ -18,6 +18,8 @@ use crate::map::{Launch, Step};
 
 /// The device prelude (no CUDA headers needed).
 pub const CUDA_PRELUDE: &str = include_str!("../../../kernels/cuda.cuh");
+/// The tensor-core templates, after the shared helpers on the device only.
+pub const MMA: &str = include_str!("../../../kernels/mma.cuh");
 /// The host-emulation prelude.
 pub const HOST_PRELUDE: &str = include_str!("../../../kernels/host.h");
 /// Helpers both preludes share.
@@ -47,6 +49,13 @@ pub fn render_unit(p: &LoopProgram, steps: &[Step], prelude: &str) -> String {
     out.push_str(prelude);
     out.push('\n');
     out.push_str(COMMON);
+    if steps
+        .iter()
+        .any(|s| matches!(s, Step::Launch(l) if l.lib.is_some()))
+    {
+        out.push('\n');
+        out.push_str(MMA);
+    }
     for step in steps {
         match step {
             Step::Launch(l) => {
@@ -78,6 +87,15 @@ pub fn render_launch(p: &LoopProgram, l: &Launch) -> String {
     let (blocks, threads) = l.shape();
     let mut head = String::new();
     let _ = writeln!(head, "// {} ({})", l.name, k.origin);
+    if let Some(tc) = &l.lib {
+        let _ = writeln!(
+            head,
+            "// launch: <<<{blocks}, {threads}>>>, {}",
+            tc.describe()
+        );
+        head.push_str(&crate::tensor::render(p, &l.name, tc));
+        return head;
+    }
     if l.grid.is_empty() {
         let _ = writeln!(head, "// launch: <<<1, 1>>> (one thread)");
     } else {

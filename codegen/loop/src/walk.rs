@@ -89,3 +89,46 @@ pub fn stmt_buffers(stmts: &[Stmt]) -> BTreeSet<BufId> {
     }
     out
 }
+
+/// The buffers statements read and the buffers they write, each in id order: loads, sparse
+/// level arrays and call operands are reads; stores and call results are writes (an
+/// accumulating call's result is both).
+pub fn stmt_reads_writes(stmts: &[Stmt]) -> (BTreeSet<BufId>, BTreeSet<BufId>) {
+    let mut writes = BTreeSet::new();
+    let mut reads = BTreeSet::new();
+    for s in stmts {
+        s.visit(&mut |s| {
+            match s {
+                Stmt::Store { buf, .. } => {
+                    writes.insert(*buf);
+                }
+                Stmt::Call(call) => {
+                    reads.extend(call.reads());
+                    writes.extend(call.writes());
+                }
+                Stmt::Loop(l) => match &l.iter {
+                    Iter::Range { .. } => {}
+                    Iter::Compressed { ptr, crd, .. } => {
+                        reads.insert(*ptr);
+                        reads.insert(*crd);
+                    }
+                    Iter::Singleton { crd, .. } => {
+                        reads.insert(*crd);
+                    }
+                    Iter::TwoFour { meta, .. } => {
+                        reads.insert(*meta);
+                    }
+                },
+                Stmt::Let { .. } | Stmt::Update { .. } => {}
+            }
+            for e in s.exprs() {
+                e.visit(&mut |x| {
+                    if let Expr::Load { buf, .. } = x {
+                        reads.insert(*buf);
+                    }
+                });
+            }
+        });
+    }
+    (reads, writes)
+}

@@ -1,0 +1,652 @@
+//! Tensor-core launches: which `gemm` and 2:4 `spmm` calls run on the templates of
+//! `kernels/mma.cuh` (`mma.sync` m16n8k16, `mma.sp::ordered_metadata` m16n8k32), and the
+//! wrapper each becomes.
+//!
+//! A call qualifies when its two product operands are f16 or bf16 of one type, read along K
+//! contiguously (or, for B, along N), with 16-byte aligned rows; everything else keeps the
+//! generic kernel of `tdsl_loop::expand`. Before deciding, [`select`] looks through the copy
+//! kernels the CPU planner puts around a call (an f16 operand widened to an f32 temp and
+//! transposed for the CPU's kernels; an f32 result transposed into the output): when a temp is
+//! written by one pure copy nest and read only by the call, the call reads the copy's source
+//! through the composed view, and likewise writes the copy's destination, and the copy
+//! kernels are not launched. The values are the same: widening f16 to f32 is exact and the
+//! result is rounded once either way.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use tdsl_loop::{
+    BufId, ElemType, Expr, Index, Iter, LibCall, LoopProgram, MatView, Role, Side, SparseLayout,
+    Stmt, VarId,
+};
+
+/// Threads per block of a tensor-core launch (8 warps).
+pub const THREADS: u64 = 256;
+
+/// One operand as the templates read it: `buf[offset + i * ld + j]` (j contiguous).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Operand {
+    pub buf: BufId,
+    pub offset: i64,
+    pub ld: i64,
+}
+
+/// What the product computes on tensor cores (`C[m, n] (+)= Σ_k A[m, k] · B[k, n]`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TensorCore {
+    /// Dense `mma.sync`, or 2:4 `mma.sp` with `a` the compressed values.
+    pub sparse_meta: Option<Operand>,
+    /// f16 or bf16: the type of both product operands.
+    pub input: ElemType,
+    pub m: u64,
+    pub n: u64,
+    pub k: u64,
+    /// A, k-contiguous.
+    pub a: Operand,
+    /// B: k-contiguous (`b_kn` false: `(k, n)` at `n * ld + k`) or n-contiguous.
+    pub b: Operand,
+    pub b_kn: bool,
+    /// C: `(m, n)` at `offset + m * ldm + n * ldn`.
+    pub c: BufId,
+    pub c_offset: i64,
+    pub ldm: i64,
+    pub ldn: i64,
+    pub accumulate: bool,
+    /// Batch axes: (extent, stride of a, of b, of c).
+    pub batch: Vec<(u64, i64, i64, i64)>,
+}
+
+impl TensorCore {
+    /// Blocks of the launch (one per 128 × 128 output tile and batch element).
+    pub fn blocks(&self) -> u64 {
+        self.m.div_ceil(128)
+            * self.n.div_ceil(128)
+            * self.batch.iter().map(|b| b.0).product::<u64>()
+    }
+
+    /// The buffers the wrapper takes, in id order.
+    pub fn params(&self) -> Vec<BufId> {
+        let mut v: BTreeSet<BufId> = [self.a.buf, self.b.buf, self.c].into();
+        if let Some(m) = &self.sparse_meta {
+            v.insert(m.buf);
+        }
+        v.into_iter().collect()
+    }
+
+    /// A one-line description for the launch comment.
+    pub fn describe(&self) -> String {
+        let ty = if self.input == ElemType::BF16 {
+            "bf16"
+        } else {
+            "f16"
+        };
+        let (instr, bk, stages) = match self.sparse_meta {
+            Some(_) => ("mma.sp::ordered_metadata m16n8k32", 64, 2),
+            None => ("mma.sync m16n8k16", 32, 3),
+        };
+        format!(
+            "tensor cores: {instr} {ty}, f32 accumulate, M={} N={} K={}, tiles 128x128x{bk}, {stages} cp.async stages, B {}",
+            self.m,
+            self.n,
+            self.k,
+            if self.b_kn { "n-contiguous" } else { "k-contiguous" }
+        )
+    }
+}
+
+/// The tensor-core launches of `p` (kernel → its one call's launch) and the copy kernels they
+/// make unnecessary.
+#[derive(Debug, Default)]
+pub struct Selection {
+    pub calls: BTreeMap<usize, TensorCore>,
+    pub dead: BTreeSet<usize>,
+}
+
+/// Chooses the calls of `p` that run on tensor cores (module docs).
+pub fn select(p: &LoopProgram) -> Selection {
+    let mut sel = Selection::default();
+    for (ki, k) in p.kernels.iter().enumerate() {
+        let [Stmt::Call(call)] = k.body.as_slice() else {
+            continue;
+        };
+        let mut dead = BTreeSet::new();
+        let tc = match call {
+            LibCall::Gemm {
+                m,
+                n,
+                k,
+                batch,
+                a,
+                b,
+                c,
+                accumulate,
+            } => {
+                let a = fold_input(p, ki, a, &[*m, *k], batch, &sel.dead, &mut dead);
+                let b = fold_input(p, ki, b, &[*k, *n], batch, &sel.dead, &mut dead);
+                let c = fold_output(
+                    p,
+                    ki,
+                    c,
+                    &[*m, *n],
+                    batch,
+                    *accumulate,
+                    &sel.dead,
+                    &mut dead,
+                );
+                dense(p, *m, *n, *k, batch, &a, &b, &c, *accumulate)
+            }
+            LibCall::SpMM {
+                m,
+                n,
+                k,
+                s,
+                transposed,
+                side,
+                d,
+                c,
+                accumulate,
+            } => {
+                let d_dims = match side {
+                    Side::Left => [*k, *n],
+                    Side::Right => [*m, *k],
+                };
+                let d = fold_input(p, ki, d, &d_dims, &[], &sel.dead, &mut dead);
+                let c = fold_output(p, ki, c, &[*m, *n], &[], *accumulate, &sel.dead, &mut dead);
+                two_four(p, *m, *n, *k, s, *transposed, *side, &d, &c, *accumulate)
+            }
+            _ => None,
+        };
+        if let Some(tc) = tc {
+            sel.calls.insert(ki, tc);
+            sel.dead.extend(dead);
+        }
+    }
+    sel
+}
+
+fn is16(t: ElemType) -> bool {
+    matches!(t, ElemType::F16 | ElemType::BF16)
+}
+
+/// Multiples of 8 elements: 16-byte chunks of a 16-bit operand.
+fn aligned(xs: &[i64]) -> bool {
+    xs.iter().all(|x| x % 8 == 0)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn dense(
+    p: &LoopProgram,
+    m: u64,
+    n: u64,
+    k: u64,
+    batch: &[u64],
+    a: &MatView,
+    b: &MatView,
+    c: &MatView,
+    accumulate: bool,
+) -> Option<TensorCore> {
+    let ta = p.buffer(a.buf).ty;
+    if !is16(ta) || p.buffer(b.buf).ty != ta || !out_ok(p.buffer(c.buf).ty) {
+        return None;
+    }
+    if !k.is_multiple_of(8) || m.max(n).max(k) >= 1 << 30 {
+        return None;
+    }
+    let bat = |i: usize| -> (i64, i64, i64) {
+        (a.batch_strides[i], b.batch_strides[i], c.batch_strides[i])
+    };
+    let batch_ok = (0..batch.len()).all(|i| {
+        let (x, y, _) = bat(i);
+        aligned(&[x, y])
+    });
+    if !batch_ok {
+        return None;
+    }
+    let batches = |swap: bool| -> Vec<(u64, i64, i64, i64)> {
+        (0..batch.len())
+            .map(|i| {
+                let (x, y, z) = bat(i);
+                if swap {
+                    (batch[i], y, x, z)
+                } else {
+                    (batch[i], x, y, z)
+                }
+            })
+            .collect()
+    };
+    // C = A·B with A k-contiguous, or Cᵀ = Bᵀ·Aᵀ with Bᵀ k-contiguous.
+    let (am, an, mm, nn, cm, cn, swap) = if a.col_stride == 1 {
+        (a, b, m, n, c.row_stride, c.col_stride, false)
+    } else if b.row_stride == 1 {
+        (b, a, n, m, c.col_stride, c.row_stride, true)
+    } else {
+        return None;
+    };
+    // A: (i, k) at row stride; the other operand as B(k, j).
+    let (a_ld, b_rows, b_cols) = if swap {
+        (am.col_stride, an.col_stride, an.row_stride)
+    } else {
+        (am.row_stride, an.row_stride, an.col_stride)
+    };
+    // B(k, j) at k·b_rows + j·b_cols.
+    let (b_kn, b_ld) = if b_rows == 1 {
+        (false, b_cols)
+    } else if b_cols == 1 {
+        (true, b_rows)
+    } else {
+        return None;
+    };
+    if !aligned(&[a_ld, b_ld, am.offset, an.offset]) || (b_kn && !nn.is_multiple_of(8)) {
+        return None;
+    }
+    Some(TensorCore {
+        sparse_meta: None,
+        input: ta,
+        m: mm,
+        n: nn,
+        k,
+        a: Operand {
+            buf: am.buf,
+            offset: am.offset,
+            ld: a_ld,
+        },
+        b: Operand {
+            buf: an.buf,
+            offset: an.offset,
+            ld: b_ld,
+        },
+        b_kn,
+        c: c.buf,
+        c_offset: c.offset,
+        ldm: cm,
+        ldn: cn,
+        accumulate,
+        batch: batches(swap),
+    })
+}
+
+fn out_ok(t: ElemType) -> bool {
+    matches!(t, ElemType::F32 | ElemType::F16 | ElemType::BF16)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn two_four(
+    p: &LoopProgram,
+    m: u64,
+    n: u64,
+    k: u64,
+    s: &tdsl_loop::SparseOperand,
+    transposed: bool,
+    side: Side,
+    d: &MatView,
+    c: &MatView,
+    accumulate: bool,
+) -> Option<TensorCore> {
+    let SparseLayout::TwoFour { axis } = s.layout else {
+        return None;
+    };
+    let tv = p.buffer(s.values).ty;
+    if s.shape.len() != 2 || !is16(tv) || p.buffer(d.buf).ty != tv || !out_ok(p.buffer(c.buf).ty) {
+        return None;
+    }
+    // The 2:4 axis must be the product's K: then the values are A = [M'][K/2], row-major.
+    let k_axis = match (side, transposed) {
+        (Side::Left, false) | (Side::Right, true) => 1,
+        (Side::Left, true) | (Side::Right, false) => 0,
+    };
+    if axis != k_axis || !k.is_multiple_of(64) || m.max(n).max(k) >= 1 << 30 {
+        return None;
+    }
+    // Left: C = S·D, B = D (k, n). Right: Cᵀ = Sᵀ·Dᵀ, B(k, j) = D(j, k).
+    let (mm, nn, b_rows, b_cols, cm, cn) = match side {
+        Side::Left => (m, n, d.row_stride, d.col_stride, c.row_stride, c.col_stride),
+        Side::Right => (n, m, d.col_stride, d.row_stride, c.col_stride, c.row_stride),
+    };
+    let (b_kn, b_ld) = if b_rows == 1 {
+        (false, b_cols)
+    } else if b_cols == 1 {
+        (true, b_rows)
+    } else {
+        return None;
+    };
+    if !aligned(&[b_ld, d.offset]) || (b_kn && !nn.is_multiple_of(8)) {
+        return None;
+    }
+    Some(TensorCore {
+        sparse_meta: Some(Operand {
+            buf: s.idx,
+            offset: 0,
+            ld: (k / 32) as i64,
+        }),
+        input: tv,
+        m: mm,
+        n: nn,
+        k,
+        a: Operand {
+            buf: s.values,
+            offset: 0,
+            ld: (k / 2) as i64,
+        },
+        b: Operand {
+            buf: d.buf,
+            offset: d.offset,
+            ld: b_ld,
+        },
+        b_kn,
+        c: c.buf,
+        c_offset: c.offset,
+        ldm: cm,
+        ldn: cn,
+        accumulate,
+        batch: Vec::new(),
+    })
+}
+
+/// A kernel that is one perfect nest of range loops around `dst[ix] = src[is]`: the loop
+/// variables with their extents, the two indices and the buffers.
+struct Copy {
+    vars: BTreeMap<VarId, u64>,
+    dst: BufId,
+    dst_index: Index,
+    src: BufId,
+    src_index: Index,
+}
+
+fn copy_nest(body: &[Stmt]) -> Option<Copy> {
+    let mut vars = BTreeMap::new();
+    let mut stmts = body;
+    loop {
+        match stmts {
+            [Stmt::Loop(l)] => {
+                let Iter::Range { extent } = l.iter else {
+                    return None;
+                };
+                vars.insert(l.var, extent);
+                stmts = &l.body;
+            }
+            [Stmt::Store { buf, index, value }] => {
+                let Expr::Load {
+                    buf: src,
+                    index: src_index,
+                } = value
+                else {
+                    return None;
+                };
+                return Some(Copy {
+                    vars,
+                    dst: *buf,
+                    dst_index: index.clone(),
+                    src: *src,
+                    src_index: src_index.clone(),
+                });
+            }
+            _ => return None,
+        }
+    }
+}
+
+/// The kernels other than `except` that read (`reads`) or write `buf`.
+fn users(p: &LoopProgram, buf: BufId, except: usize, reads: bool) -> Vec<usize> {
+    p.kernels
+        .iter()
+        .enumerate()
+        .filter(|(i, k)| {
+            *i != except && {
+                let (r, w) = tdsl_loop::walk::stmt_reads_writes(&k.body);
+                if reads {
+                    r.contains(&buf)
+                } else {
+                    w.contains(&buf)
+                }
+            }
+        })
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// Re-expresses `strides` (over dimensions of lengths `dims`) given against `from` as strides
+/// against `to`, where both are indices over the copy's variables: each nonzero stride must be
+/// exactly one variable's stride in `from` (a distinct one, with enough extent), and `from` must
+/// be injective with offset 0.
+fn compose(
+    strides: &[i64],
+    dims: &[u64],
+    from: &Index,
+    to: &Index,
+    vars: &BTreeMap<VarId, u64>,
+) -> Option<Vec<i64>> {
+    if from.offset != 0 || !crate::map::injective(from, &[], vars) {
+        return None;
+    }
+    let mut used = BTreeSet::new();
+    let mut out = Vec::new();
+    for (&s, &len) in strides.iter().zip(dims) {
+        if s == 0 || len == 1 {
+            out.push(0);
+            continue;
+        }
+        let (v, _) = from.terms.iter().find(|t| t.1 == s)?;
+        if !used.insert(*v) || vars.get(v).copied()? < len {
+            return None;
+        }
+        let t = to.terms.iter().find(|t| t.0 == *v).map_or(0, |t| t.1);
+        out.push(t);
+    }
+    Some(out)
+}
+
+/// `view` (dims `dims` then the batch dims) read by kernel `ki`, or the view of the source it
+/// was copied from (and the copy kernel added to `dead`).
+fn fold_input(
+    p: &LoopProgram,
+    ki: usize,
+    view: &MatView,
+    dims: &[u64],
+    batch: &[u64],
+    taken: &BTreeSet<usize>,
+    dead: &mut BTreeSet<usize>,
+) -> MatView {
+    let t = view.buf;
+    let b = p.buffer(t);
+    if b.role != Role::Temp || view.offset != 0 {
+        return view.clone();
+    }
+    let writers = users(p, t, ki, false);
+    let readers = users(p, t, ki, true);
+    let ([j], []) = (writers.as_slice(), readers.as_slice()) else {
+        return view.clone();
+    };
+    if *j >= ki {
+        return view.clone();
+    }
+    let Some(copy) = copy_nest(&p.kernels[*j].body) else {
+        return view.clone();
+    };
+    // Only exact conversions: the same type, or a 16-bit source widened.
+    let src_ty = p.buffer(copy.src).ty;
+    if copy.dst != t || !(src_ty == b.ty || (is16(src_ty) && !is16(b.ty))) || taken.contains(j) {
+        return view.clone();
+    }
+    // The copy must cover the temp: one store per element.
+    let covered: u64 = copy.vars.values().product();
+    if covered != b.elems {
+        return view.clone();
+    }
+    // The source must not change between the copy and the call.
+    if (*j + 1..ki).any(|x| users(p, copy.src, usize::MAX, false).contains(&x)) {
+        return view.clone();
+    }
+    let mut strides = vec![view.row_stride, view.col_stride];
+    strides.extend(&view.batch_strides);
+    let mut all_dims = dims.to_vec();
+    all_dims.extend(batch);
+    let Some(new) = compose(
+        &strides,
+        &all_dims,
+        &copy.dst_index,
+        &copy.src_index,
+        &copy.vars,
+    ) else {
+        return view.clone();
+    };
+    dead.insert(*j);
+    MatView {
+        buf: copy.src,
+        offset: copy.src_index.offset,
+        row_stride: new[0],
+        col_stride: new[1],
+        batch_strides: new[2..].to_vec(),
+    }
+}
+
+/// `view` written by kernel `ki`, or, when a later copy kernel moves it into another buffer and
+/// nothing else reads it, the view of that buffer (and the copy added to `dead`).
+#[allow(clippy::too_many_arguments)]
+fn fold_output(
+    p: &LoopProgram,
+    ki: usize,
+    view: &MatView,
+    dims: &[u64],
+    batch: &[u64],
+    accumulate: bool,
+    taken: &BTreeSet<usize>,
+    dead: &mut BTreeSet<usize>,
+) -> MatView {
+    let t = view.buf;
+    let b = p.buffer(t);
+    if accumulate || b.role != Role::Temp || view.offset != 0 {
+        return view.clone();
+    }
+    let writers = users(p, t, ki, false);
+    let readers = users(p, t, ki, true);
+    let ([], [j]) = (writers.as_slice(), readers.as_slice()) else {
+        return view.clone();
+    };
+    if *j <= ki {
+        return view.clone();
+    }
+    let Some(copy) = copy_nest(&p.kernels[*j].body) else {
+        return view.clone();
+    };
+    // The result is rounded once: the temp holds the f32 accumulator or the destination's type.
+    let dst_ty = p.buffer(copy.dst).ty;
+    if copy.src != t
+        || copy.vars.values().product::<u64>() != b.elems
+        || !(b.ty == ElemType::F32 || b.ty == dst_ty)
+        || taken.contains(j)
+    {
+        return view.clone();
+    }
+    // Nothing between the call and the copy may touch the destination.
+    let touch = |x: usize| {
+        users(p, copy.dst, usize::MAX, false).contains(&x)
+            || users(p, copy.dst, usize::MAX, true).contains(&x)
+    };
+    if (ki + 1..*j).any(touch) || !out_ok(dst_ty) {
+        return view.clone();
+    }
+    let mut strides = vec![view.row_stride, view.col_stride];
+    strides.extend(&view.batch_strides);
+    let mut all_dims = dims.to_vec();
+    all_dims.extend(batch);
+    let Some(new) = compose(
+        &strides,
+        &all_dims,
+        &copy.src_index,
+        &copy.dst_index,
+        &copy.vars,
+    ) else {
+        return view.clone();
+    };
+    dead.insert(*j);
+    MatView {
+        buf: copy.dst,
+        offset: copy.dst_index.offset,
+        row_stride: new[0],
+        col_stride: new[1],
+        batch_strides: new[2..].to_vec(),
+    }
+}
+
+/// The wrapper kernel for `tc`: batch offsets, then the template call.
+pub fn render(p: &LoopProgram, name: &str, tc: &TensorCore) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let c_ty = p.buffer(tc.c).ty;
+    let params: Vec<String> = tc
+        .params()
+        .iter()
+        .map(|b| {
+            let buf = p.buffer(*b);
+            let cnst = if *b == tc.c { "" } else { "const " };
+            format!(
+                "{cnst}{}* __restrict__ b{}",
+                crate::render::c_type(buf.ty),
+                b.0
+            )
+        })
+        .collect();
+    let _ = writeln!(out, "TDSL_KERNEL {name}({}) {{", params.join(", "));
+    let tiles = tc.m.div_ceil(128) * tc.n.div_ceil(128);
+    let _ = writeln!(
+        out,
+        "  const long long tile = (long long)blockIdx.x % {tiles}LL;"
+    );
+    let _ = writeln!(out, "  long long bz = (long long)blockIdx.x / {tiles}LL;");
+    let _ = writeln!(
+        out,
+        "  long long oa = {}LL, ob = {}LL, oc = {}LL;",
+        tc.a.offset, tc.b.offset, tc.c_offset
+    );
+    for (e, sa, sb, sc) in tc.batch.iter().rev() {
+        let _ = writeln!(
+            out,
+            "  {{ const long long i = bz % {e}LL; bz /= {e}LL; oa += i * {sa}LL; ob += i * {sb}LL; oc += i * {sc}LL; }}"
+        );
+    }
+    let input = if tc.input == ElemType::BF16 { 1 } else { 0 };
+    let out_kind = match c_ty {
+        ElemType::F16 => 1,
+        ElemType::BF16 => 2,
+        _ => 0,
+    };
+    let b_kn = if tc.b_kn { "true" } else { "false" };
+    let acc = if tc.accumulate { "true" } else { "false" };
+    match &tc.sparse_meta {
+        None => {
+            let _ = writeln!(
+                out,
+                "  tdsl_tc_gemm<{input}, {b_kn}, {out_kind}>(b{a} + oa, b{b} + ob, b{c} + oc, tile, {m}, {n}, {k}, {lda}LL, {ldb}LL, {ldm}LL, {ldn}LL, {acc});",
+                a = tc.a.buf.0,
+                b = tc.b.buf.0,
+                c = tc.c.0,
+                m = tc.m,
+                n = tc.n,
+                k = tc.k,
+                lda = tc.a.ld,
+                ldb = tc.b.ld,
+                ldm = tc.ldm,
+                ldn = tc.ldn,
+            );
+        }
+        Some(meta) => {
+            let _ = writeln!(
+                out,
+                "  tdsl_tc_sp24<{input}, {b_kn}, {out_kind}>(b{a} + oa, b{e}, b{b} + ob, b{c} + oc, tile, {m}, {n}, {k}, {ldv}LL, {lde}LL, {ldb}LL, {ldm}LL, {ldn}LL, {acc});",
+                a = tc.a.buf.0,
+                e = meta.buf.0,
+                b = tc.b.buf.0,
+                c = tc.c.0,
+                m = tc.m,
+                n = tc.n,
+                k = tc.k,
+                ldv = tc.a.ld,
+                lde = meta.ld,
+                ldb = tc.b.ld,
+                ldm = tc.ldm,
+                ldn = tc.ldn,
+            );
+        }
+    }
+    out.push_str("}\n");
+    out
+}

@@ -1,0 +1,289 @@
+// Tensor-core products, specialised by tdsl-cuda's mapping pass (codegen/cuda/src/tensor.rs) for
+// every `gemm` and 2:4 `spmm` whose operands are f16 or bf16 (shared/GPU.md §2 has the fragment
+// maps; bench/gpu/probe_mma.cu checked them on an H200). Each generated wrapper computes its
+// batch offsets and calls one of the templates below with compile-time shapes and strides.
+//
+//   C[m, n] (+)= sum_k A[m, k] * B[k, n], accumulated in f32, rounded once into C's type.
+//
+// - A is k-contiguous: element (m, k) at A[m * lda + k].
+// - B is k-contiguous (B_KN = false, torch's `[out, in]` weight read as B^T: (k, n) at
+//   B[n * ldb + k]) or n-contiguous (B_KN = true: (k, n) at B[k * ldb + n]).
+// - C is any strided view: (m, n) at C[m * ldm + n * ldn], f32, f16 or bf16 (OUT 0, 1, 2).
+// - IN: 0 f16, 1 bf16 (one type for both operands).
+// Edges: rows and columns past M and N are zero-filled by cp.async (src-size 0) and not stored;
+// the mapping pass requires K and, for B_KN, N to be multiples of 8 and every row start
+// 16-byte aligned, so a 16-byte chunk is either wholly inside or wholly outside.
+//
+// Block tile 128 x 128 (x 32 of K for dense, 64 for 2:4), 8 warps as 2 x 4, each warp 64 x 32 =
+// 4 x 4 mma tiles; cp.async multi-stage pipeline; shared memory XOR-swizzled by 16-byte chunk
+// so every ldmatrix phase hits 8 distinct bank groups.
+
+#define TDSL_TC_BM 128
+#define TDSL_TC_BN 128
+#define TDSL_TC_THREADS 256
+
+TDSL_FN unsigned tdsl_smem(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
+TDSL_FN void tdsl_cp16(unsigned dst, const void *src, bool ok) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(ok ? 16 : 0));
+}
+TDSL_FN void tdsl_cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> TDSL_FN void tdsl_cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+TDSL_FN void tdsl_ldm_x4(unsigned addr, unsigned &r0, unsigned &r1, unsigned &r2, unsigned &r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
+}
+TDSL_FN void tdsl_ldm_x4_t(unsigned addr, unsigned &r0, unsigned &r1, unsigned &r2, unsigned &r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
+}
+
+template <int IN> TDSL_FN void tdsl_mma16816(float *d, const unsigned *a, const unsigned *b) {
+  if (IN == 1)
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// mma.sp::ordered_metadata m16n8k32, sparsity selector 0: lanes t = 0, 1 of each quad supply `e`.
+template <int IN> TDSL_FN void tdsl_mma_sp16832(float *d, const unsigned *a, const unsigned *b, unsigned e) {
+  if (IN == 1)
+    asm volatile("mma.sp::ordered_metadata.sync.aligned.m16n8k32.row.col.f32.bf16.bf16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9,%10,%11}, {%0,%1,%2,%3}, %12, 0;\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(b[2]), "r"(b[3]), "r"(e));
+  else
+    asm volatile("mma.sp::ordered_metadata.sync.aligned.m16n8k32.row.col.f32.f16.f16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9,%10,%11}, {%0,%1,%2,%3}, %12, 0;\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(b[2]), "r"(b[3]), "r"(e));
+}
+
+TDSL_FN void tdsl_tc_store(float *c, float v, bool acc) { *c = acc ? *c + v : v; }
+TDSL_FN void tdsl_tc_store(double *c, float v, bool acc) { *c = acc ? *c + (double)v : (double)v; }
+template <int OUT> TDSL_FN void tdsl_tc_store16(unsigned short *c, float v, bool acc) {
+  if (OUT == 2) *c = tdsl_f32_to_bf16(acc ? tdsl_bf16_to_f32(*c) + v : v);
+  else *c = tdsl_f32_to_f16(acc ? tdsl_f16_to_f32(*c) + v : v);
+}
+template <int OUT, typename CT> TDSL_FN void tdsl_tc_put(CT *c, float v, bool acc) {
+  if constexpr (OUT == 0) tdsl_tc_store(c, v, acc);
+  else tdsl_tc_store16<OUT>(c, v, acc);
+}
+
+// The block's output tile from its index: tiles walk M in groups of 8 so that consecutive blocks
+// share B panels in L2.
+TDSL_FN void tdsl_tc_tile(long long tile, int M, int N, int &m0, int &n0) {
+  const int tm = (M + TDSL_TC_BM - 1) / TDSL_TC_BM, tn = (N + TDSL_TC_BN - 1) / TDSL_TC_BN;
+  const int group = 8;
+  const int in_group = group * tn;
+  const int g = (int)(tile / in_group), first = g * group;
+  const int rows = tm - first < group ? tm - first : group;
+  const int r = (int)(tile % in_group);
+  m0 = (first + r % rows) * TDSL_TC_BM;
+  n0 = (r / rows) * TDSL_TC_BN;
+}
+
+// The accumulators of one warp (64 x 32) into C.
+template <int OUT, typename CT>
+TDSL_FN void tdsl_tc_epilogue(float (&acc)[4][4][4], CT *C, int M, int N, long long ldm, long long ldn, bool accumulate,
+                              int row0, int col0) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int mi = 0; mi < 4; mi++)
+#pragma unroll
+    for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+      for (int i = 0; i < 4; i++) {
+        const int m = row0 + mi * 16 + g + 8 * (i >> 1), n = col0 + ni * 8 + 2 * t + (i & 1);
+        if (m < M && n < N) tdsl_tc_put<OUT>(C + (long long)m * ldm + (long long)n * ldn, acc[mi][ni][i], accumulate);
+      }
+}
+
+// Dense: BK = 32, 3 stages: A and B tiles of 128 x 32 halves each per stage (48 KiB in all).
+template <int IN, bool B_KN, int OUT, typename CT>
+TDSL_FN void tdsl_tc_gemm(const unsigned short *__restrict__ A, const unsigned short *__restrict__ B, CT *__restrict__ C,
+                          long long tile, int M, int N, int K, long long lda, long long ldb, long long ldm, long long ldn,
+                          bool accumulate) {
+  constexpr int BK = 32, STAGES = 3;
+  // Chunks of 8 halves: A [128 rows][4], B [128 n][4] (k-contiguous) or [32 k][16] (n-contiguous).
+  __shared__ __align__(128) uint4 sA[STAGES][TDSL_TC_BM * 4];
+  __shared__ __align__(128) uint4 sB[STAGES][TDSL_TC_BN * 4];
+  int m0, n0;
+  tdsl_tc_tile(tile, M, N, m0, n0);
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int wm = warp >> 2, wn = warp & 3;
+  const int KT = (K + BK - 1) / BK;
+
+  auto load = [&](int stage, int kt) {
+    const int k0 = kt * BK;
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+      const int q = tid + j * TDSL_TC_THREADS;  // 512 chunks per operand
+      {
+        const int r = q >> 2, c = q & 3;
+        const bool ok = m0 + r < M && k0 + c * 8 < K;
+        const unsigned short *src = ok ? A + (long long)(m0 + r) * lda + k0 + c * 8 : A;
+        tdsl_cp16(tdsl_smem(&sA[stage][r * 4 + (c ^ ((r >> 1) & 3))]), src, ok);
+      }
+      if (!B_KN) {
+        const int r = q >> 2, c = q & 3;
+        const bool ok = n0 + r < N && k0 + c * 8 < K;
+        const unsigned short *src = ok ? B + (long long)(n0 + r) * ldb + k0 + c * 8 : B;
+        tdsl_cp16(tdsl_smem(&sB[stage][r * 4 + (c ^ ((r >> 1) & 3))]), src, ok);
+      } else {
+        const int r = q >> 4, c = q & 15;
+        const bool ok = k0 + r < K && n0 + c * 8 < N;
+        const unsigned short *src = ok ? B + (long long)(k0 + r) * ldb + n0 + c * 8 : B;
+        tdsl_cp16(tdsl_smem(&sB[stage][r * 16 + (c ^ (r & 7))]), src, ok);
+      }
+    }
+  };
+
+  float acc[4][4][4];
+#pragma unroll
+  for (int mi = 0; mi < 4; mi++)
+#pragma unroll
+    for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+      for (int i = 0; i < 4; i++) acc[mi][ni][i] = 0.0f;
+
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; s++) {
+    if (s < KT) load(s, s);
+    tdsl_cp_commit();
+  }
+  for (int kt = 0; kt < KT; kt++) {
+    tdsl_cp_wait<STAGES - 2>();
+    __syncthreads();
+    if (kt + STAGES - 1 < KT) load((kt + STAGES - 1) % STAGES, kt + STAGES - 1);
+    tdsl_cp_commit();
+    const int st = kt % STAGES;
+#pragma unroll
+    for (int kk = 0; kk < 2; kk++) {  // two k16 steps
+      unsigned a[4][4], b[4][2];
+#pragma unroll
+      for (int mi = 0; mi < 4; mi++) {
+        const int r = wm * 64 + mi * 16 + (lane & 15), c = kk * 2 + (lane >> 4);
+        tdsl_ldm_x4(tdsl_smem(&sA[st][r * 4 + (c ^ ((r >> 1) & 3))]), a[mi][0], a[mi][1], a[mi][2], a[mi][3]);
+      }
+#pragma unroll
+      for (int np = 0; np < 2; np++) {  // pairs of n8 tiles
+        if (!B_KN) {
+          const int r = wn * 32 + np * 16 + (lane & 7) + ((lane >> 4) << 3), c = kk * 2 + ((lane >> 3) & 1);
+          tdsl_ldm_x4(tdsl_smem(&sB[st][r * 4 + (c ^ ((r >> 1) & 3))]), b[2 * np][0], b[2 * np][1], b[2 * np + 1][0],
+                      b[2 * np + 1][1]);
+        } else {
+          const int r = kk * 16 + (lane & 15), c = wn * 4 + np * 2 + (lane >> 4);
+          tdsl_ldm_x4_t(tdsl_smem(&sB[st][r * 16 + (c ^ (r & 7))]), b[2 * np][0], b[2 * np][1], b[2 * np + 1][0],
+                        b[2 * np + 1][1]);
+        }
+      }
+#pragma unroll
+      for (int mi = 0; mi < 4; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++) tdsl_mma16816<IN>(acc[mi][ni], a[mi], b[ni]);
+    }
+  }
+  tdsl_cp_wait<0>();
+  tdsl_tc_epilogue<OUT>(acc, C, M, N, ldm, ldn, accumulate, m0 + wm * 64, n0 + wn * 32);
+}
+
+// 2:4 on the left: A is the compressed values (m, j) at Av[m * ldv + j], j < K / 2, with tdsl's
+// metadata words (spec/formats.md: group g of a row at bits 4(g mod 8) of word g / 8, lower index
+// first) at Am[m * ldmeta + k / 32]; a 16-column chunk of a row is one 16-bit half-word, which is
+// the order mma.sp consumes. K is a multiple of 64 (the mapping pass checks). BK = 64 of logical
+// K: A values 128 x 32 halves, B 64 x 128 halves per stage, 2 stages (48 KiB in all).
+template <int IN, bool B_KN, int OUT, typename CT>
+TDSL_FN void tdsl_tc_sp24(const unsigned short *__restrict__ Av, const int *__restrict__ Am,
+                          const unsigned short *__restrict__ B, CT *__restrict__ C, long long tile, int M, int N, int K,
+                          long long ldv, long long ldmeta, long long ldb, long long ldm, long long ldn, bool accumulate) {
+  constexpr int BK = 64, STAGES = 2;
+  __shared__ __align__(128) uint4 sA[STAGES][TDSL_TC_BM * 4];
+  __shared__ __align__(128) uint4 sB[STAGES][TDSL_TC_BN * 8];
+  int m0, n0;
+  tdsl_tc_tile(tile, M, N, m0, n0);
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int wm = warp >> 2, wn = warp & 3;
+  const int KT = K / BK;
+
+  auto load = [&](int stage, int kt) {
+    const int k0 = kt * BK;
+#pragma unroll
+    for (int j = 0; j < 2; j++) {  // A values: 128 rows x 4 chunks
+      const int q = tid + j * TDSL_TC_THREADS;
+      const int r = q >> 2, c = q & 3;
+      const bool ok = m0 + r < M;
+      const unsigned short *src = ok ? Av + (long long)(m0 + r) * ldv + k0 / 2 + c * 8 : Av;
+      tdsl_cp16(tdsl_smem(&sA[stage][r * 4 + (c ^ ((r >> 1) & 3))]), src, ok);
+    }
+#pragma unroll
+    for (int j = 0; j < 4; j++) {  // B: 1024 chunks
+      const int q = tid + j * TDSL_TC_THREADS;
+      if (!B_KN) {
+        const int r = q >> 3, c = q & 7;
+        const bool ok = n0 + r < N;
+        const unsigned short *src = ok ? B + (long long)(n0 + r) * ldb + k0 + c * 8 : B;
+        tdsl_cp16(tdsl_smem(&sB[stage][r * 8 + (c ^ (r & 7))]), src, ok);
+      } else {
+        const int r = q >> 4, c = q & 15;
+        const bool ok = n0 + c * 8 < N;
+        const unsigned short *src = ok ? B + (long long)(k0 + r) * ldb + n0 + c * 8 : B;
+        tdsl_cp16(tdsl_smem(&sB[stage][r * 16 + (c ^ (r & 7))]), src, ok);
+      }
+    }
+  };
+
+  float acc[4][4][4];
+#pragma unroll
+  for (int mi = 0; mi < 4; mi++)
+#pragma unroll
+    for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+      for (int i = 0; i < 4; i++) acc[mi][ni][i] = 0.0f;
+
+  load(0, 0);
+  tdsl_cp_commit();
+  for (int kt = 0; kt < KT; kt++) {
+    tdsl_cp_wait<0>();
+    __syncthreads();
+    if (kt + 1 < KT) load((kt + 1) & 1, kt + 1);
+    tdsl_cp_commit();
+    const int st = kt & 1;
+#pragma unroll
+    for (int s = 0; s < 2; s++) {  // two k32 steps
+      unsigned a[4][4], b[4][4], e[4];
+#pragma unroll
+      for (int mi = 0; mi < 4; mi++) {
+        const int r = wm * 64 + mi * 16 + (lane & 15), c = s * 2 + (lane >> 4);
+        tdsl_ldm_x4(tdsl_smem(&sA[st][r * 4 + (c ^ ((r >> 1) & 3))]), a[mi][0], a[mi][1], a[mi][2], a[mi][3]);
+        // Metadata: half-word (t mod 2) of this k32 chunk, rows g (low) and g + 8 (high).
+        const int mr = m0 + wm * 64 + mi * 16 + g;
+        const long long w = (long long)(kt * BK + s * 32) / 32;
+        const unsigned sh = 16 * (t & 1);
+        const unsigned lo = mr < M ? ((unsigned)__ldg(Am + (long long)mr * ldmeta + w) >> sh) & 0xffffu : 0x4444u;
+        const unsigned hi = mr + 8 < M ? ((unsigned)__ldg(Am + (long long)(mr + 8) * ldmeta + w) >> sh) & 0xffffu : 0x4444u;
+        e[mi] = lo | (hi << 16);
+      }
+#pragma unroll
+      for (int ni = 0; ni < 4; ni++) {
+        if (!B_KN) {
+          const int r = wn * 32 + ni * 8 + (lane & 7), c = s * 4 + (lane >> 3);
+          tdsl_ldm_x4(tdsl_smem(&sB[st][r * 8 + (c ^ (r & 7))]), b[ni][0], b[ni][1], b[ni][2], b[ni][3]);
+        } else {
+          const int r = s * 32 + lane, c = wn * 4 + ni;
+          tdsl_ldm_x4_t(tdsl_smem(&sB[st][r * 16 + (c ^ (r & 7))]), b[ni][0], b[ni][1], b[ni][2], b[ni][3]);
+        }
+      }
+#pragma unroll
+      for (int mi = 0; mi < 4; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++) tdsl_mma_sp16832<IN>(acc[mi][ni], a[mi], b[ni], e[mi]);
+    }
+  }
+  tdsl_cp_wait<0>();
+  tdsl_tc_epilogue<OUT>(acc, C, M, N, ldm, ldn, accumulate, m0 + wm * 64, n0 + wn * 32);
+}
