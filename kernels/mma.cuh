@@ -14,8 +14,8 @@
 // the mapping pass requires K and, for B_KN, N to be multiples of 8 and every row start
 // 16-byte aligned, so a 16-byte chunk is either wholly inside or wholly outside.
 //
-// Block tile 128 x 128 (x 32 of K for dense, 64 for 2:4), 8 warps as 2 x 4, each warp 64 x 32 =
-// 4 x 4 mma tiles; cp.async multi-stage pipeline; shared memory XOR-swizzled by 16-byte chunk
+// Block tiles 128 x 128, 8 warps as 2 x 4, each warp 64 x 32; cp.async multi-stage pipelines in
+// dynamic shared memory; shared memory XOR-swizzled by 16-byte chunk
 // so every ldmatrix phase hits 8 distinct bank groups.
 
 #define TDSL_TC_BM 128
@@ -76,26 +76,26 @@ template <int OUT, typename CT> TDSL_FN void tdsl_tc_put(CT *c, float v, bool ac
 
 // The block's output tile from its index: tiles walk M in groups of 8 so that consecutive blocks
 // share B panels in L2.
-TDSL_FN void tdsl_tc_tile(long long tile, int M, int N, int &m0, int &n0) {
-  const int tm = (M + TDSL_TC_BM - 1) / TDSL_TC_BM, tn = (N + TDSL_TC_BN - 1) / TDSL_TC_BN;
+template <int BN> TDSL_FN void tdsl_tc_tile(long long tile, int M, int N, int &m0, int &n0) {
+  const int tm = (M + TDSL_TC_BM - 1) / TDSL_TC_BM, tn = (N + BN - 1) / BN;
   const int group = 8;
   const int in_group = group * tn;
   const int g = (int)(tile / in_group), first = g * group;
   const int rows = tm - first < group ? tm - first : group;
   const int r = (int)(tile % in_group);
   m0 = (first + r % rows) * TDSL_TC_BM;
-  n0 = (r / rows) * TDSL_TC_BN;
+  n0 = (r / rows) * BN;
 }
 
-// The accumulators of one warp (64 x 32) into C.
-template <int OUT, typename CT>
-TDSL_FN void tdsl_tc_epilogue(float (&acc)[4][4][4], CT *C, int M, int N, long long ldm, long long ldn, bool accumulate,
+// The accumulators of one warp (64 x 8 NI) into C.
+template <int OUT, int NI, typename CT>
+TDSL_FN void tdsl_tc_epilogue(float (&acc)[4][NI][4], CT *C, int M, int N, long long ldm, long long ldn, bool accumulate,
                               int row0, int col0) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int mi = 0; mi < 4; mi++)
 #pragma unroll
-    for (int ni = 0; ni < 4; ni++)
+    for (int ni = 0; ni < NI; ni++)
 #pragma unroll
       for (int i = 0; i < 4; i++) {
         const int m = row0 + mi * 16 + g + 8 * (i >> 1), n = col0 + ni * 8 + 2 * t + (i & 1);
@@ -103,42 +103,157 @@ TDSL_FN void tdsl_tc_epilogue(float (&acc)[4][4][4], CT *C, int M, int N, long l
       }
 }
 
-// Dense: BK = 32, 3 stages: A and B tiles of 128 x 32 halves each per stage (48 KiB in all).
-template <int IN, bool B_KN, int OUT, typename CT>
+// Dense: BK = 32, 3 stages in dynamic shared memory (TDSL_TC_GEMM_SMEM bytes): A 128 x 32 and
+// B BN x 32 halves per stage. 8 warps as 2 x 4, each 64 x (BN / 4). The mapping pass uses
+// BN = 128 (64 x 32 warp tiles, 2 blocks per SM); BN = 256 (64 x 64 warp tiles, 212 registers,
+// 1 block per SM) measured slower on an H200 (bench/RESULTS.md) and is kept as a parameter.
+#define TDSL_TC_GEMM_STAGES 3
+#define TDSL_TC_GEMM_SMEM(BN) (TDSL_TC_GEMM_STAGES * (TDSL_TC_BM + (BN)) * 32 * 2)
+template <int IN, bool B_KN, int OUT, int BN, typename CT>
 TDSL_FN void tdsl_tc_gemm(const unsigned short *__restrict__ A, const unsigned short *__restrict__ B, CT *__restrict__ C,
                           long long tile, int M, int N, int K, long long lda, long long ldb, long long ldm, long long ldn,
                           bool accumulate) {
-  constexpr int BK = 32, STAGES = 3;
-  // Chunks of 8 halves: A [128 rows][4], B [128 n][4] (k-contiguous) or [32 k][16] (n-contiguous).
-  __shared__ __align__(128) uint4 sA[STAGES][TDSL_TC_BM * 4];
-  __shared__ __align__(128) uint4 sB[STAGES][TDSL_TC_BN * 4];
+  constexpr int BK = 32, STAGES = TDSL_TC_GEMM_STAGES, NI = BN / 32, BCH = BN / 8;
+  // Chunks of 8 halves: A [128 rows][4], B [BN n][4] (k-contiguous) or [32 k][BN / 8] (n-contiguous).
+  extern __shared__ __align__(128) uint4 tdsl_smem_dyn[];
+  uint4 *sA = tdsl_smem_dyn, *sB = tdsl_smem_dyn + STAGES * TDSL_TC_BM * 4;
   int m0, n0;
-  tdsl_tc_tile(tile, M, N, m0, n0);
+  tdsl_tc_tile<BN>(tile, M, N, m0, n0);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int wm = warp >> 2, wn = warp & 3;
   const int KT = (K + BK - 1) / BK;
 
   auto load = [&](int stage, int kt) {
     const int k0 = kt * BK;
+    uint4 *a_st = sA + stage * TDSL_TC_BM * 4, *b_st = sB + stage * BN * 4;
 #pragma unroll
-    for (int j = 0; j < 2; j++) {
-      const int q = tid + j * TDSL_TC_THREADS;  // 512 chunks per operand
-      {
-        const int r = q >> 2, c = q & 3;
-        const bool ok = m0 + r < M && k0 + c * 8 < K;
-        const unsigned short *src = ok ? A + (long long)(m0 + r) * lda + k0 + c * 8 : A;
-        tdsl_cp16(tdsl_smem(&sA[stage][r * 4 + (c ^ ((r >> 1) & 3))]), src, ok);
-      }
+    for (int j = 0; j < 2; j++) {  // A: 512 chunks
+      const int q = tid + j * TDSL_TC_THREADS;
+      const int r = q >> 2, c = q & 3;
+      const bool ok = m0 + r < M && k0 + c * 8 < K;
+      const unsigned short *src = ok ? A + (long long)(m0 + r) * lda + k0 + c * 8 : A;
+      tdsl_cp16(tdsl_smem(&a_st[r * 4 + (c ^ ((r >> 1) & 3))]), src, ok);
+    }
+#pragma unroll
+    for (int j = 0; j < BN * 4 / TDSL_TC_THREADS; j++) {  // B: BN * 4 chunks
+      const int q = tid + j * TDSL_TC_THREADS;
       if (!B_KN) {
         const int r = q >> 2, c = q & 3;
         const bool ok = n0 + r < N && k0 + c * 8 < K;
         const unsigned short *src = ok ? B + (long long)(n0 + r) * ldb + k0 + c * 8 : B;
-        tdsl_cp16(tdsl_smem(&sB[stage][r * 4 + (c ^ ((r >> 1) & 3))]), src, ok);
+        tdsl_cp16(tdsl_smem(&b_st[r * 4 + (c ^ ((r >> 1) & 3))]), src, ok);
       } else {
-        const int r = q >> 4, c = q & 15;
+        const int r = q / BCH, c = q % BCH;
         const bool ok = k0 + r < K && n0 + c * 8 < N;
         const unsigned short *src = ok ? B + (long long)(k0 + r) * ldb + n0 + c * 8 : B;
-        tdsl_cp16(tdsl_smem(&sB[stage][r * 16 + (c ^ (r & 7))]), src, ok);
+        tdsl_cp16(tdsl_smem(&b_st[r * BCH + (c ^ (r & 7))]), src, ok);
+      }
+    }
+  };
+
+  float acc[4][NI][4];
+#pragma unroll
+  for (int mi = 0; mi < 4; mi++)
+#pragma unroll
+    for (int ni = 0; ni < NI; ni++)
+#pragma unroll
+      for (int i = 0; i < 4; i++) acc[mi][ni][i] = 0.0f;
+
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; s++) {
+    if (s < KT) load(s, s);
+    tdsl_cp_commit();
+  }
+  for (int kt = 0; kt < KT; kt++) {
+    tdsl_cp_wait<STAGES - 2>();
+    __syncthreads();
+    if (kt + STAGES - 1 < KT) load((kt + STAGES - 1) % STAGES, kt + STAGES - 1);
+    tdsl_cp_commit();
+    const uint4 *a_st = sA + (kt % STAGES) * TDSL_TC_BM * 4, *b_st = sB + (kt % STAGES) * BN * 4;
+#pragma unroll
+    for (int kk = 0; kk < 2; kk++) {  // two k16 steps
+      unsigned a[4][4], b[NI][2];
+#pragma unroll
+      for (int mi = 0; mi < 4; mi++) {
+        const int r = wm * 64 + mi * 16 + (lane & 15), c = kk * 2 + (lane >> 4);
+        tdsl_ldm_x4(tdsl_smem(&a_st[r * 4 + (c ^ ((r >> 1) & 3))]), a[mi][0], a[mi][1], a[mi][2], a[mi][3]);
+      }
+#pragma unroll
+      for (int np = 0; np < NI / 2; np++) {  // pairs of n8 tiles
+        if (!B_KN) {
+          const int r = wn * (BN / 4) + np * 16 + (lane & 7) + ((lane >> 4) << 3), c = kk * 2 + ((lane >> 3) & 1);
+          tdsl_ldm_x4(tdsl_smem(&b_st[r * 4 + (c ^ ((r >> 1) & 3))]), b[2 * np][0], b[2 * np][1], b[2 * np + 1][0],
+                      b[2 * np + 1][1]);
+        } else {
+          const int r = kk * 16 + (lane & 15), c = wn * (BN / 32) + np * 2 + (lane >> 4);
+          tdsl_ldm_x4_t(tdsl_smem(&b_st[r * BCH + (c ^ (r & 7))]), b[2 * np][0], b[2 * np][1], b[2 * np + 1][0],
+                        b[2 * np + 1][1]);
+        }
+      }
+#pragma unroll
+      for (int mi = 0; mi < 4; mi++)
+#pragma unroll
+        for (int ni = 0; ni < NI; ni++) tdsl_mma16816<IN>(acc[mi][ni], a[mi], b[ni]);
+    }
+  }
+  tdsl_cp_wait<0>();
+  tdsl_tc_epilogue<OUT, NI>(acc, C, M, N, ldm, ldn, accumulate, m0 + wm * 64, n0 + wn * (BN / 4));
+}
+
+// 2:4 on the left: A is the compressed values (m, j) at Av[m * ldv + j], j < K / 2, with tdsl's
+// metadata words (spec/formats.md: group g of a row at bits 4(g mod 8) of word g / 8, lower index
+// first) at Am[m * ldmeta + k / 32]; a 16-column chunk of a row is one 16-bit half-word, which is
+// the order mma.sp consumes (probe_mma.cu). K is a multiple of 64 (the mapping pass checks).
+// BK = 64 of logical K; 3 stages in dynamic shared memory (TDSL_TC_SP24_SMEM bytes), each with
+// A values 128 x 32 halves, B 64 x 128 halves and the 128 rows' two metadata words.
+#define TDSL_TC_SP24_STAGES 3
+#define TDSL_TC_SP24_SMEM (TDSL_TC_SP24_STAGES * (TDSL_TC_BM * 4 + TDSL_TC_BN * 8 + TDSL_TC_BM / 2) * 16)
+TDSL_FN void tdsl_cp8(unsigned dst, const void *src, bool ok) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src), "r"(ok ? 8 : 0));
+}
+template <int IN, bool B_KN, int OUT, typename CT>
+TDSL_FN void tdsl_tc_sp24(const unsigned short *__restrict__ Av, const int *__restrict__ Am,
+                          const unsigned short *__restrict__ B, CT *__restrict__ C, long long tile, int M, int N, int K,
+                          long long ldv, long long ldmeta, long long ldb, long long ldm, long long ldn, bool accumulate) {
+  constexpr int BK = 64, STAGES = TDSL_TC_SP24_STAGES;
+  extern __shared__ __align__(128) uint4 tdsl_smem_dyn[];
+  uint4 *sA = tdsl_smem_dyn, *sB = sA + STAGES * TDSL_TC_BM * 4;
+  uint2 *sE = reinterpret_cast<uint2 *>(sB + STAGES * TDSL_TC_BN * 8);  // [stage][row]: 2 words
+  int m0, n0;
+  tdsl_tc_tile<TDSL_TC_BN>(tile, M, N, m0, n0);
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int wm = warp >> 2, wn = warp & 3;
+  const int KT = K / BK;
+
+  auto load = [&](int stage, int kt) {
+    const int k0 = kt * BK;
+    uint4 *a_st = sA + stage * TDSL_TC_BM * 4, *b_st = sB + stage * TDSL_TC_BN * 8;
+#pragma unroll
+    for (int j = 0; j < 2; j++) {  // A values: 128 rows x 4 chunks
+      const int q = tid + j * TDSL_TC_THREADS;
+      const int r = q >> 2, c = q & 3;
+      const bool ok = m0 + r < M;
+      const unsigned short *src = ok ? Av + (long long)(m0 + r) * ldv + k0 / 2 + c * 8 : Av;
+      tdsl_cp16(tdsl_smem(&a_st[r * 4 + (c ^ ((r >> 1) & 3))]), src, ok);
+    }
+    if (tid < TDSL_TC_BM) {  // metadata: words k0 / 32 and k0 / 32 + 1 of each row (8 bytes)
+      const bool ok = m0 + tid < M;
+      const int *src = ok ? Am + (long long)(m0 + tid) * ldmeta + k0 / 32 : Am;
+      tdsl_cp8(tdsl_smem(&sE[stage * TDSL_TC_BM + tid]), src, ok);
+    }
+#pragma unroll
+    for (int j = 0; j < 4; j++) {  // B: 1024 chunks
+      const int q = tid + j * TDSL_TC_THREADS;
+      if (!B_KN) {
+        const int r = q >> 3, c = q & 7;
+        const bool ok = n0 + r < N;
+        const unsigned short *src = ok ? B + (long long)(n0 + r) * ldb + k0 + c * 8 : B;
+        tdsl_cp16(tdsl_smem(&b_st[r * 8 + (c ^ (r & 7))]), src, ok);
+      } else {
+        const int r = q >> 4, c = q & 15;
+        const bool ok = n0 + c * 8 < N;
+        const unsigned short *src = ok ? B + (long long)(k0 + r) * ldb + n0 + c * 8 : B;
+        tdsl_cp16(tdsl_smem(&b_st[r * 16 + (c ^ (r & 7))]), src, ok);
       }
     }
   };
@@ -162,120 +277,32 @@ TDSL_FN void tdsl_tc_gemm(const unsigned short *__restrict__ A, const unsigned s
     if (kt + STAGES - 1 < KT) load((kt + STAGES - 1) % STAGES, kt + STAGES - 1);
     tdsl_cp_commit();
     const int st = kt % STAGES;
-#pragma unroll
-    for (int kk = 0; kk < 2; kk++) {  // two k16 steps
-      unsigned a[4][4], b[4][2];
-#pragma unroll
-      for (int mi = 0; mi < 4; mi++) {
-        const int r = wm * 64 + mi * 16 + (lane & 15), c = kk * 2 + (lane >> 4);
-        tdsl_ldm_x4(tdsl_smem(&sA[st][r * 4 + (c ^ ((r >> 1) & 3))]), a[mi][0], a[mi][1], a[mi][2], a[mi][3]);
-      }
-#pragma unroll
-      for (int np = 0; np < 2; np++) {  // pairs of n8 tiles
-        if (!B_KN) {
-          const int r = wn * 32 + np * 16 + (lane & 7) + ((lane >> 4) << 3), c = kk * 2 + ((lane >> 3) & 1);
-          tdsl_ldm_x4(tdsl_smem(&sB[st][r * 4 + (c ^ ((r >> 1) & 3))]), b[2 * np][0], b[2 * np][1], b[2 * np + 1][0],
-                      b[2 * np + 1][1]);
-        } else {
-          const int r = kk * 16 + (lane & 15), c = wn * 4 + np * 2 + (lane >> 4);
-          tdsl_ldm_x4_t(tdsl_smem(&sB[st][r * 16 + (c ^ (r & 7))]), b[2 * np][0], b[2 * np][1], b[2 * np + 1][0],
-                        b[2 * np + 1][1]);
-        }
-      }
-#pragma unroll
-      for (int mi = 0; mi < 4; mi++)
-#pragma unroll
-        for (int ni = 0; ni < 4; ni++) tdsl_mma16816<IN>(acc[mi][ni], a[mi], b[ni]);
-    }
-  }
-  tdsl_cp_wait<0>();
-  tdsl_tc_epilogue<OUT>(acc, C, M, N, ldm, ldn, accumulate, m0 + wm * 64, n0 + wn * 32);
-}
-
-// 2:4 on the left: A is the compressed values (m, j) at Av[m * ldv + j], j < K / 2, with tdsl's
-// metadata words (spec/formats.md: group g of a row at bits 4(g mod 8) of word g / 8, lower index
-// first) at Am[m * ldmeta + k / 32]; a 16-column chunk of a row is one 16-bit half-word, which is
-// the order mma.sp consumes. K is a multiple of 64 (the mapping pass checks). BK = 64 of logical
-// K: A values 128 x 32 halves, B 64 x 128 halves per stage, 2 stages (48 KiB in all).
-template <int IN, bool B_KN, int OUT, typename CT>
-TDSL_FN void tdsl_tc_sp24(const unsigned short *__restrict__ Av, const int *__restrict__ Am,
-                          const unsigned short *__restrict__ B, CT *__restrict__ C, long long tile, int M, int N, int K,
-                          long long ldv, long long ldmeta, long long ldb, long long ldm, long long ldn, bool accumulate) {
-  constexpr int BK = 64, STAGES = 2;
-  __shared__ __align__(128) uint4 sA[STAGES][TDSL_TC_BM * 4];
-  __shared__ __align__(128) uint4 sB[STAGES][TDSL_TC_BN * 8];
-  int m0, n0;
-  tdsl_tc_tile(tile, M, N, m0, n0);
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-  const int wm = warp >> 2, wn = warp & 3;
-  const int KT = K / BK;
-
-  auto load = [&](int stage, int kt) {
-    const int k0 = kt * BK;
-#pragma unroll
-    for (int j = 0; j < 2; j++) {  // A values: 128 rows x 4 chunks
-      const int q = tid + j * TDSL_TC_THREADS;
-      const int r = q >> 2, c = q & 3;
-      const bool ok = m0 + r < M;
-      const unsigned short *src = ok ? Av + (long long)(m0 + r) * ldv + k0 / 2 + c * 8 : Av;
-      tdsl_cp16(tdsl_smem(&sA[stage][r * 4 + (c ^ ((r >> 1) & 3))]), src, ok);
-    }
-#pragma unroll
-    for (int j = 0; j < 4; j++) {  // B: 1024 chunks
-      const int q = tid + j * TDSL_TC_THREADS;
-      if (!B_KN) {
-        const int r = q >> 3, c = q & 7;
-        const bool ok = n0 + r < N;
-        const unsigned short *src = ok ? B + (long long)(n0 + r) * ldb + k0 + c * 8 : B;
-        tdsl_cp16(tdsl_smem(&sB[stage][r * 8 + (c ^ (r & 7))]), src, ok);
-      } else {
-        const int r = q >> 4, c = q & 15;
-        const bool ok = n0 + c * 8 < N;
-        const unsigned short *src = ok ? B + (long long)(k0 + r) * ldb + n0 + c * 8 : B;
-        tdsl_cp16(tdsl_smem(&sB[stage][r * 16 + (c ^ (r & 7))]), src, ok);
-      }
-    }
-  };
-
-  float acc[4][4][4];
-#pragma unroll
-  for (int mi = 0; mi < 4; mi++)
-#pragma unroll
-    for (int ni = 0; ni < 4; ni++)
-#pragma unroll
-      for (int i = 0; i < 4; i++) acc[mi][ni][i] = 0.0f;
-
-  load(0, 0);
-  tdsl_cp_commit();
-  for (int kt = 0; kt < KT; kt++) {
-    tdsl_cp_wait<0>();
-    __syncthreads();
-    if (kt + 1 < KT) load((kt + 1) & 1, kt + 1);
-    tdsl_cp_commit();
-    const int st = kt & 1;
+    const uint4 *a_st = sA + st * TDSL_TC_BM * 4, *b_st = sB + st * TDSL_TC_BN * 8;
+    const uint2 *e_st = sE + st * TDSL_TC_BM;
 #pragma unroll
     for (int s = 0; s < 2; s++) {  // two k32 steps
       unsigned a[4][4], b[4][4], e[4];
 #pragma unroll
       for (int mi = 0; mi < 4; mi++) {
         const int r = wm * 64 + mi * 16 + (lane & 15), c = s * 2 + (lane >> 4);
-        tdsl_ldm_x4(tdsl_smem(&sA[st][r * 4 + (c ^ ((r >> 1) & 3))]), a[mi][0], a[mi][1], a[mi][2], a[mi][3]);
-        // Metadata: half-word (t mod 2) of this k32 chunk, rows g (low) and g + 8 (high).
-        const int mr = m0 + wm * 64 + mi * 16 + g;
-        const long long w = (long long)(kt * BK + s * 32) / 32;
+        tdsl_ldm_x4(tdsl_smem(&a_st[r * 4 + (c ^ ((r >> 1) & 3))]), a[mi][0], a[mi][1], a[mi][2], a[mi][3]);
+        // Metadata: half-word (t mod 2) of this k32 chunk, rows g (low) and g + 8 (high); rows
+        // past M (zero values) get a valid pattern.
+        const int lr = wm * 64 + mi * 16 + g;
         const unsigned sh = 16 * (t & 1);
-        const unsigned lo = mr < M ? ((unsigned)__ldg(Am + (long long)mr * ldmeta + w) >> sh) & 0xffffu : 0x4444u;
-        const unsigned hi = mr + 8 < M ? ((unsigned)__ldg(Am + (long long)(mr + 8) * ldmeta + w) >> sh) & 0xffffu : 0x4444u;
+        const unsigned w0 = s == 0 ? e_st[lr].x : e_st[lr].y, w1 = s == 0 ? e_st[lr + 8].x : e_st[lr + 8].y;
+        const unsigned lo = m0 + lr < M ? (w0 >> sh) & 0xffffu : 0x4444u;
+        const unsigned hi = m0 + lr + 8 < M ? (w1 >> sh) & 0xffffu : 0x4444u;
         e[mi] = lo | (hi << 16);
       }
 #pragma unroll
       for (int ni = 0; ni < 4; ni++) {
         if (!B_KN) {
           const int r = wn * 32 + ni * 8 + (lane & 7), c = s * 4 + (lane >> 3);
-          tdsl_ldm_x4(tdsl_smem(&sB[st][r * 8 + (c ^ (r & 7))]), b[ni][0], b[ni][1], b[ni][2], b[ni][3]);
+          tdsl_ldm_x4(tdsl_smem(&b_st[r * 8 + (c ^ (r & 7))]), b[ni][0], b[ni][1], b[ni][2], b[ni][3]);
         } else {
           const int r = s * 32 + lane, c = wn * 4 + ni;
-          tdsl_ldm_x4_t(tdsl_smem(&sB[st][r * 16 + (c ^ (r & 7))]), b[ni][0], b[ni][1], b[ni][2], b[ni][3]);
+          tdsl_ldm_x4_t(tdsl_smem(&b_st[r * 16 + (c ^ (r & 7))]), b[ni][0], b[ni][1], b[ni][2], b[ni][3]);
         }
       }
 #pragma unroll
@@ -285,5 +312,5 @@ TDSL_FN void tdsl_tc_sp24(const unsigned short *__restrict__ Av, const int *__re
     }
   }
   tdsl_cp_wait<0>();
-  tdsl_tc_epilogue<OUT>(acc, C, M, N, ldm, ldn, accumulate, m0 + wm * 64, n0 + wn * 32);
+  tdsl_tc_epilogue<OUT, 4>(acc, C, M, N, ldm, ldn, accumulate, m0 + wm * 64, n0 + wn * 32);
 }

@@ -16,7 +16,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cudarc::driver::sys::CUevent_flags;
+use cudarc::driver::sys::{CUevent_flags, CUfunction_attribute};
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg,
 };
@@ -309,11 +309,22 @@ impl seam::Backend for CudaBackend {
         let mut functions = Vec::new();
         for s in &steps {
             functions.push(match s {
-                Step::Launch(l) => Some(
-                    module
+                Step::Launch(l) => {
+                    let f = module
                         .load_function(&l.name)
-                        .map_err(|e| driver_error(&format!("finding kernel {}", l.name), e))?,
-                ),
+                        .map_err(|e| driver_error(&format!("finding kernel {}", l.name), e))?;
+                    // Tensor-core launches take more than the default 48 KiB of shared memory.
+                    if let Some(tc) = &l.lib {
+                        f.set_attribute(
+                            CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                            tc.smem_bytes() as i32,
+                        )
+                        .map_err(|e| {
+                            driver_error(&format!("giving {} its shared memory", l.name), e)
+                        })?;
+                    }
+                    Some(f)
+                }
                 Step::Host { .. } => None,
             });
         }
@@ -398,7 +409,7 @@ impl seam::Executable for CudaExecutable {
                     let cfg = LaunchConfig {
                         grid_dim: (blocks as u32, 1, 1),
                         block_dim: (threads as u32, 1, 1),
-                        shared_mem_bytes: 0,
+                        shared_mem_bytes: l.lib.as_ref().map_or(0, |tc| tc.smem_bytes() as u32),
                     };
                     let start = self
                         .stream
