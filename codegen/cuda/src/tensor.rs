@@ -494,16 +494,14 @@ fn fold_input(
         return view.clone();
     }
     // The source must not change between the copy and the call.
-    if (*j + 1..ki).any(|x| users(p, copy.src, usize::MAX, false).contains(&x)) {
+    let src_writers = users(p, copy.src, usize::MAX, false);
+    if (*j + 1..ki).any(|x| src_writers.contains(&x)) {
         return view.clone();
     }
-    let mut strides = vec![view.row_stride, view.col_stride];
-    strides.extend(&view.batch_strides);
-    let mut all_dims = dims.to_vec();
-    all_dims.extend(batch);
-    let Some(new) = compose(
-        &strides,
-        &all_dims,
+    let Some(new) = rebase(
+        view,
+        dims,
+        batch,
         &copy.dst_index,
         &copy.src_index,
         &copy.vars,
@@ -513,10 +511,7 @@ fn fold_input(
     dead.insert(*j);
     MatView {
         buf: copy.src,
-        offset: copy.src_index.offset,
-        row_stride: new[0],
-        col_stride: new[1],
-        batch_strides: new[2..].to_vec(),
+        ..new
     }
 }
 
@@ -559,20 +554,18 @@ fn fold_output(
         return view.clone();
     }
     // Nothing between the call and the copy may touch the destination.
-    let touch = |x: usize| {
-        users(p, copy.dst, usize::MAX, false).contains(&x)
-            || users(p, copy.dst, usize::MAX, true).contains(&x)
-    };
+    let (dst_writers, dst_readers) = (
+        users(p, copy.dst, usize::MAX, false),
+        users(p, copy.dst, usize::MAX, true),
+    );
+    let touch = |x: usize| dst_writers.contains(&x) || dst_readers.contains(&x);
     if (ki + 1..*j).any(touch) || !out_ok(dst_ty) {
         return view.clone();
     }
-    let mut strides = vec![view.row_stride, view.col_stride];
-    strides.extend(&view.batch_strides);
-    let mut all_dims = dims.to_vec();
-    all_dims.extend(batch);
-    let Some(new) = compose(
-        &strides,
-        &all_dims,
+    let Some(new) = rebase(
+        view,
+        dims,
+        batch,
         &copy.src_index,
         &copy.dst_index,
         &copy.vars,
@@ -582,11 +575,32 @@ fn fold_output(
     dead.insert(*j);
     MatView {
         buf: copy.dst,
-        offset: copy.dst_index.offset,
+        ..new
+    }
+}
+
+/// `view` (dims `dims`, then the batch dims) over a copy's `from` side, re-expressed over its
+/// `to` side ([`compose`]); the buffer is left for the caller to set.
+fn rebase(
+    view: &MatView,
+    dims: &[u64],
+    batch: &[u64],
+    from: &Index,
+    to: &Index,
+    vars: &BTreeMap<VarId, u64>,
+) -> Option<MatView> {
+    let mut strides = vec![view.row_stride, view.col_stride];
+    strides.extend(&view.batch_strides);
+    let mut all_dims = dims.to_vec();
+    all_dims.extend(batch);
+    let new = compose(&strides, &all_dims, from, to, vars)?;
+    Some(MatView {
+        buf: view.buf,
+        offset: to.offset,
         row_stride: new[0],
         col_stride: new[1],
         batch_strides: new[2..].to_vec(),
-    }
+    })
 }
 
 /// The wrapper kernel for `tc`: batch offsets, then the template call.
