@@ -37,14 +37,16 @@ TDSL_BOTH(t_abs, fabsf(x), fabs(x))
 TDSL_BOTH(t_tanh, tanhf(x), tanh(x))
 TDSL_BOTH(t_sigmoid, 1.0f / (1.0f + expf(-x)), 1.0 / (1.0 + exp(-x)))
 TDSL_BOTH(t_relu, (x != x) ? x : (x > 0.0f ? x : 0.0f), (x != x) ? x : (x > 0.0 ? x : 0.0))
-TDSL_BOTH(t_gelu, 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x))),
-          0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))))
+// gelu's tanh form as x / (1 + e^(-2u)), and the erf form as 0.5·x·erfc(-x/√2): the evaluator's
+// well-conditioned forms (tdsl_loop::scalar), which keep the negative tail's tiny values.
+TDSL_BOTH(t_gelu, x / (1.0f + expf(-2.0f * (0.7978845608028654f * (x + 0.044715f * x * x * x)))),
+          x / (1.0 + exp(-2.0 * (0.7978845608028654 * (x + 0.044715 * x * x * x)))))
 TDSL_BOTH(t_sin, sinf(x), sin(x))
 TDSL_BOTH(t_cos, cosf(x), cos(x))
 TDSL_BOTH(t_square, x * x, x * x)
 TDSL_BOTH(t_erf, erff(x), erf(x))
-TDSL_BOTH(t_gelu_erf, 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)),
-          0.5 * x * (1.0 + erf(x * 0.70710678118654752)))
+TDSL_BOTH(t_gelu_erf, 0.5f * x * erfcf(-x * 0.70710678118654752f),
+          0.5 * x * erfc(-x * 0.70710678118654752))
 TDSL_BOTH(t_silu, x / (1.0f + expf(-x)), x / (1.0 + exp(-x)))
 TDSL_BOTH(t_softplus, (x != x) ? x : fmaxf(x, 0.0f) + log1pf(expf(-fabsf(x))),
           (x != x) ? x : fmax(x, 0.0) + log1p(exp(-fabs(x))))

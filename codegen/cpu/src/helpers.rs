@@ -8,7 +8,7 @@
 //! (spec/loop-ir.md §2), so the two agree to the last bit almost always.
 
 use half::{bf16, f16};
-use tdsl_loop::UnOp;
+use tdsl_loop::{BinOp, UnOp};
 
 /// The helper name for a unary operation that has no native instruction, in f32 (`wide =
 /// false`) or f64.
@@ -48,56 +48,6 @@ pub(crate) const F64_TO_F16: &str = "tdsl_f64_to_f16";
 /// f64 → bf16 bits, rounded as `half::bf16::from_f64`.
 pub(crate) const F64_TO_BF16: &str = "tdsl_f64_to_bf16";
 
-extern "C" fn exp_f32(x: f32) -> f32 {
-    (x as f64).exp() as f32
-}
-extern "C" fn exp_f64(x: f64) -> f64 {
-    x.exp()
-}
-extern "C" fn log_f32(x: f32) -> f32 {
-    (x as f64).ln() as f32
-}
-extern "C" fn log_f64(x: f64) -> f64 {
-    x.ln()
-}
-extern "C" fn tanh_f32(x: f32) -> f32 {
-    (x as f64).tanh() as f32
-}
-extern "C" fn tanh_f64(x: f64) -> f64 {
-    x.tanh()
-}
-extern "C" fn sin_f32(x: f32) -> f32 {
-    (x as f64).sin() as f32
-}
-extern "C" fn sin_f64(x: f64) -> f64 {
-    x.sin()
-}
-extern "C" fn cos_f32(x: f32) -> f32 {
-    (x as f64).cos() as f32
-}
-extern "C" fn cos_f64(x: f64) -> f64 {
-    x.cos()
-}
-extern "C" fn pow_f32(x: f32, y: f32) -> f32 {
-    (x as f64).powf(y as f64) as f32
-}
-extern "C" fn pow_f64(x: f64, y: f64) -> f64 {
-    x.powf(y)
-}
-extern "C" fn sigmoid_f32(x: f32) -> f32 {
-    sigmoid_f64(x as f64) as f32
-}
-extern "C" fn sigmoid_f64(x: f64) -> f64 {
-    1.0 / (1.0 + (-x).exp())
-}
-/// The tanh approximation, as tdsl's spec (and GPT-2) define gelu.
-extern "C" fn gelu_f32(x: f32) -> f32 {
-    gelu_f64(x as f64) as f32
-}
-extern "C" fn gelu_f64(x: f64) -> f64 {
-    let c = (2.0 / std::f64::consts::PI).sqrt();
-    0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())
-}
 /// The operations defined once in `tdsl_loop::scalar`: f64 math, rounded once for f32.
 macro_rules! shared_unary {
     ($($op:ident => $f32:ident, $f64:ident;)*) => {
@@ -113,6 +63,13 @@ macro_rules! shared_unary {
 }
 
 shared_unary! {
+    Exp => exp_f32, exp_f64;
+    Log => log_f32, log_f64;
+    Tanh => tanh_f32, tanh_f64;
+    Sin => sin_f32, sin_f64;
+    Cos => cos_f32, cos_f64;
+    Sigmoid => sigmoid_f32, sigmoid_f64;
+    Gelu => gelu_f32, gelu_f64;
     Erf => erf_f32, erf_f64;
     GeluErf => gelu_erf_f32, gelu_erf_f64;
     Silu => silu_f32, silu_f64;
@@ -120,6 +77,13 @@ shared_unary! {
     Log1p => log1p_f32, log1p_f64;
     Expm1 => expm1_f32, expm1_f64;
     Sign => sign_f32, sign_f64;
+}
+
+extern "C" fn pow_f32(x: f32, y: f32) -> f32 {
+    BinOp::Pow.apply(x as f64, y as f64) as f32
+}
+extern "C" fn pow_f64(x: f64, y: f64) -> f64 {
+    BinOp::Pow.apply(x, y)
 }
 
 extern "C" fn f64_to_f16(x: f64) -> i32 {

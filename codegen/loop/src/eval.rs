@@ -1402,7 +1402,7 @@ pub(crate) mod tests {
         let inputs = [0.75, 4.0, -1.5, 0.0];
         let f = |op, i| scalar(un(op, cast(F64, x(i))), F64, &inputs);
         let c = (2.0 / std::f64::consts::PI).sqrt();
-        let gelu = |x: f64| 0.5 * x * (1.0 + (c * (x + 0.044715 * x.powi(3))).tanh());
+        let gelu = |x: f64| x / (1.0 + (-2.0 * (c * (x + 0.044715 * x * x * x))).exp());
         assert_eq!(f(UnOp::Gelu, 0), gelu(0.75));
         assert_eq!(f(UnOp::Gelu, 2), gelu(-1.5));
         assert_eq!(f(UnOp::Sigmoid, 2), 1.0 / (1.0 + 1.5f64.exp()));
@@ -1757,12 +1757,12 @@ pub(crate) mod tests {
             UnOp::Tanh => x.tanh(),
             UnOp::Sigmoid => (1.0 + (-x).exp()).recip(),
             UnOp::Relu => nan_max(x, 0.0),
-            UnOp::Gelu => 0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh()),
+            UnOp::Gelu => x / (1.0 + (-2.0 * (c * (x + 0.044715 * x * x * x))).exp()),
             UnOp::Sin => x.sin(),
             UnOp::Cos => x.cos(),
             UnOp::Square => x * x,
             UnOp::Erf => libm::erf(x),
-            UnOp::GeluErf => 0.5 * x * (1.0 + libm::erf(x / std::f64::consts::SQRT_2)),
+            UnOp::GeluErf => 0.5 * x * libm::erfc(-x / std::f64::consts::SQRT_2),
             UnOp::Silu => x / (1.0 + (-x).exp()),
             UnOp::Softplus => {
                 if x.is_nan() {

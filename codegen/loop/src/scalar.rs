@@ -27,15 +27,21 @@ pub fn min(a: f64, b: f64) -> f64 {
     }
 }
 
-/// The exact gelu, `0.5·x·(1 + erf(x/√2))`.
+/// The exact gelu, `0.5·x·(1 + erf(x/√2))`, evaluated as `0.5·x·erfc(−x/√2)`: the same
+/// function without the cancellation of `1 + erf` for negative x (there the result is tiny, not
+/// zero).
 pub fn gelu_erf(x: f64) -> f64 {
-    0.5 * x * (1.0 + libm::erf(x / std::f64::consts::SQRT_2))
+    0.5 * x * libm::erfc(-x / std::f64::consts::SQRT_2)
 }
 
-/// The tanh approximation of gelu, as GPT-2 and `jax.nn.gelu` define it.
+/// The tanh approximation of gelu, as GPT-2 and `jax.nn.gelu` define it:
+/// `0.5·x·(1 + tanh(u))` with `u = √(2/π)·(x + 0.044715·x³)`, evaluated as the equal
+/// `x / (1 + e^(−2u))`, which keeps full relative precision in the negative tail where
+/// `1 + tanh(u)` cancels.
 pub fn gelu_tanh(x: f64) -> f64 {
     let c = (2.0 / std::f64::consts::PI).sqrt();
-    0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())
+    let u = c * (x + 0.044715 * x * x * x);
+    x / (1.0 + (-2.0 * u).exp())
 }
 
 /// `log(1 + e^x)` without overflow: `max(x, 0) + log1p(e^(−|x|))`.

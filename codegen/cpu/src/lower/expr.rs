@@ -1,5 +1,5 @@
-//! Expressions: compute types, casts, elementwise operations, helper calls and the inline
-//! vector `exp`.
+//! Expressions: compute types, casts, elementwise operations and helper calls (the inline vector
+//! math is in `math.rs`).
 
 use super::*;
 
@@ -151,6 +151,11 @@ impl<M: Module> Lower<'_, '_, M> {
 
     pub(super) fn unary(&mut self, op: UnOp, x: Value, ct: Ct) -> Result<Value, CodegenError> {
         let ty = self.vmode_ty(ct);
+        if ty.is_vector() {
+            if let Some(v) = self.vector_unary(op, x, ty) {
+                return Ok(v);
+            }
+        }
         Ok(match op {
             UnOp::Neg => self.b.ins().fneg(x),
             UnOp::Sqrt => self.b.ins().sqrt(x),
@@ -166,28 +171,9 @@ impl<M: Module> Lower<'_, '_, M> {
                 self.b.ins().fmax(x, zero)
             }
             UnOp::Square => self.b.ins().fmul(x, x),
-            UnOp::Exp if ty == types::F32X4 => self.exp_f32x4(x),
             UnOp::Floor => self.b.ins().floor(x),
             UnOp::Ceil => self.b.ins().ceil(x),
             UnOp::Round => self.b.ins().nearest(x),
-            UnOp::Silu if ty == types::F32X4 => {
-                let s = self.unary(UnOp::Sigmoid, x, ct)?;
-                self.b.ins().fmul(x, s)
-            }
-            UnOp::Sigmoid if ty == types::F32X4 => {
-                // With e = exp(-|x|): 1 / (1 + e) for x >= 0, e / (1 + e) below, which keeps
-                // tiny results (subnormal for x < -87) instead of overflowing exp(-x).
-                let ax = self.b.ins().fabs(x);
-                let nax = self.b.ins().fneg(ax);
-                let e = self.exp_f32x4(nax);
-                let one = self.fconst(ty, 1.0);
-                let zero = self.fconst(ty, 0.0);
-                let d = self.b.ins().fadd(one, e);
-                let neg = self.b.ins().fcmp(FloatCC::LessThan, x, zero);
-                let neg = self.bitcast(ty, neg);
-                let num = self.b.ins().bitselect(neg, e, one);
-                self.b.ins().fdiv(num, d)
-            }
             _ => {
                 let name = helpers::unary_helper(op, ct == Ct::F64)
                     .ok_or_else(|| bad(format!("no helper for {op:?}")))?;
@@ -224,6 +210,7 @@ impl<M: Module> Lower<'_, '_, M> {
                 let (one, zero) = (self.fconst(ty, 1.0), self.fconst(ty, 0.0));
                 self.choose(mask, one, zero, ty)
             }
+            BinOp::Pow if self.vmode_ty(ct) == types::F32X4 => self.pow_f32x4(x, y),
             BinOp::Pow => {
                 let name = if ct == Ct::F64 {
                     helpers::POW.1
@@ -306,69 +293,5 @@ impl<M: Module> Lower<'_, '_, M> {
             let p = self.b.ins().fmul(a, b);
             self.b.ins().fadd(p, c)
         }
-    }
-
-    /// `x > k ? k : x` (or `<` with `below`), lane-wise; NaN lanes stay NaN.
-    pub(super) fn clamp_lanes(&mut self, x: Value, k: f64, below: bool) -> Value {
-        let ty = types::F32X4;
-        let kv = self.fconst(ty, k);
-        let cc = if below {
-            FloatCC::LessThan
-        } else {
-            FloatCC::GreaterThan
-        };
-        let m = self.b.ins().fcmp(cc, x, kv);
-        let m = self.bitcast(ty, m);
-        self.b.ins().bitselect(m, kv, x)
-    }
-
-    /// e^x on four f32 lanes without a call (Cephes `expf`: Cody–Waite range reduction and a
-    /// degree-6 polynomial, within 2 ulp). NaN stays NaN, overflow gives +inf and underflow 0 or
-    /// a subnormal: the scale 2^n is applied in two halves so that both stay normal.
-    pub(super) fn exp_f32x4(&mut self, x: Value) -> Value {
-        let ty = types::F32X4;
-        let x = self.clamp_lanes(x, 89.0, false);
-        let x = self.clamp_lanes(x, -104.0, true);
-        // n = round(x·log2 e): adding 1.5·2^23 rounds to an integer (nearest even), which then
-        // sits in the low mantissa bits.
-        let log2e = self.fconst(ty, std::f64::consts::LOG2_E);
-        let magic_i = self.ic(types::I32X4, 0x4b40_0000);
-        let magic = self.bitcast(ty, magic_i);
-        let t = self.mul_add(x, log2e, magic);
-        let z = self.b.ins().fsub(t, magic);
-        let ti = self.bitcast(types::I32X4, t);
-        let n = self.b.ins().isub(ti, magic_i);
-        // r = x − n·ln 2, with ln 2 split so that n·C1 is exact.
-        let c1 = self.fconst(ty, -0.693359375);
-        let c2 = self.fconst(ty, 2.12194440e-4);
-        let r = self.mul_add(z, c1, x);
-        let r = self.mul_add(z, c2, r);
-        let mut p = self.fconst(ty, 1.9875691500e-4);
-        for k in [
-            1.3981999507e-3,
-            8.3334519073e-3,
-            4.1665795894e-2,
-            1.6666665459e-1,
-            5.0000001201e-1,
-        ] {
-            let kk = self.fconst(ty, k);
-            p = self.mul_add(p, r, kk);
-        }
-        let r2 = self.b.ins().fmul(r, r);
-        let p = self.mul_add(p, r2, r);
-        let one = self.fconst(ty, 1.0);
-        let p = self.b.ins().fadd(p, one);
-        // 2^n = 2^n1 · 2^n2 with n1 = n >> 1 and n2 = n − n1, both in the normal range.
-        let one_i = self.b.ins().iconst(types::I32, 1);
-        let n1 = self.b.ins().sshr(n, one_i);
-        let n2 = self.b.ins().isub(n, n1);
-        let mut out = p;
-        for ni in [n1, n2] {
-            let biased = self.add_c(ni, 127);
-            let bits = self.shl(biased, 23);
-            let scale = self.bitcast(ty, bits);
-            out = self.b.ins().fmul(out, scale);
-        }
-        out
     }
 }

@@ -5,8 +5,9 @@
 //!
 //! Values are computed in f32 (f32, f16, bf16 and i32 loads) or f64; f16 and bf16 are widened on
 //! load and narrowed on store with round-to-nearest-even, by integer bit manipulation (the x64
-//! backend has no `fpromote`/`fdemote` for F16). Transcendentals call scalar helpers
-//! (`helpers.rs`), except exp and sigmoid in f32 vector loops, which are inline polynomials.
+//! backend has no `fpromote`/`fdemote` for F16). In vector loops the transcendentals are inline
+//! vector code (`math.rs`); elsewhere, and for the few without a vector form, they call scalar
+//! helpers (`helpers.rs`).
 //! An innermost `Range` loop marked `vector >= 2` runs four f32 (two f64) lanes at a time:
 //! unit-stride accesses are vector loads and stores, broadcasts are splats, other strides are
 //! gathered and scattered lane by lane. Reductions get one vector accumulator per unrolled
@@ -31,6 +32,7 @@ use crate::error::CodegenError;
 use crate::helpers;
 
 mod expr;
+mod math;
 mod memory;
 mod vector;
 
