@@ -152,7 +152,7 @@ impl<M: Module> Lower<'_, '_, M> {
     pub(super) fn unary(&mut self, op: UnOp, x: Value, ct: Ct) -> Result<Value, CodegenError> {
         let ty = self.vmode_ty(ct);
         if ty.is_vector() {
-            if let Some(v) = self.vector_unary(op, x, ty) {
+            if let Some(v) = self.vector_unary(op, x, ty)? {
                 return Ok(v);
             }
         }
@@ -210,7 +210,7 @@ impl<M: Module> Lower<'_, '_, M> {
                 let (one, zero) = (self.fconst(ty, 1.0), self.fconst(ty, 0.0));
                 self.choose(mask, one, zero, ty)
             }
-            BinOp::Pow if self.vmode_ty(ct) == types::F32X4 => self.pow_f32x4(x, y),
+            BinOp::Pow if self.vmode_ty(ct) == types::F32X4 => self.pow_f32x4(x, y)?,
             BinOp::Pow => {
                 let name = if ct == Ct::F64 {
                     helpers::POW.1

@@ -31,13 +31,18 @@ const MAGIC_F64: f64 = 6_755_399_441_055_744.0;
 
 impl<M: Module> Lower<'_, '_, M> {
     /// The inline vector form of a unary operation, when it has one for vector type `ty`.
-    pub(super) fn vector_unary(&mut self, op: UnOp, x: Value, ty: Type) -> Option<Value> {
+    pub(super) fn vector_unary(
+        &mut self,
+        op: UnOp,
+        x: Value,
+        ty: Type,
+    ) -> Result<Option<Value>, CodegenError> {
         if ty == types::F32X4 {
             let f: fn(&mut Self, Value, bool) -> Value = match op {
-                UnOp::Exp => return Some(self.exp_f32x4(x)),
-                UnOp::Sigmoid => return Some(self.sigmoid_f32x4(x)),
-                UnOp::Log => return Some(self.log_f32x4(x)),
-                UnOp::Sin | UnOp::Cos => return self.sin_cos_f32x4(op, x),
+                UnOp::Exp => return Ok(Some(self.exp_f32x4(x))),
+                UnOp::Sigmoid => return Ok(Some(self.sigmoid_f32x4(x))),
+                UnOp::Log => return Ok(Some(self.log_f32x4(x))),
+                UnOp::Sin | UnOp::Cos => return self.sin_cos_f32x4(op, x).map(Some),
                 UnOp::Tanh => Self::tanh_d,
                 UnOp::Gelu => Self::gelu_d,
                 UnOp::Log1p => Self::log1p_d,
@@ -46,21 +51,21 @@ impl<M: Module> Lower<'_, '_, M> {
                 UnOp::Softplus => Self::softplus_d,
                 UnOp::Erf => Self::erf_d,
                 UnOp::GeluErf => Self::gelu_erf_d,
-                _ => return None,
+                _ => return Ok(None),
             };
-            return Some(self.via_f64(x, f));
+            return Ok(Some(self.via_f64(x, f)));
         }
         if ty == types::F64X2 {
-            return match op {
+            return Ok(match op {
                 UnOp::Exp => Some(self.exp_d(x, true)),
                 UnOp::Log => Some(self.log_d(x, true)),
                 UnOp::Sigmoid => Some(self.sigmoid_d(x, true)),
                 UnOp::Silu => Some(self.silu_d(x, true)),
                 UnOp::Gelu => Some(self.gelu_d(x, true)),
                 _ => None,
-            };
+            });
         }
-        None
+        Ok(None)
     }
 
     // ---- f32x4 <-> two f64x2 -----------------------------------------------------------------
@@ -113,7 +118,13 @@ impl<M: Module> Lower<'_, '_, M> {
 
     /// `fast` unless some lane of `bad` (an fcmp mask of `x`'s type) is set; then every lane
     /// comes from the scalar helper `name` (exact by definition, and rare).
-    fn guarded(&mut self, bad: Value, fast: Value, name: &'static str, args: &[Value]) -> Value {
+    fn guarded(
+        &mut self,
+        bad: Value,
+        fast: Value,
+        name: &'static str,
+        args: &[Value],
+    ) -> Result<Value, CodegenError> {
         let ty = self.b.func.dfg.value_type(fast);
         let out = self.b.declare_var(ty);
         self.b.def_var(out, fast);
@@ -123,13 +134,12 @@ impl<M: Module> Lower<'_, '_, M> {
         self.b.ins().brif(any, slow, &[], done, &[]);
         self.b.switch_to_block(slow);
         let ct = if ty == types::F64X2 { Ct::F64 } else { Ct::F32 };
-        // `lanewise` only runs in vector mode, which is where this is called.
-        if let Ok(v) = self.lanewise(name, args, ct) {
-            self.b.def_var(out, v);
-        }
+        // Called in vector mode only, so `lanewise` calls the helper once per lane.
+        let v = self.lanewise(name, args, ct)?;
+        self.b.def_var(out, v);
         self.b.ins().jump(done, &[]);
         self.b.switch_to_block(done);
-        self.b.use_var(out)
+        Ok(self.b.use_var(out))
     }
 
     // ---- small helpers on f64x2 --------------------------------------------------------------
@@ -679,7 +689,7 @@ impl<M: Module> Lower<'_, '_, M> {
 
     /// sin or cos: the f64 reduction by π/2 (three-part Cody–Waite, exact products for
     /// |x| ≤ 2^18) and fdlibm's kernels; lanes beyond 2^18 (and ±inf) take the scalar helper.
-    fn sin_cos_f32x4(&mut self, op: UnOp, x: Value) -> Option<Value> {
+    fn sin_cos_f32x4(&mut self, op: UnOp, x: Value) -> Result<Value, CodegenError> {
         let cos = op == UnOp::Cos;
         let (lo, hi) = self.widen(x);
         let lo = self.sin_cos_d(lo, cos);
@@ -687,9 +697,10 @@ impl<M: Module> Lower<'_, '_, M> {
         let fast = self.narrow(lo, hi);
         let ax = self.b.ins().fabs(x);
         let lim = self.fconst(types::F32X4, 262_144.0);
-        let bad = self.b.ins().fcmp(FloatCC::GreaterThan, ax, lim);
-        let name = helpers::unary_helper(op, false)?;
-        Some(self.guarded(bad, fast, name, &[x]))
+        let far = self.b.ins().fcmp(FloatCC::GreaterThan, ax, lim);
+        let name =
+            helpers::unary_helper(op, false).ok_or_else(|| bad(format!("no helper for {op:?}")))?;
+        self.guarded(far, fast, name, &[x])
     }
 
     fn sin_cos_d(&mut self, x: Value, cos: bool) -> Value {
@@ -763,7 +774,7 @@ impl<M: Module> Lower<'_, '_, M> {
     /// a^b in f32: e^(b·ln|a|) in f64, negated for a negative base and an odd integer
     /// exponent. Lanes with a zero, infinite or NaN base, a non-finite exponent or a negative
     /// base with a non-integer exponent take the scalar helper.
-    pub(super) fn pow_f32x4(&mut self, a: Value, b: Value) -> Value {
+    pub(super) fn pow_f32x4(&mut self, a: Value, b: Value) -> Result<Value, CodegenError> {
         let (alo, ahi) = self.widen(a);
         let (blo, bhi) = self.widen(b);
         let lo = self.pow_d(alo, blo);
