@@ -393,15 +393,45 @@ fn copy_nest(body: &[Stmt]) -> Option<Copy> {
                 else {
                     return None;
                 };
-                return Some(Copy {
+                let mut copy = Copy {
                     vars,
                     dst: *buf,
                     dst_index: index.clone(),
                     src: *src,
                     src_index: src_index.clone(),
-                });
+                };
+                merge_tiles(&mut copy);
+                return Some(copy);
             }
             _ => return None,
+        }
+    }
+}
+
+/// Undoes cache tiling (the CPU's tile-transpose pass splits a loop `v` into `vo·t + vi`): a
+/// variable whose stride is `t` times another's in both indices, `t` that other's extent, is
+/// merged into it, so the copy is one variable per axis again.
+fn merge_tiles(copy: &mut Copy) {
+    loop {
+        let vars: Vec<(VarId, u64)> = copy.vars.iter().map(|(v, e)| (*v, *e)).collect();
+        let pair =
+            vars.iter().find_map(|&(outer, e_o)| {
+                vars.iter().find_map(|&(inner, e_i)| {
+                    let scaled = |ix: &Index| {
+                        let (so, si) = (ix.stride_of(outer), ix.stride_of(inner));
+                        si != 0 && so == si * e_i as i64
+                    };
+                    (outer != inner && scaled(&copy.dst_index) && scaled(&copy.src_index))
+                        .then_some((outer, inner, e_o * e_i))
+                })
+            });
+        let Some((outer, inner, e)) = pair else {
+            return;
+        };
+        copy.vars.remove(&outer);
+        copy.vars.insert(inner, e);
+        for ix in [&mut copy.dst_index, &mut copy.src_index] {
+            ix.terms.retain(|t| t.0 != outer);
         }
     }
 }

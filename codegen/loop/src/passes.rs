@@ -9,6 +9,8 @@
 //! | `mark-vector` | innermost loops get the vector hint (lanes of the compute type) |
 //! | `tile-transpose` | a transposing map is cache-blocked (tiles of both axes move outward) |
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use crate::ir::{AccId, AccOp, BinOp, ElemType, Expr, Index, Iter, Loop, Stmt, VarId};
 
 /// What a pass may need to know about the kernel it rewrites.
@@ -28,7 +30,7 @@ pub struct Pass {
 }
 
 /// The passes run on every fused kernel, in order.
-pub const KERNEL_PASSES: [Pass; 4] = [
+pub const KERNEL_PASSES: [Pass; 5] = [
     Pass {
         name: "unroll-small-loops",
         run: |b, _| unroll_small_loops(b),
@@ -44,6 +46,10 @@ pub const KERNEL_PASSES: [Pass; 4] = [
     Pass {
         name: "tile-transpose",
         run: |b, cx| tile_transpose(b, cx.first_free_var),
+    },
+    Pass {
+        name: "hoist-invariants",
+        run: |b, _| hoist_invariants(b),
     },
 ];
 
@@ -340,4 +346,326 @@ fn replace_acc(s: &Stmt, acc: AccId, with: &Expr) -> Stmt {
         }
     }
     s.map_exprs(&mut |x| e(x, acc, with), &|ix| ix.clone())
+}
+
+/// Moves loop-invariant arithmetic on accumulators out of loops: a sub-expression of a loop's
+/// body that reads only accumulators final before the loop (and constants), and computes
+/// something (not a bare leaf), becomes a `Let` just before the loop, evaluated once instead of
+/// once per iteration. A layer norm's `x - a0 / n` and `/ sqrt(a1 / n + eps)` then divide and
+/// take the root once per row, not once per element. The same operations run in the same
+/// order on the same values, so results are bit-identical.
+pub fn hoist_invariants(body: Vec<Stmt>) -> Vec<Stmt> {
+    let mut next = crate::walk::stmt_lets(&body)
+        .iter()
+        .chain(&crate::walk::stmt_accs(&body))
+        .map(|a| a.0 + 1)
+        .max()
+        .unwrap_or(0);
+    hoist_block(body, &mut next)
+}
+
+fn hoist_block(body: Vec<Stmt>, next: &mut u32) -> Vec<Stmt> {
+    let mut out = Vec::with_capacity(body.len());
+    for s in body {
+        let Stmt::Loop(mut l) = s else {
+            out.push(s);
+            continue;
+        };
+        l.body = hoist_block(l.body, next);
+        // Accumulators the loop declares or updates are not final before it.
+        let mut changing = crate::walk::stmt_lets(&l.body);
+        l.body.iter().for_each(|st| {
+            st.visit(&mut |x| {
+                if let Stmt::Update { acc, .. } = x {
+                    changing.insert(*acc);
+                }
+            })
+        });
+        let mut types: BTreeMap<AccId, ElemType> = BTreeMap::new();
+        out.iter()
+            .chain(std::iter::once(&Stmt::Loop(l.clone())))
+            .for_each(|st: &Stmt| {
+                st.visit(&mut |x| {
+                    if let Stmt::Let { acc, ty, .. } = x {
+                        types.insert(*acc, *ty);
+                    }
+                })
+            });
+        let mut lets = Vec::new();
+        l.body = hoist_in(l.body, &changing, &types, next, &mut lets);
+        out.extend(lets);
+        out.push(Stmt::Loop(l));
+    }
+    out
+}
+
+/// Rewrites the expressions of `stmts` (and of nested loops), replacing each maximal invariant
+/// sub-expression by a new accumulator whose `Let` is pushed to `lets`.
+fn hoist_in(
+    stmts: Vec<Stmt>,
+    changing: &BTreeSet<AccId>,
+    types: &BTreeMap<AccId, ElemType>,
+    next: &mut u32,
+    lets: &mut Vec<Stmt>,
+) -> Vec<Stmt> {
+    stmts
+        .into_iter()
+        .map(|s| match s {
+            Stmt::Loop(mut l) => {
+                l.body = hoist_in(l.body, changing, types, next, lets);
+                Stmt::Loop(l)
+            }
+            other => other.map_exprs(&mut |e| hoist_expr(e, changing, types, next, lets), &|ix| {
+                ix.clone()
+            }),
+        })
+        .collect()
+}
+
+fn hoist_expr(
+    e: &Expr,
+    changing: &BTreeSet<AccId>,
+    types: &BTreeMap<AccId, ElemType>,
+    next: &mut u32,
+    lets: &mut Vec<Stmt>,
+) -> Expr {
+    let mut reads_acc = false;
+    e.visit(&mut |x| reads_acc |= matches!(x, Expr::Acc(_)));
+    // Constant-only expressions are left to the backends' constant folding.
+    if reads_acc && !matches!(e, Expr::Acc(_)) {
+        if let Some(Some(ty)) = invariant_type(e, changing, types) {
+            // The same expression hoisted to the same place once (`x - mean` read twice).
+            let same = lets.iter().find_map(|s| match s {
+                Stmt::Let { acc, ty: t, init } if *t == ty && init == e => Some(*acc),
+                _ => None,
+            });
+            if let Some(acc) = same {
+                return Expr::Acc(acc);
+            }
+            let acc = AccId(*next);
+            *next += 1;
+            lets.push(Stmt::Let {
+                acc,
+                ty,
+                init: e.clone(),
+            });
+            return Expr::Acc(acc);
+        }
+    }
+    e.map_children(|c| hoist_expr(c, changing, types, next, lets))
+}
+
+/// `None` when `e` is not invariant (it loads, reads an index or a changing accumulator);
+/// `Some(ty)` with the compute type it has on its own (`Some(None)`: only constants, whose type
+/// comes from where they are used, so not hoisted).
+fn invariant_type(
+    e: &Expr,
+    changing: &BTreeSet<AccId>,
+    types: &BTreeMap<AccId, ElemType>,
+) -> Option<Option<ElemType>> {
+    let join = |a: Option<ElemType>, b: Option<ElemType>| match (a, b) {
+        (Some(ElemType::F64), _) | (_, Some(ElemType::F64)) => Some(ElemType::F64),
+        (Some(t), _) | (_, Some(t)) => Some(t),
+        (None, None) => None,
+    };
+    match e {
+        Expr::Const(_) => Some(None),
+        Expr::Acc(a) => {
+            if changing.contains(a) {
+                None
+            } else {
+                Some(Some(*types.get(a)?))
+            }
+        }
+        Expr::Load { .. } | Expr::Iota(_) => None,
+        Expr::Cast(t, x) => {
+            invariant_type(x, changing, types)?;
+            Some(Some(t.compute()))
+        }
+        Expr::Unary(_, x) => invariant_type(x, changing, types),
+        Expr::Binary(_, a, b) => Some(join(
+            invariant_type(a, changing, types)?,
+            invariant_type(b, changing, types)?,
+        )),
+        // The condition's type does not decide the result's.
+        Expr::Select(c, a, b) => {
+            invariant_type(c, changing, types)?;
+            Some(join(
+                invariant_type(a, changing, types)?,
+                invariant_type(b, changing, types)?,
+            ))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::{BufId, UnOp};
+
+    fn range(var: u32, extent: u64, body: Vec<Stmt>) -> Stmt {
+        Stmt::Loop(Loop {
+            var: VarId(var),
+            iter: Iter::Range { extent },
+            parallel: false,
+            vector: 1,
+            gpu: None,
+            body,
+        })
+    }
+
+    fn load(var: u32) -> Expr {
+        Expr::Load {
+            buf: BufId(0),
+            index: Index {
+                offset: 0,
+                terms: vec![(VarId(var), 1)],
+            },
+        }
+    }
+
+    fn bin(op: BinOp, a: Expr, b: Expr) -> Expr {
+        Expr::Binary(op, Box::new(a), Box::new(b))
+    }
+
+    fn let_(acc: u32, ty: ElemType, init: Expr) -> Stmt {
+        Stmt::Let {
+            acc: AccId(acc),
+            ty,
+            init,
+        }
+    }
+
+    fn store(var: u32, value: Expr) -> Stmt {
+        Stmt::Store {
+            buf: BufId(1),
+            index: Index {
+                offset: 0,
+                terms: vec![(VarId(var), 1)],
+            },
+            value,
+        }
+    }
+
+    /// `a0 = Σ x; a1 = Σ (x - a0/n)²; y = (x - a0/n) / sqrt(a1/n + eps)`, a layer norm's row.
+    fn norm_row(ty: ElemType) -> Vec<Stmt> {
+        let mean = || bin(BinOp::Div, Expr::Acc(AccId(0)), Expr::Const(8.0));
+        let centred = |v| bin(BinOp::Sub, load(v), mean());
+        vec![
+            let_(0, ty, Expr::Const(0.0)),
+            range(
+                1,
+                8,
+                vec![Stmt::Update {
+                    acc: AccId(0),
+                    op: AccOp::Add,
+                    value: load(1),
+                }],
+            ),
+            let_(1, ty, Expr::Const(0.0)),
+            range(
+                2,
+                8,
+                vec![Stmt::Update {
+                    acc: AccId(1),
+                    op: AccOp::Add,
+                    value: bin(BinOp::Mul, centred(2), centred(2)),
+                }],
+            ),
+            range(
+                3,
+                8,
+                vec![store(
+                    3,
+                    bin(
+                        BinOp::Div,
+                        centred(3),
+                        Expr::Unary(
+                            UnOp::Sqrt,
+                            Box::new(bin(
+                                BinOp::Add,
+                                bin(BinOp::Div, Expr::Acc(AccId(1)), Expr::Const(8.0)),
+                                Expr::Const(1e-5),
+                            )),
+                        ),
+                    ),
+                )],
+            ),
+        ]
+    }
+
+    #[test]
+    fn hoists_per_row_statistics_once_per_loop() {
+        let out = hoist_invariants(vec![range(0, 4, norm_row(ElemType::F32))]);
+        let Stmt::Loop(row) = &out[0] else {
+            panic!("{out:?}")
+        };
+        let text: Vec<String> = row
+            .body
+            .iter()
+            .map(|s| match s {
+                Stmt::Let { acc, ty, init } => format!("let a{}: {ty:?} = {init:?}", acc.0),
+                Stmt::Loop(l) => format!("loop v{}", l.var.0),
+                other => format!("{other:?}"),
+            })
+            .collect();
+        // One mean before the squares (used twice there), one mean and one root before the map.
+        assert_eq!(text.len(), 8, "{text:#?}");
+        assert!(
+            text[3].starts_with("let a2: F32 = Binary(Div, Acc(AccId(0))"),
+            "{text:#?}"
+        );
+        assert_eq!(text[4], "loop v2");
+        assert!(text[5].starts_with("let a3: F32 = Binary(Div"), "{text:#?}");
+        assert!(text[6].starts_with("let a4: F32 = Unary(Sqrt"), "{text:#?}");
+        assert_eq!(text[7], "loop v3");
+        // The squares read a2 twice; nothing inside a loop divides any more.
+        let Stmt::Loop(sq) = &row.body[4] else {
+            panic!()
+        };
+        let Stmt::Update { value, .. } = &sq.body[0] else {
+            panic!()
+        };
+        assert_eq!(
+            *value,
+            bin(
+                BinOp::Mul,
+                bin(BinOp::Sub, load(2), Expr::Acc(AccId(2))),
+                bin(BinOp::Sub, load(2), Expr::Acc(AccId(2)))
+            )
+        );
+    }
+
+    #[test]
+    fn keeps_what_changes_loads_and_constants_in_the_loop() {
+        // a0 is updated inside the loop that reads it; loads and constant-only arithmetic stay.
+        let body = vec![
+            let_(0, ElemType::F64, Expr::Const(0.0)),
+            range(
+                1,
+                8,
+                vec![
+                    Stmt::Update {
+                        acc: AccId(0),
+                        op: AccOp::Add,
+                        value: bin(BinOp::Mul, Expr::Acc(AccId(0)), Expr::Const(0.5)),
+                    },
+                    store(
+                        1,
+                        bin(
+                            BinOp::Add,
+                            load(1),
+                            bin(BinOp::Mul, Expr::Const(2.0), Expr::Const(3.0)),
+                        ),
+                    ),
+                ],
+            ),
+        ];
+        assert_eq!(hoist_invariants(body.clone()), body);
+        // An f64 accumulator gives an f64 `Let`.
+        let out = hoist_invariants(norm_row(ElemType::F64));
+        assert!(out
+            .iter()
+            .any(|s| matches!(s, Stmt::Let { ty: ElemType::F64, acc, .. } if acc.0 == 2)));
+    }
 }

@@ -328,11 +328,20 @@ impl Planner<'_> {
             vars,
             pre: vec![Vec::new(); n + 1],
         };
+        let dtype = elem_type(dst.dtype);
+        // The kernel passes cache-block a transposing copy (tile-transpose), as for a fused map.
+        let body = passes::run_kernel_passes(
+            close_nest(nest, vec![store], true, dtype),
+            &passes::PassContext {
+                compute: dtype.compute(),
+                first_free_var: self.next_var,
+            },
+        );
         Kernel {
             name: format!("k{}", self.out.kernels.len()),
             origin: format!("{origin} (relayout)"),
             source: None,
-            body: close_nest(nest, vec![store], true, elem_type(dst.dtype)),
+            body,
         }
     }
 

@@ -239,13 +239,18 @@ impl Planner<'_> {
             Side::Left => (cat(&[kk], &big), cat(&[free], &big)),
             Side::Right => (cat(&big, &[kk]), cat(&big, &[free])),
         };
+        // 2:4 products take any strides (the backends expand or transpose as they need): no
+        // relayout copies for them, only views that flatten.
+        let any_stride = matches!(s.layout, SparseLayout::TwoFour { axis: 1 });
         let unit = |o: &Operand, order: &[usize]| -> bool {
             // The trailing label (or group) has stride 1 and the leading part flattens.
             let (rows, cols) = match sp.side {
                 Side::Left => (&order[..1], &order[1..]),
                 Side::Right => (&order[..order.len() - 1], &order[order.len() - 1..]),
             };
-            let c_ok = cols.iter().all(|&l| ext[l] <= 1) || o.flat(cols, &ext) == Some(1);
+            let c_ok = cols.iter().all(|&l| ext[l] <= 1)
+                || o.flat(cols, &ext) == Some(1)
+                || (any_stride && o.flat(cols, &ext).is_some());
             o.dtype == compute && o.flat(rows, &ext).is_some() && c_ok
         };
         let mut kernels = Vec::new();

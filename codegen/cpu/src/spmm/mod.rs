@@ -32,6 +32,7 @@ use rayon::prelude::*;
 use tdsl_sparse::{Layout, SparseError, SparseRef, ValuesRef};
 
 mod check;
+mod expand;
 #[allow(unsafe_code)]
 mod simd;
 
@@ -466,6 +467,26 @@ fn dispatch<T: Compute>(
         (s.layout, transposed),
         (Layout::Csr, false) | (Layout::Csc, true)
     );
+    if s.layout == (Layout::TwoFour { axis: 1 }) && isa != Isa::Scalar {
+        let wide = match side {
+            Side::Left => c.cols,
+            Side::Right => c.rows,
+        };
+        if wide >= expand::EXPAND_MIN_N || T::IS_F64 || (side == Side::Left) == transposed {
+            return expand::two_four_gemm(s, transposed, side, d, c, accumulate);
+        }
+        let unit = |cs: isize, rs: isize, rows: usize, cols: usize| {
+            cs == 1 && rs > 0 && (rows <= 1 || rs as usize >= cols)
+        };
+        if side == Side::Right
+            || !unit(d.cs, d.rs, d.rows, d.cols)
+            || !unit(c.cs, c.rs, c.rows, c.cols)
+        {
+            // A narrow product the value-reading kernel takes only as S·d with unit-stride
+            // rows (torch's layout, c = d·Sᵀ, is cᵀ = S·dᵀ): run it on row-major copies.
+            return two_four_narrow(s, side, d, c, accumulate, isa);
+        }
+    }
     // Fast paths: f32 compute, SIMD, unit column strides, rows of c and d going forward.
     let rows_apart = |rows: usize, cols: usize, rs: isize| rows <= 1 || rs as usize >= cols;
     if isa != Isa::Scalar
@@ -849,6 +870,58 @@ fn two_four_left_f32<T: Compute>(
             simd::two_four_bcast(isa, v, meta, k, d, cm, accumulate)
         }
     })
+}
+
+/// A narrow 2:4 product (the dense side below `EXPAND_MIN_N`), `c = S·d` (`Side::Left`) or
+/// `c = d·Sᵀ` (`Side::Right`, S used transposed), through row-major copies of `d` and `c`
+/// (`k·q` and `p·q` elements, small next to `S`) so the value-reading kernel can run on it.
+fn two_four_narrow<T: Compute>(
+    s: &SparseRef,
+    side: Side,
+    d: DenseRef<T>,
+    c: DenseMut<T>,
+    accumulate: bool,
+    isa: Isa,
+) -> Result<(), SparseError> {
+    let left = side == Side::Left;
+    // The product as cc[p, q] = S[p, k] · dd[k, q].
+    let (p, q, k) = if left {
+        (c.rows, c.cols, d.rows)
+    } else {
+        (c.cols, c.rows, d.cols)
+    };
+    let d_at = |kk: usize, j: usize| {
+        let (r, col) = if left { (kk, j) } else { (j, kk) };
+        at(d.offset, r, col, d.rs, d.cs)
+    };
+    let c_at = |i: usize, j: usize| {
+        let (r, col) = if left { (i, j) } else { (j, i) };
+        at(c.offset, r, col, c.rs, c.cs)
+    };
+    let mut dd = vec![T::from_f64(0.0); k * q];
+    for kk in 0..k {
+        for j in 0..q {
+            dd[kk * q + j] = d.data[d_at(kk, j)];
+        }
+    }
+    let mut cc = vec![T::from_f64(0.0); p * q];
+    dispatch(
+        s,
+        false,
+        Side::Left,
+        DenseRef::row_major(&dd, k, q),
+        DenseMut::row_major(&mut cc, p, q),
+        false,
+        isa,
+    )?;
+    for i in 0..p {
+        for j in 0..q {
+            let at = c_at(i, j);
+            let v = cc[i * q + j];
+            c.data[at] = if accumulate { c.data[at] + v } else { v };
+        }
+    }
+    Ok(())
 }
 
 fn csr_left_f32<T: Compute>(

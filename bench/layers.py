@@ -1,0 +1,214 @@
+#!/usr/bin/env python3
+"""Model layers as people write them, side by side: tdsl against numpy and jax.jit (XLA CPU).
+
+Each row is `bench/layers/NAME.tdsl` (the rows of issue 15: a mixed-precision projection in
+torch layout with bias and gelu, a language-model-head softmax, a 2:4 linear layer in torch
+layout, layer norm written with reduce, a low-rank chain, a gated MLP, multi-head attention
+split by rearrange). The anchors compute the same layer on inputs of the same shapes and dtypes
+(the f16 weight stays f16 and is converted inside the timed call, as the layer does; the 2:4
+weight is the pruned dense matrix, since neither numpy nor XLA's CPU compiler has a 2:4 kernel).
+
+tdsl's figure is the `run_ms_median` of `tdsl bench --json --runs N --threads 2` (compile time
+excluded); each anchor is the median of N calls after a warm-up, in this process, 2 threads.
+ratio = best anchor / tdsl (above 1: tdsl is faster). jax.jit's result is compared with numpy's
+before it is timed (a warning when they disagree); tdsl's correctness is the conformance and
+property tests' job, not this script's.
+
+    python3 bench/layers.py [--tdsl target/release/tdsl] [--runs 15] [--only NAME,...] [--also OLD_TDSL]
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "2")
+os.environ.setdefault("OMP_NUM_THREADS", "2")
+
+import numpy as np  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def prune_24(w):
+    """Keeps the 2 largest magnitudes of every 4 consecutive values along the last axis."""
+    g = w.reshape(*w.shape[:-1], w.shape[-1] // 4, 4)
+    order = np.argsort(-np.abs(g), axis=-1, kind="stable")
+    keep = np.zeros_like(g, dtype=bool)
+    np.put_along_axis(keep, order[..., :2], True, axis=-1)
+    return np.where(keep, g, 0).reshape(w.shape).astype(w.dtype)
+
+
+def layers(jnp, nn):
+    """(name, numpy fn, jax fn or None, inputs transform) per script; inputs come in script order."""
+    c = np.float32(np.sqrt(2.0 / np.pi))
+
+    def gelu_np(v):
+        return 0.5 * v * (1 + np.tanh(c * (v + np.float32(0.044715) * v * v * v)))
+
+    def sig_np(v):
+        return 1.0 / (1.0 + np.exp(-v))
+
+    def softmax_np(s):
+        e = np.exp(s - s.max(-1, keepdims=True))
+        return e / e.sum(-1, keepdims=True)
+
+    def ln_np(x, g, b):
+        mu = x.mean(-1, keepdims=True)
+        xc = x - mu
+        return xc / np.sqrt((xc * xc).mean(-1, keepdims=True) + np.float32(1e-5)) * g + b
+
+    def attn_np(q, k, v):
+        B, S, E = q.shape
+        h = 8
+        d = E // h
+        qh, kh, vh = (t.reshape(B, S, h, d).transpose(0, 2, 1, 3) for t in (q, k, v))
+        s = qh @ kh.transpose(0, 1, 3, 2) / np.float32(np.sqrt(d))
+        o = softmax_np(s) @ vh
+        return np.ascontiguousarray(o.transpose(0, 2, 1, 3).reshape(B, S, E))
+
+    rows = [
+        ("mixed_gelu", lambda x, w, b: gelu_np(x @ w.astype(np.float32).T + b), None),
+        ("lm_softmax", softmax_np, None),
+        ("linear_2to4", lambda x, w: x @ w.T, "prune"),
+        ("layernorm", ln_np, None),
+        ("lowrank", lambda a, b, c: a @ (b @ c), None),
+        (
+            "gated_mlp",
+            lambda x, w1, w3, w2: ((lambda u: u * sig_np(u))(x @ w1.T) * (x @ w3.T)) @ w2.T,
+            None,
+        ),
+        ("attention_heads", attn_np, None),
+    ]
+    if jnp is None:
+        return [(n, f, None, t) for n, f, t in rows]
+
+    def gelu_j(v):
+        return nn.gelu(v, approximate=True)
+
+    def softmax_j(s):
+        return nn.softmax(s, axis=-1)
+
+    def ln_j(x, g, b):
+        mu = x.mean(-1, keepdims=True)
+        xc = x - mu
+        return xc / jnp.sqrt((xc * xc).mean(-1, keepdims=True) + 1e-5) * g + b
+
+    def attn_j(q, k, v):
+        B, S, E = q.shape
+        h = 8
+        d = E // h
+        qh, kh, vh = (t.reshape(B, S, h, d).transpose(0, 2, 1, 3) for t in (q, k, v))
+        s = jnp.einsum("bhid,bhjd->bhij", qh, kh) / np.float32(np.sqrt(d))
+        o = jnp.einsum("bhij,bhjd->bhid", softmax_j(s), vh)
+        return o.transpose(0, 2, 1, 3).reshape(B, S, E)
+
+    jf = {
+        "mixed_gelu": lambda x, w, b: gelu_j(x @ w.astype(jnp.float32).T + b),
+        "lm_softmax": softmax_j,
+        "linear_2to4": lambda x, w: x @ w.T,
+        "layernorm": ln_j,
+        "lowrank": lambda a, b, c: a @ (b @ c),
+        "gated_mlp": lambda x, w1, w3, w2: (nn.silu(x @ w1.T) * (x @ w3.T)) @ w2.T,
+        "attention_heads": attn_j,
+    }
+    return [(n, f, jf[n], t) for n, f, t in rows]
+
+
+def inputs(binary, script):
+    """The script's inputs as numpy arrays, in declaration order (`tdsl cost --json` shapes)."""
+    d = json.loads(
+        subprocess.run([binary, "cost", script, "--json"], check=True, capture_output=True, text=True).stdout
+    )
+    rng = np.random.default_rng(0)
+    out = []
+    for inp in d["inputs"]:
+        dt = {"f32": np.float32, "f16": np.float16, "f64": np.float64, "bf16": np.float32}[inp["dtype"]]
+        out.append(rng.standard_normal(inp["shape"]).astype(dt))
+    return out
+
+
+def median_ms(f, runs):
+    f()
+    ts = []
+    t_end = time.perf_counter() + 0.3
+    while time.perf_counter() < t_end:
+        f()
+    for _ in range(runs):
+        t = time.perf_counter()
+        f()
+        ts.append(time.perf_counter() - t)
+    ts.sort()
+    return ts[len(ts) // 2] * 1e3
+
+
+def tdsl_bench(binary, script, runs):
+    out = subprocess.run(
+        [binary, "bench", script, "--json", "--runs", str(runs), "--threads", "2"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return json.loads(out)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tdsl", default=os.path.join(HERE, "..", "target", "release", "tdsl"))
+    ap.add_argument("--also", help="a second tdsl binary (before/after)")
+    ap.add_argument("--runs", type=int, default=15)
+    ap.add_argument("--only", help="comma-separated row names")
+    a = ap.parse_args()
+    try:
+        import jax
+        import jax.numpy as jnp
+        import jax.nn as nn
+    except ImportError:
+        jax = jnp = nn = None
+    only = set(a.only.split(",")) if a.only else None
+    print(f"numpy {np.__version__}, jax {jax.__version__ if jax else 'absent'}; 2 threads, median of {a.runs}")
+    head = "| layer | shapes | tdsl ms |"
+    if a.also:
+        head += " other tdsl ms |"
+    head += " numpy ms | jax.jit ms | ratio (best anchor / tdsl) | tdsl GFLOP/s | tdsl GB/s |"
+    print(head)
+    print("|" + "---|" * (head.count("|") - 1))
+    for name, fnp, fj, how in layers(jnp, nn):
+        if only and name not in only:
+            continue
+        script = os.path.join(HERE, "layers", f"{name}.tdsl")
+        args = inputs(a.tdsl, script)
+        if how == "prune":
+            args = [args[0]] + [prune_24(w) for w in args[1:]]
+        shapes = "; ".join("×".join(map(str, v.shape)) + (" f16" if v.dtype == np.float16 else "") for v in args)
+        d = tdsl_bench(a.tdsl, script, a.runs)
+        t = d["run_ms_median"]
+        other = tdsl_bench(a.also, script, a.runs)["run_ms_median"] if a.also else None
+        ref = fnp(*args)
+        npm = median_ms(lambda: fnp(*args), a.runs)
+        jm = None
+        if fj is not None:
+            jx = [jnp.asarray(v) for v in args]
+            jfn = jax.jit(fj)
+            got = np.asarray(jfn(*jx))
+            err = np.max(np.abs(got - ref)) / (np.max(np.abs(ref)) + 1e-30)
+            if err > 1e-2:
+                print(f"warning: jax and numpy disagree on {name} (rel {err:.1e})", file=sys.stderr)
+            jm = median_ms(lambda: jfn(*jx).block_until_ready(), a.runs)
+        best = min(v for v in (npm, jm) if v is not None)
+        fl = d.get("flops") or 0
+        by = d.get("bytes") or 0
+        line = f"| `{name}` | {shapes} | {t:.2f} |"
+        if a.also:
+            line += f" {other:.2f} |"
+        jtxt = f"{jm:.2f}" if jm is not None else "—"
+        line += f" {npm:.2f} | {jtxt} | {best / t:.2f}× | {fl / t / 1e6:.1f} | {by / t / 1e6:.1f} |"
+        print(line, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
