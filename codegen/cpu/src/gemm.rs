@@ -123,19 +123,45 @@ impl Elem for f16 {
     }
 }
 
-/// A view packed densely: `[batch][rows][cols]`.
+/// A view packed densely: `[batch][rows][cols]`. The source type is matched once, not per
+/// element, and a transposed view (torch's `[out, in]` weight read as `[in, out]`) is copied in
+/// 32×32 tiles so each cache line it reads serves a whole tile.
 fn pack<T: Elem>(d: &Data, v: &MatView, batch: &[u64], rows: u64, cols: u64) -> Vec<T> {
-    let offs = batch_offsets(v, batch);
-    let mut out = Vec::with_capacity(offs.len() * (rows * cols) as usize);
-    for o in offs {
-        for r in 0..rows as isize {
-            for c in 0..cols as isize {
-                let i = o + r * v.row_stride as isize + c * v.col_stride as isize;
-                out.push(T::from_f64(d.get(i as usize)));
+    fn go<S: Copy, T: Elem>(
+        src: &[S],
+        get: impl Fn(S) -> T,
+        v: &MatView,
+        offs: Vec<isize>,
+        rows: usize,
+        cols: usize,
+    ) -> Vec<T> {
+        const TILE: usize = 32;
+        let (rs, cs) = (v.row_stride as isize, v.col_stride as isize);
+        let per = rows * cols;
+        let mut out = vec![T::ZERO; offs.len() * per];
+        for (dst, o) in out.chunks_mut(per.max(1)).zip(offs) {
+            for r0 in (0..rows).step_by(TILE) {
+                for c0 in (0..cols).step_by(TILE) {
+                    for r in r0..(r0 + TILE).min(rows) {
+                        let base = o + r as isize * rs;
+                        for c in c0..(c0 + TILE).min(cols) {
+                            dst[r * cols + c] = get(src[(base + c as isize * cs) as usize]);
+                        }
+                    }
+                }
             }
         }
+        out
     }
-    out
+    let offs = batch_offsets(v, batch);
+    let (r, c) = (rows as usize, cols as usize);
+    match d {
+        Data::F32(s) => go(s, |x| T::from_f64(x as f64), v, offs, r, c),
+        Data::F64(s) => go(s, T::from_f64, v, offs, r, c),
+        Data::F16(s) => go(s, |x| T::from_f64(x.to_f64()), v, offs, r, c),
+        Data::BF16(s) => go(s, |x| T::from_f64(x.to_f64()), v, offs, r, c),
+        Data::I32(s) => go(s, |x| T::from_f64(x as f64), v, offs, r, c),
+    }
 }
 
 fn unpack<T: Elem>(src: &[T], d: &mut Data, v: &MatView, batch: &[u64], rows: u64, cols: u64) {

@@ -390,27 +390,29 @@ fn two_four(
     for row in 0..rows {
         for g in 0..d.ext / 4 {
             let flat = |p: usize| d.flat(row, 4 * g + p);
-            let mags: [f64; 4] = std::array::from_fn(|p| magnitude(dense.get(flat(p))));
-            let nonzero: [bool; 4] = std::array::from_fn(|p| dense.get(flat(p)) != 0.0);
+            let vals: [f64; 4] = std::array::from_fn(|p| dense.get(flat(p)));
+            let mags = vals.map(magnitude);
             // The two largest nonzeros (ties: lower position), then the lowest unused
-            // positions as zero padding.
+            // positions as zero padding; no allocation per group (this runs per element).
             let mut order = [0usize, 1, 2, 3];
             order.sort_by(|&a, &b| mags[b].total_cmp(&mags[a]).then(a.cmp(&b)));
-            let mut chosen: Vec<(usize, bool)> = order
-                .iter()
-                .filter(|&&p| nonzero[p])
-                .take(2)
-                .map(|&p| (p, true))
-                .collect();
-            for p in 0..4 {
-                if chosen.len() == 2 {
-                    break;
-                }
-                if !chosen.iter().any(|&(q, _)| q == p) {
-                    chosen.push((p, false));
+            let mut chosen = [(0usize, false); 2];
+            let mut n = 0;
+            for &p in &order {
+                if n < 2 && vals[p] != 0.0 {
+                    chosen[n] = (p, true);
+                    n += 1;
                 }
             }
-            chosen.sort_unstable();
+            for p in 0..4 {
+                if n < 2 && !chosen[..n].iter().any(|&(q, _)| q == p) {
+                    chosen[n] = (p, false);
+                    n += 1;
+                }
+            }
+            if chosen[0].0 > chosen[1].0 {
+                chosen.swap(0, 1);
+            }
             for (slot, &(p, real)) in chosen.iter().enumerate() {
                 let keep = real
                     && match select {
