@@ -22,13 +22,13 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
-import time
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "2")
 os.environ.setdefault("OMP_NUM_THREADS", "2")
 
 import numpy as np  # noqa: E402
+
+from timing import median_ms as _median, tdsl_bench  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -132,27 +132,7 @@ def inputs(binary, script):
 
 
 def median_ms(f, runs):
-    f()
-    ts = []
-    t_end = time.perf_counter() + 0.3
-    while time.perf_counter() < t_end:
-        f()
-    for _ in range(runs):
-        t = time.perf_counter()
-        f()
-        ts.append(time.perf_counter() - t)
-    ts.sort()
-    return ts[len(ts) // 2] * 1e3
-
-
-def tdsl_bench(binary, script, runs):
-    out = subprocess.run(
-        [binary, "bench", script, "--json", "--runs", str(runs), "--threads", "2"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    return json.loads(out)
+    return _median(f, runs, warm_s=0.3)
 
 
 def main():

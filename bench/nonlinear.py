@@ -14,17 +14,16 @@ measured.
 """
 
 import argparse
-import json
 import os
-import subprocess
 import sys
-import time
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "2")
 os.environ.setdefault("OMP_NUM_THREADS", "2")
 os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=true intra_op_parallelism_threads=2")
 
 import numpy as np  # noqa: E402
+
+from timing import median_ms, tdsl_bench  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 N = 16_777_216
@@ -67,25 +66,8 @@ def rows():
     ]
 
 
-def median_ms(f, runs):
-    f()
-    ts = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        f()
-        ts.append(time.perf_counter() - t)
-    ts.sort()
-    return ts[len(ts) // 2] * 1e3
-
-
 def tdsl_ms(binary, script, runs):
-    out = subprocess.run(
-        [binary, "bench", script, "--json", "--runs", str(runs), "--threads", "2"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    d = json.loads(out)
+    d = tdsl_bench(binary, script, runs)
     return d["run_ms_median"], d.get("peak_gbps")
 
 
