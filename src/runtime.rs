@@ -365,3 +365,9 @@ pub fn emit(engine: Engine, plan: &Plan, kernel: usize) -> Result<String, Diagno
     }
     with_backend(engine, plan, |be| be.emit(&plan.loops, kernel))
 }
+
+/// The machine code kernel `kernel` of a plan compiles to on `engine`'s backend
+/// (`Backend::disasm`: the JIT's x86-64 listing).
+pub fn disasm(engine: Engine, plan: &Plan, kernel: usize) -> Result<String, Diagnostic> {
+    with_backend(engine, plan, |be| be.disasm(&plan.loops, kernel))
+}

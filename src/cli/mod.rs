@@ -80,6 +80,8 @@ enum EmitTarget {
     Cuda,
     /// The Cranelift IR of every kernel (what the CPU JIT compiles).
     Clif,
+    /// The machine code the CPU JIT generates for every kernel (Cranelift's listing).
+    Asm,
     /// The loop IR (as `tdsl plan`).
     Loop,
 }
@@ -352,11 +354,15 @@ fn execute(cmd: &Cmd, text: &str, out: &mut dyn Write) -> Result<(), Failure> {
             let text = match target {
                 EmitTarget::Cuda => tdsl_cuda::cuda_unit(&plan.loops),
                 EmitTarget::Loop => tdsl_loop::print::print_program(&plan.loops),
-                EmitTarget::Clif => {
+                EmitTarget::Clif | EmitTarget::Asm => {
                     let mut t = String::new();
                     for (k, kern) in plan.loops.kernels.iter().enumerate() {
                         t.push_str(&format!("; kernel {} ({})\n", kern.name, kern.origin));
-                        t.push_str(&crate::runtime::emit(Engine::Jit, &plan, k)?);
+                        t.push_str(&if *target == EmitTarget::Asm {
+                            crate::runtime::disasm(Engine::Jit, &plan, k)?
+                        } else {
+                            crate::runtime::emit(Engine::Jit, &plan, k)?
+                        });
                         t.push('\n');
                     }
                     t

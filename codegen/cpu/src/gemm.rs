@@ -10,6 +10,8 @@ use half::{bf16, f16};
 use tdsl_loop::{Data, ElemType, MatView};
 
 use crate::jit::{self, MatMut, MatRef};
+use crate::sgemm::{self, Src, SrcData};
+use crate::spmm::Isa;
 
 /// The fields of a `LibCall::Gemm`.
 pub(crate) struct GemmCall<'a> {
@@ -213,6 +215,12 @@ fn view_ref<'a, T: Elem>(
 /// Runs one GEMM. The views were bounds-checked by `check::check_bounds`; `jit::gemm_batched`
 /// checks them again against the slices. Returns an error message on a backend bug.
 pub(crate) fn run(g: &GemmCall<'_>, bufs: &mut [Data], threads: usize) -> Result<(), String> {
+    let isa = Isa::detect();
+    if sgemm::available(isa) {
+        if let Some(r) = run_sgemm(g, bufs, threads, isa) {
+            return r;
+        }
+    }
     let ty = |v: &MatView| bufs[v.buf.0 as usize].ty();
     let (ta, tb, tc) = (ty(g.a), ty(g.b), ty(g.c));
     if ta == tb && tb == tc {
@@ -303,4 +311,71 @@ fn run_typed<T: Elem>(
         unpack(&p, c_data, g.c, g.batch, m, n);
     }
     Ok(())
+}
+
+/// An operand as the packing GEMM reads it: f32, f16 or bf16 data, any strides.
+fn sgemm_src<'a>(d: &'a Data, v: &MatView) -> Option<Src<'a>> {
+    let data = match d {
+        Data::F32(x) => SrcData::F32(x),
+        Data::F16(x) => SrcData::F16(x),
+        Data::BF16(x) => SrcData::Bf16(x),
+        _ => return None,
+    };
+    Some(Src {
+        data,
+        off: 0,
+        rs: v.row_stride as isize,
+        cs: v.col_stride as isize,
+    })
+}
+
+/// A product with an f32 destination and f32/f16/bf16 operands, neither of which is the
+/// destination buffer, on tdsl's packing GEMM (`sgemm`): the operands are read in place,
+/// whatever their layout and type. `None` when the product is not of that kind.
+fn run_sgemm(
+    g: &GemmCall<'_>,
+    bufs: &mut [Data],
+    threads: usize,
+    isa: Isa,
+) -> Option<Result<(), String>> {
+    let ci = g.c.buf.0 as usize;
+    if g.a.buf.0 as usize == ci || g.b.buf.0 as usize == ci {
+        return None;
+    }
+    let (before, rest) = bufs.split_at_mut(ci);
+    let (c_data, after) = rest.split_first_mut()?;
+    let Data::F32(c) = c_data else {
+        return None;
+    };
+    let shared = |i: usize| -> Option<&Data> {
+        if i < ci {
+            before.get(i)
+        } else {
+            after.get(i - ci - 1)
+        }
+    };
+    let a = sgemm_src(shared(g.a.buf.0 as usize)?, g.a)?;
+    let b = sgemm_src(shared(g.b.buf.0 as usize)?, g.b)?;
+    if !sgemm::preferred(&a, &b) {
+        return None;
+    }
+    let (m, n, k) = (g.m as usize, g.n as usize, g.k as usize);
+    let c = sgemm::Dst {
+        data: c,
+        offsets: batch_offsets(g.c, g.batch),
+        rs: g.c.row_stride as isize,
+        cs: g.c.col_stride as isize,
+    };
+    let r = sgemm::sgemm_batched(
+        isa,
+        m,
+        n,
+        k,
+        c,
+        (a, &batch_offsets(g.a, g.batch)),
+        (b, &batch_offsets(g.b, g.batch)),
+        g.accumulate,
+        threads,
+    );
+    Some(r.map_err(|_| "gemm: a view does not fit its buffer".to_string()))
 }

@@ -212,7 +212,14 @@ fn span(off: isize, rs: isize, cs: isize, rows: usize, cols: usize) -> Option<(i
     ))
 }
 
-fn in_bounds(len: usize, off: isize, rs: isize, cs: isize, rows: usize, cols: usize) -> bool {
+pub(crate) fn in_bounds(
+    len: usize,
+    off: isize,
+    rs: isize,
+    cs: isize,
+    rows: usize,
+    cols: usize,
+) -> bool {
     match span(off, rs, cs, rows, cols) {
         None => true,
         Some((lo, hi)) => lo >= 0 && hi < len as i128,
@@ -260,6 +267,50 @@ pub(crate) struct ViewOutOfBounds;
 /// of microseconds on one core, where a rayon fork-join costs ~10-100 µs).
 const MIN_PARALLEL_MACS: u128 = 1 << 21;
 
+/// How a batched product uses its threads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Split {
+    /// Batches run in parallel, each product on one thread.
+    Batches(usize),
+    /// Batches run one after another, each product on this many threads.
+    Inside(usize),
+}
+
+/// The thread policy of a batched `m×n×k` product whose destinations start at `dst_offsets`:
+/// small products stay on the calling thread (waking the pool costs more than they take);
+/// enough batches with pairwise disjoint, injective destinations run side by side; otherwise
+/// each product of at least 48³ multiply-adds with an injective destination is split.
+pub(crate) fn batch_split(
+    m: usize,
+    n: usize,
+    k: usize,
+    dst_offsets: &[isize],
+    rs: isize,
+    cs: isize,
+    threads: usize,
+) -> Split {
+    let n_batch = dst_offsets.len();
+    let macs = (m as u128) * (n as u128) * (k as u128) * (n_batch as u128);
+    let threads = if macs < MIN_PARALLEL_MACS {
+        1
+    } else {
+        threads.max(1)
+    };
+    let dst_injective = injective(rs, cs, m, n);
+    // Destination ranges of distinct batches must not overlap to run batches in parallel.
+    let mut ranges: Vec<(i128, i128)> = dst_offsets
+        .iter()
+        .filter_map(|&o| span(o, rs, cs, m, n))
+        .collect();
+    ranges.sort();
+    let disjoint = ranges.windows(2).all(|w| w[0].1 < w[1].0);
+    if threads > 1 && n_batch >= threads && disjoint && dst_injective {
+        return Split::Batches(threads);
+    }
+    let big = (m as u128) * (n as u128) * (k as u128) >= 48 * 48 * 48;
+    Split::Inside(if big && dst_injective { threads } else { 1 })
+}
+
 /// `dst[b] = lhs[b]·rhs[b]` (or `+=` with `accumulate`) for every batch `b`; `lhs` is m×k, `rhs`
 /// k×n, `dst` m×n. Uses `threads` threads (one below [`MIN_PARALLEL_MACS`]): across batches
 /// when there are enough of them and their destinations are disjoint, else inside each product.
@@ -291,15 +342,7 @@ pub(crate) fn gemm_batched<T: Copy + Send + Sync + 'static>(
     if m == 0 || n == 0 || n_batch == 0 {
         return Ok(());
     }
-    let dst_injective = injective(dst.rs, dst.cs, m, n);
-    // Destination ranges of distinct batches must not overlap to run batches in parallel.
-    let mut ranges: Vec<(i128, i128)> = dst
-        .offsets
-        .iter()
-        .filter_map(|&o| span(o, dst.rs, dst.cs, m, n))
-        .collect();
-    ranges.sort();
-    let disjoint = ranges.windows(2).all(|w| w[0].1 < w[1].0);
+    let split = batch_split(m, n, k, &dst.offsets, dst.rs, dst.cs, threads);
     let ptrs = GemmPtrs {
         dst: dst.data.as_mut_ptr(),
         lhs: lhs.data.as_ptr(),
@@ -337,27 +380,20 @@ pub(crate) fn gemm_batched<T: Copy + Send + Sync + 'static>(
             )
         }
     };
-    // Small products stay on the calling thread: waking the pool costs more than they take.
-    let macs = (m as u128) * (n as u128) * (k as u128) * (n_batch as u128);
-    let threads = if macs < MIN_PARALLEL_MACS {
-        1
-    } else {
-        threads.max(1)
-    };
-    if threads > 1 && n_batch >= threads && disjoint && dst_injective {
-        (0..n_batch)
+    match split {
+        Split::Batches(threads) => (0..n_batch)
             .into_par_iter()
             .with_min_len(n_batch.div_ceil(threads))
-            .for_each(|b| one_product(b, gemm::Parallelism::None));
-    } else {
-        let big = (m as u128) * (n as u128) * (k as u128) >= 48 * 48 * 48;
-        let par = if threads > 1 && big && dst_injective {
-            gemm::Parallelism::Rayon(threads)
-        } else {
-            gemm::Parallelism::None
-        };
-        for b in 0..n_batch {
-            one_product(b, par);
+            .for_each(|b| one_product(b, gemm::Parallelism::None)),
+        Split::Inside(threads) => {
+            let par = if threads > 1 {
+                gemm::Parallelism::Rayon(threads)
+            } else {
+                gemm::Parallelism::None
+            };
+            for b in 0..n_batch {
+                one_product(b, par);
+            }
         }
     }
     Ok(())

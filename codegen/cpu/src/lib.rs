@@ -6,7 +6,9 @@
 //! - `jit.rs`: JIT modules, function pointers, GEMM calls: the only module with `unsafe`;
 //! - `check.rs`: well-formedness and bounds (checked at compile time, and again at run time on
 //!   the actual buffers before any generated code runs);
-//! - `gemm.rs`: `LibCall::Gemm` through the `gemm` crate;
+//! - `gemm.rs`: `LibCall::Gemm` through the `gemm` crate or `sgemm.rs` (tdsl's own packing
+//!   GEMM: any layout, f16/bf16 operands widened while packing; `unsafe` for its AVX
+//!   micro-kernels);
 //! - `helpers.rs`: scalar transcendental helpers the generated code calls;
 //! - `key.rs`: the kernel cache key;
 //! - `spmm/`: the sparse × dense kernels (`spmm`: register-blocked BSR and 2:4 kernels, CSR
@@ -29,6 +31,8 @@ mod jit;
 mod key;
 mod lower;
 mod seam;
+#[allow(unsafe_code)]
+mod sgemm;
 mod sparse;
 pub mod spmm;
 

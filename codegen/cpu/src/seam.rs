@@ -38,6 +38,10 @@ impl seam::Backend for CpuBackend {
     fn emit(&self, p: &LoopProgram, kernel: usize) -> Result<String, BackendError> {
         self.clif(p, kernel).map_err(codegen_error)
     }
+
+    fn disasm(&self, p: &LoopProgram, kernel: usize) -> Result<String, BackendError> {
+        CpuBackend::disasm(self, p, kernel).map_err(codegen_error)
+    }
 }
 
 impl seam::Executable for Executable {

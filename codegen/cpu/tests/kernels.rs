@@ -1100,6 +1100,76 @@ fn vectorised_reduction_uses_vfmadd() {
     assert!(clif.contains("fma"), "no fma:\n{clif}");
 }
 
+/// `y[r, j] = x[r, j] * sqrt(sum_j x[r, j]^2)`: a row statistic used by a second inner loop.
+fn row_scale_program(r: u64, c: u64) -> LoopProgram {
+    let row = |v: u32| ix(0, &[(0, c as i64), (v, 1)]);
+    program(
+        vec![input("x", F32, r * c, 0), output("y", F32, r * c)],
+        vec![kernel(
+            "row_scale",
+            vec![range(
+                0,
+                r,
+                true,
+                1,
+                vec![
+                    let_(0, F32, c_(0.0)),
+                    range(
+                        1,
+                        c,
+                        false,
+                        4,
+                        vec![update(
+                            0,
+                            AccOp::Add,
+                            bin(BinOp::Mul, load(0, row(1)), load(0, row(1))),
+                        )],
+                    ),
+                    let_(1, F32, un(UnOp::Sqrt, acc(0))),
+                    range(
+                        2,
+                        c,
+                        false,
+                        4,
+                        vec![store(1, row(2), bin(BinOp::Mul, load(0, row(2)), acc(1)))],
+                    ),
+                ],
+            )],
+        )],
+    )
+}
+
+/// A value computed once per row stays out of the inner loops (Cranelift forgot the enclosing
+/// loop when a loop's exit was visited before its body, and put `sqrt` into every inner loop:
+/// the main vector loop, its remainder and the scalar tail, each once per element).
+#[test]
+fn row_invariants_stay_out_of_inner_loops() {
+    let be = CpuBackend::new().unwrap();
+    let p = row_scale_program(3, 37);
+    let asm = be.disasm(&p, 0).unwrap();
+    let sqrts = asm.lines().filter(|l| l.contains("sqrt")).count();
+    assert_eq!(
+        sqrts, 1,
+        "expected one sqrt per row, before the inner loops:\n{asm}"
+    );
+    let x = values(3 * 37, 5);
+    let mut want = vec![0.0; 3 * 37];
+    for r in 0..3 {
+        let row = &x[r * 37..(r + 1) * 37];
+        let s = row
+            .iter()
+            .map(|v| (*v as f32) * (*v as f32))
+            .sum::<f32>()
+            .sqrt();
+        for j in 0..37 {
+            want[r * 37 + j] = (row[j] as f32 * s) as f64;
+        }
+    }
+    let zeros = vec![0.0; 3 * 37];
+    let got = agree_with_eval(&p, &[data(F32, &x), data(F32, &zeros)], 2, 1e-5);
+    assert_close(&got[1], &want, 1e-4);
+}
+
 #[test]
 fn dot_product_every_option() {
     for n in [0u64, 1, 5, 15, 16, 17, 33, 1000] {

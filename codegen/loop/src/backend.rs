@@ -131,6 +131,16 @@ pub trait Backend {
 
     /// The code kernel `kernel` of `p` becomes, as text (Cranelift IR, CUDA C++, loop IR).
     fn emit(&self, p: &LoopProgram, kernel: usize) -> Result<String, BackendError>;
+
+    /// The machine code kernel `kernel` of `p` compiles to, as an assembly listing, where the
+    /// backend produces machine code itself (the default says it does not).
+    fn disasm(&self, p: &LoopProgram, kernel: usize) -> Result<String, BackendError> {
+        let _ = (p, kernel);
+        Err(BackendError::new(
+            ErrorKind::Unavailable,
+            format!("the {} backend has no machine-code listing", self.name()),
+        ))
+    }
 }
 
 /// The host buffers of `p` that are not inputs, zeroed: outputs and temporaries. Index `i` is

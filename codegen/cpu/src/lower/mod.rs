@@ -339,13 +339,18 @@ impl<M: Module> Lower<'_, '_, M> {
         self.b.ins().jump(header, &[]);
         self.b.switch_to_block(header);
         let i = self.b.use_var(var);
-        let cond = if step == 1 {
-            self.b.ins().icmp(IntCC::SignedLessThan, i, end)
+        // The branch names the exit first: Cranelift's elaborator walks the dominator tree and
+        // forgets a loop it left for a sibling subtree, so when the exit (and everything after
+        // the loop, which it dominates) was visited before the body, nothing in the body of an
+        // *enclosing* loop was hoisted out of an inner loop any more: a layer norm recomputed
+        // its `1/sqrt(var + eps)` and row address in every iteration (0.9 of its 1.2 ms).
+        let done = if step == 1 {
+            self.b.ins().icmp(IntCC::SignedGreaterThanOrEqual, i, end)
         } else {
             let last = self.b.ins().iadd_imm_s(i, step);
-            self.b.ins().icmp(IntCC::SignedLessThanOrEqual, last, end)
+            self.b.ins().icmp(IntCC::SignedGreaterThan, last, end)
         };
-        self.b.ins().brif(cond, body, &[], exit, &[]);
+        self.b.ins().brif(done, exit, &[], body, &[]);
         self.b.switch_to_block(body);
         Frame {
             var,

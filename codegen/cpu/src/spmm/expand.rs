@@ -12,6 +12,7 @@
 
 use super::*;
 use crate::jit::{self, MatMut, MatRef};
+use crate::sgemm::{self, Src, SrcData};
 
 /// Extent of the product's dense side (`n` for `S·d`, `m` for `d·S`) from which a 2:4 product
 /// is expanded and run on the GEMM. Below it the value-reading kernels win (they move half the
@@ -97,7 +98,7 @@ pub(super) fn two_four_gemm<T: Compute>(
                     rs: c.rs,
                     cs: c.cs,
                 };
-                jit::gemm_batched(cnt, c.cols, k, dst, e, dv, accumulate, one, zero, threads)
+                product(cnt, c.cols, k, dst, e, dv, accumulate, (one, zero), threads)
             }
             // c[:, start..end] = d · S'[:, start..end]
             Side::Right => {
@@ -107,13 +108,63 @@ pub(super) fn two_four_gemm<T: Compute>(
                     rs: c.rs,
                     cs: c.cs,
                 };
-                jit::gemm_batched(c.rows, cnt, k, dst, dv, e, accumulate, one, zero, threads)
+                product(c.rows, cnt, k, dst, dv, e, accumulate, (one, zero), threads)
             }
         };
         res.map_err(|_| SparseError::internal("2:4 gemm: a view does not fit its data"))?;
         start = end;
     }
     Ok(())
+}
+
+/// `dst (+)= x·y`: on tdsl's packing GEMM for f32 where it is preferred (a transposed
+/// chunk, as in torch's layout), else on the `gemm` crate.
+#[allow(clippy::too_many_arguments)]
+fn product<T: Compute>(
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: MatMut<'_, T>,
+    x: MatRef<'_, T>,
+    y: MatRef<'_, T>,
+    accumulate: bool,
+    (one, zero): (T, T),
+    threads: usize,
+) -> Result<(), jit::ViewOutOfBounds> {
+    let isa = Isa::detect();
+    if let (Some(xd), Some(yd), true) =
+        (T::as_f32(x.data), T::as_f32(y.data), sgemm::available(isa))
+    {
+        let src = |data, v: &MatRef<'_, T>| Src {
+            data: SrcData::F32(data),
+            off: 0,
+            rs: v.rs,
+            cs: v.cs,
+        };
+        let (xs, ys) = (src(xd, &x), src(yd, &y));
+        if sgemm::preferred(&xs, &ys) {
+            let (offsets, rs, cs) = (dst.offsets, dst.rs, dst.cs);
+            let data = T::as_f32_mut(dst.data).ok_or(jit::ViewOutOfBounds)?;
+            let c = sgemm::Dst {
+                data,
+                offsets,
+                rs,
+                cs,
+            };
+            return sgemm::sgemm_batched(
+                isa,
+                m,
+                n,
+                k,
+                c,
+                (xs, &x.offsets),
+                (ys, &y.offsets),
+                accumulate,
+                threads,
+            );
+        }
+    }
+    jit::gemm_batched(m, n, k, dst, x, y, accumulate, one, zero, threads)
 }
 
 /// Adds the stored entries of `S[r0..r1, c0..c1]` (2:4 along columns; `c0` a multiple of 4,
