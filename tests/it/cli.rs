@@ -482,3 +482,19 @@ fn machine_replaces_an_implausible_cache() {
     let third = run(&["machine", "--remeasure"]);
     assert!(third.contains("--remeasure"), "{third}");
 }
+
+#[test]
+fn emit_asm_prints_the_machine_code_of_every_kernel() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = "input x: f32[r=8, c=40] = randn(seed=0)\n\
+                  y = x / sqrt(reduce(x * x, 'r c -> r 1', 'sum'))\n\
+                  output y\n";
+    let out = tdsl_script(dir.path(), "emit", script, &["--target", "asm"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(out.stdout.contains("; kernel k0"), "{}", out.stdout);
+    if cfg!(target_arch = "x86_64") {
+        assert!(out.stdout.contains("ret"), "{}", out.stdout);
+        // The row statistic is computed once per row, not in the loops over its elements.
+        assert_eq!(out.stdout.matches("sqrt").count(), 1, "{}", out.stdout);
+    }
+}
