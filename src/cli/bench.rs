@@ -109,7 +109,7 @@ pub fn bench(
     let secs = med.as_secs_f64().max(1e-12);
     let gflops = flops as f64 / secs / 1e9;
     let gbps = bytes as f64 / secs / 1e9;
-    let (machine, remeasured) = if on_gpu {
+    let (machine, remeasured, predict_on) = if on_gpu {
         let (name, peak, bw) = runtime::cuda_ceilings(plan)?;
         let c = Ceilings {
             describe: format!(
@@ -118,23 +118,37 @@ pub fn bench(
             peak_gflops: peak,
             bandwidth_gbps: bw,
         };
-        (c, false)
+        (c, false, None)
     } else {
         // A run faster than the peak means the cached ceilings were measured under load.
         let machine = machine_ceilings();
         let remeasured = crate::machine::recheck(&machine, gflops);
-        (
-            Ceilings::of(&remeasured.unwrap_or(machine)),
-            remeasured.is_some(),
-        )
+        let machine = remeasured.unwrap_or(machine);
+        (Ceilings::of(&machine), remeasured.is_some(), Some(machine))
     };
-    let kernels: Vec<(String, String, Duration, tdsl_loop::stats::KernelStats)> = plan
+    // The CPU cost model's prediction of each kernel (none on a device: it models the CPU).
+    let predicted: Vec<Option<Duration>> = kstats
+        .iter()
+        .map(|s| {
+            predict_on
+                .as_ref()
+                .map(|m| Duration::from_secs_f64(crate::plan::cost::kernel_secs(s, m, threads)))
+        })
+        .collect();
+    let kernels: Vec<KernelRow> = plan
         .loops
         .kernels
         .iter()
         .zip(per_kernel.iter_mut())
-        .zip(&kstats)
-        .map(|((k, ts), s)| (k.name.clone(), k.origin.clone(), median(ts), *s))
+        .zip(kstats)
+        .zip(&predicted)
+        .map(|(((k, ts), stats), p)| KernelRow {
+            name: k.name.clone(),
+            origin: k.origin.clone(),
+            median: median(ts),
+            predicted: *p,
+            stats,
+        })
         .collect();
     let m = Measured {
         machine,
@@ -197,8 +211,17 @@ struct Measured {
     bytes: u128,
     gflops: f64,
     gbps: f64,
-    /// Name, origin, median time and counts of each kernel.
-    kernels: Vec<(String, String, Duration, tdsl_loop::stats::KernelStats)>,
+    kernels: Vec<KernelRow>,
+}
+
+/// One kernel's measurement: name, origin, median time, the cost model's prediction (CPU
+/// only) and its counts.
+struct KernelRow {
+    name: String,
+    origin: String,
+    median: Duration,
+    predicted: Option<Duration>,
+    stats: tdsl_loop::stats::KernelStats,
 }
 
 fn ms(d: Duration) -> f64 {
@@ -230,12 +253,14 @@ fn report_json(m: &Measured, front: &Front) -> String {
         "machine": machine.describe,
         "transfer_ms_median": m.transfer.map(ms),
         "remeasured": m.remeasured,
-        "kernels": m.kernels.iter().map(|(name, origin, d, s)| {
-            let sec = d.as_secs_f64().max(1e-12);
+        "predicted_ms": predicted_total(m).map(ms),
+        "kernels": m.kernels.iter().map(|k| {
+            let (s, sec) = (&k.stats, k.median.as_secs_f64().max(1e-12));
             serde_json::json!({
-                "name": name,
-                "origin": origin,
-                "run_ms_median": ms(*d),
+                "name": k.name,
+                "origin": k.origin,
+                "run_ms_median": ms(k.median),
+                "predicted_ms": k.predicted.map(ms),
                 "flops": s.flops as f64,
                 "bytes": s.bytes() as f64,
                 "gflops": s.flops as f64 / sec / 1e9,
@@ -292,15 +317,33 @@ fn report_text(m: &Measured, front: &Front) -> String {
         m.gbps,
         100.0 * m.gbps / machine.bandwidth_gbps
     );
-    for (name, origin, d, s) in &m.kernels {
-        let sec = d.as_secs_f64().max(1e-12);
+    if let Some(p) = predicted_total(m) {
         let _ = writeln!(
             out,
-            "  {name:<4} {:>10}  {:>8.2} GFLOP/s  {:>7.2} GB/s  {origin}",
-            duration(*d),
+            "cost model: predicted {} ({:.2}× the measured median)",
+            duration(p),
+            p.as_secs_f64() / m.median.as_secs_f64().max(1e-12)
+        );
+    }
+    for k in &m.kernels {
+        let (s, sec) = (&k.stats, k.median.as_secs_f64().max(1e-12));
+        let pred = k
+            .predicted
+            .map_or(String::new(), |p| format!("  (predicted {})", duration(p)));
+        let _ = writeln!(
+            out,
+            "  {:<4} {:>10}  {:>8.2} GFLOP/s  {:>7.2} GB/s  {}{pred}",
+            k.name,
+            duration(k.median),
             s.flops as f64 / sec / 1e9,
-            s.bytes() as f64 / sec / 1e9
+            s.bytes() as f64 / sec / 1e9,
+            k.origin
         );
     }
     out
+}
+
+/// The sum of the kernels' predicted times, when every kernel has one.
+fn predicted_total(m: &Measured) -> Option<Duration> {
+    m.kernels.iter().map(|k| k.predicted).sum()
 }

@@ -256,8 +256,6 @@ pub mod efficiency {
     pub const CSR: f64 = 0.12;
     /// COO: CSR's work plus a second index and scattered writes.
     pub const COO: f64 = 0.06;
-    /// f32 FLOPs per cycle per core of the AVX2 FMA ceiling (two 8-lane FMA units).
-    pub const AVX2_FLOPS_PER_CYCLE: f64 = 32.0;
 }
 
 /// The machine `cost` predicts for when none is given (deterministic reports and tests):
@@ -270,10 +268,11 @@ pub const NOMINAL_MACHINE: Machine = Machine {
     bandwidth_gbps: 40.0,
 };
 
-/// The GEMM ceiling in GFLOP/s: the machine's peak, capped at the AVX2 FMA rate the GEMM and
-/// sparse kernels are written for (an AVX-512 machine's peak counts 64 FLOPs per cycle).
+/// The GEMM ceiling in GFLOP/s: the machine's peak. (It was capped at the AVX2 FMA rate while
+/// the GEMM ran without AVX-512 kernels; both GEMM paths and the sparse micro-kernels now run
+/// 16-lane FMAs where the CPU has them.)
 pub fn gemm_ceiling_gflops(m: &Machine) -> f64 {
-    m.peak_gflops * (efficiency::AVX2_FLOPS_PER_CYCLE / m.flops_per_cycle.max(1.0)).min(1.0)
+    m.peak_gflops
 }
 
 /// The compute efficiency of a sparse product kernel for stored format `f`.
@@ -295,6 +294,73 @@ pub fn predict_secs(flops: f64, bytes: f64, eff: f64, m: &Machine) -> f64 {
     let compute = flops / (gemm_ceiling_gflops(m) * 1e9 * eff);
     let memory = bytes / (m.bandwidth_gbps * 1e9);
     compute.max(memory)
+}
+
+/// Fixed cost of one kernel on the CPU (buffer checks, rayon's fork and join), in seconds.
+const LAUNCH_SECS: f64 = 5e-6;
+
+/// Fixed cost of each product of a (batched) GEMM call: setting up, packing buffers, edges
+/// (64 products of 128×128 by depth 1 took 0.55 ms).
+const GEMM_CALL_SECS: f64 = 8e-6;
+
+/// The share of the copy bandwidth a CSR, CSC or COO product reaches.
+const GATHER_BANDWIDTH: f64 = 0.35;
+
+/// The compute efficiency of the CPU's sparse product kernel for a stored layout (as
+/// [`format_efficiency`] for the format it stores).
+fn layout_efficiency(l: tdsl_loop::SparseLayout) -> f64 {
+    use efficiency::*;
+    use tdsl_loop::SparseLayout as L;
+    match l {
+        L::Bsr { br, bc } if br.min(bc) as u64 >= BSR_LARGE_BLOCK => BSR_LARGE,
+        L::Bsr { br, bc } if br.min(bc) as u64 >= BSR_MEDIUM_BLOCK => BSR_MEDIUM,
+        L::Bsr { .. } => BSR_SMALL,
+        L::TwoFour { .. } => TWO_FOUR,
+        L::Csr | L::Csc => CSR,
+        L::Coo => COO,
+    }
+}
+
+/// Predicted seconds of one kernel of a plan on the CPU `m` with `threads` threads: its
+/// generated loops by their cycles ([`tdsl_loop::stats::op_cycles`]; loops under a parallel
+/// loop spread over the threads), its GEMM calls at [`efficiency::DENSE_GEMM`] of the GEMM
+/// ceiling, its sparse products at their layout's efficiency; the sum, or the compulsory bytes
+/// over the bandwidth if that is longer; plus a fixed launch cost. `bench` prints it beside
+/// the measured time and bench/predict.py checks it.
+pub fn kernel_secs(s: &tdsl_loop::stats::KernelStats, m: &Machine, threads: usize) -> f64 {
+    let cores = m.cores.max(1);
+    let t = threads.clamp(1, cores) as f64;
+    let hz = m.clock_ghz * 1e9;
+    let ceiling = gemm_ceiling_gflops(m) * 1e9 * t / cores as f64;
+    let loops = s.loop_cycles_parallel / (hz * t) + s.loop_cycles_serial / hz;
+    // A product narrower than a micro-kernel tile leaves lanes and registers idle (measured:
+    // 4096² by 8 columns at about a fifth of the peak).
+    let gemm: f64 = s
+        .gemm
+        .iter()
+        .map(|&(f, narrow, products)| {
+            let eff = efficiency::DENSE_GEMM * (narrow as f64 / 32.0).min(1.0);
+            f as f64 / (ceiling * eff.max(1e-3)) + products as f64 * GEMM_CALL_SECS / t
+        })
+        .sum();
+    let sparse: f64 = s
+        .sparse_flops
+        .iter()
+        .map(|&(l, f)| f as f64 / (ceiling * layout_efficiency(l)))
+        .sum();
+    // Index-chasing formats gather the dense operand row by row: a CSR product reaches about
+    // a third of the copy bandwidth (bench/RESULTS.md, sparse kernels).
+    let gathers = s.sparse_flops.iter().any(|(l, _)| {
+        matches!(
+            l,
+            tdsl_loop::SparseLayout::Csr
+                | tdsl_loop::SparseLayout::Csc
+                | tdsl_loop::SparseLayout::Coo
+        )
+    });
+    let bw = m.bandwidth_gbps * 1e9 * if gathers { GATHER_BANDWIDTH } else { 1.0 };
+    let memory = s.bytes() as f64 / bw;
+    LAUNCH_SECS + (loops + gemm + sparse).max(memory)
 }
 
 /// Which of the two ways to run a sparse product is predicted faster.
@@ -750,12 +816,12 @@ mod tests {
             format_efficiency(Format::Bsr { rows: 8, cols: 32 }),
             BSR_MEDIUM
         );
-        // An AVX-512 machine's peak counts 64 FLOPs per cycle; the kernels run at the AVX2 rate.
+        // An AVX-512 machine's peak counts 64 FLOPs per cycle, and the kernels use them.
         let m = Machine {
             flops_per_cycle: 64.0,
             peak_gflops: 1536.0,
             ..NOMINAL_MACHINE
         };
-        assert_eq!(gemm_ceiling_gflops(&m), 768.0);
+        assert_eq!(gemm_ceiling_gflops(&m), 1536.0);
     }
 }

@@ -148,15 +148,15 @@ unsafe impl Sync for DstPtr {}
 /// `b`, and with `threads > 1` the destination view is injective (no two `(i, j)` share an
 /// element).
 #[allow(clippy::too_many_arguments)]
-unsafe fn product_raw(
+unsafe fn product_raw<'a>(
     isa: Isa,
     blocking: Blocking,
     m: usize,
     n: usize,
     k: usize,
     cv: CView,
-    a: Src<'_>,
-    b: Src<'_>,
+    a: Src<'a>,
+    b: Src<'a>,
     accumulate: bool,
     threads: usize,
 ) {
@@ -165,6 +165,21 @@ unsafe fn product_raw(
     };
     if m == 0 || n == 0 {
         return;
+    }
+    if cv.cs != 1 && cv.rs.abs() == 1 && m > 1 {
+        // A column-major destination: compute Cᵀ = Bᵀ·Aᵀ instead, whose rows are contiguous,
+        // so the micro-kernel stores its tiles directly rather than element by element.
+        let t = |v: Src<'a>| Src {
+            rs: v.cs,
+            cs: v.rs,
+            ..v
+        };
+        let ct = CView {
+            rs: cv.cs,
+            cs: cv.rs,
+            ..cv
+        };
+        return product_raw(isa, blocking, n, m, k, ct, t(b), t(a), accumulate, threads);
     }
     if k == 0 {
         if !accumulate {
@@ -365,8 +380,10 @@ unsafe fn block_loops(
                 let mc = (rows.end - ic).min(bl.mc);
                 // An f32 A with contiguous rows is read in place (packing it would cost as
                 // much as the product when n is small); only a ragged last panel is packed.
+                // Not when its rows are a multiple of 4 KiB apart: all of a panel's rows would
+                // fall into one L1 set (a 16384-wide A ran 3× slower in place).
                 let direct = match a.data {
-                    SrcData::F32(d) if a.cs == 1 => Some(d),
+                    SrcData::F32(d) if a.cs == 1 && (a.rs * 4) % 4096 != 0 => Some(d),
                     _ => None,
                 };
                 let full = mc / mr * mr;

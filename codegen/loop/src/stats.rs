@@ -9,17 +9,117 @@
 use crate::ir::*;
 use std::collections::BTreeSet;
 
-/// FLOPs and compulsory bytes of one kernel.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// FLOPs and compulsory bytes of one kernel, and the work a time prediction weighs.
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct KernelStats {
     pub flops: u128,
     pub bytes_read: u128,
     pub bytes_written: u128,
+    /// GEMM calls: FLOPs, the narrower of the destination's extents (`min(m, n)`) and the
+    /// number of products (batch elements).
+    pub gemm: Vec<(u128, u64, u128)>,
+    /// FLOPs inside sparse products, with the sparse operand's layout.
+    pub sparse_flops: Vec<(SparseLayout, u128)>,
+    /// Core cycles of the generated loops ([`op_cycles`] per operation and element) under a
+    /// parallel loop, and outside any.
+    pub loop_cycles_parallel: f64,
+    pub loop_cycles_serial: f64,
 }
 
 impl KernelStats {
     pub fn bytes(&self) -> u128 {
         self.bytes_read + self.bytes_written
+    }
+}
+
+/// Core cycles per element of one operation in a loop with `lanes` vector lanes (1: scalar
+/// code), as the CPU JIT generates it. Calibrated on a Zen 5 core with 16M f32 values
+/// (bench/nonlinear.py: `exp` 2.6 cycles per element over 4 lanes, `tanh` 5.1, `gelu` 10.9,
+/// `gelu_erf` 23); f64 lanes cost twice as much per element; scalar code calls a helper per
+/// transcendental (about 20 cycles). Good to a factor of ~1.5, which is what a time
+/// prediction needs (bench/predict.py checks it within 2×).
+pub fn op_cycles(op: Op, lanes: u32) -> f64 {
+    use BinOp as B;
+    use UnOp as U;
+    let f32x4 = match op {
+        Op::Unary(U::Neg | U::Abs | U::Relu | U::Square | U::Sign) => 0.1,
+        Op::Unary(U::Floor | U::Ceil | U::Round) => 0.15,
+        Op::Unary(U::Sqrt | U::Rsqrt) => 0.8,
+        Op::Unary(U::Exp) => 2.6,
+        Op::Unary(U::Sigmoid) => 4.3,
+        Op::Unary(U::Tanh) => 5.1,
+        Op::Unary(U::Log) => 5.6,
+        Op::Unary(U::Silu) => 7.5,
+        Op::Unary(U::Sin | U::Cos) => 9.7,
+        Op::Unary(U::Log1p | U::Expm1 | U::Softplus) => 10.0,
+        Op::Unary(U::Gelu) => 10.9,
+        Op::Unary(U::Erf) => 20.0,
+        Op::Unary(U::GeluErf) => 23.0,
+        Op::Binary(B::Div) => 0.8,
+        Op::Binary(B::Pow) => 15.0,
+        Op::Binary(B::Max | B::Min) => 0.4,
+        Op::Binary(_) | Op::Select => 0.15,
+    };
+    match lanes {
+        0 | 1 if f32x4 >= 2.0 => 20.0_f64.max(f32x4),
+        0 | 1 => f32x4 * 4.0,
+        2 => f32x4 * 2.0,
+        _ => f32x4 * 4.0 / lanes as f64,
+    }
+}
+
+/// An operation as [`op_cycles`] weighs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    Unary(UnOp),
+    Binary(BinOp),
+    Select,
+}
+
+/// Core cycles per element of a load or store that strides through memory along the
+/// innermost loop by more than [`NEAR_STRIDE`] elements: a transposing copy of 4096² f32
+/// elements measured about 3 (a cache line and often a TLB entry per element; the bandwidth
+/// term counts only the bytes).
+pub const STRIDED_ACCESS_CYCLES: f64 = 3.0;
+
+/// Strides up to this many elements still use most of each cache line (a 2×2 max pool reads
+/// with stride 2) and cost nothing extra.
+pub const NEAR_STRIDE: i64 = 4;
+
+/// The loop a statement sits in, as [`expr_cycles`] weighs it.
+#[derive(Clone, Copy)]
+struct Inner {
+    lanes: u32,
+    var: Option<VarId>,
+}
+
+impl Inner {
+    /// Cycles of one access through `index`.
+    fn access(&self, index: &Index) -> f64 {
+        match self.var.map(|v| index.stride_of(v)) {
+            Some(s) if s.abs() > NEAR_STRIDE => STRIDED_ACCESS_CYCLES,
+            _ => 0.0,
+        }
+    }
+}
+
+/// Cycles of evaluating `e` once per element in the loop `inner`.
+fn expr_cycles(e: &Expr, inner: Inner) -> f64 {
+    let lanes = inner.lanes;
+    match e {
+        Expr::Const(_) | Expr::Acc(_) | Expr::Iota(_) => 0.0,
+        Expr::Load { index, .. } => inner.access(index),
+        Expr::Cast(_, x) => expr_cycles(x, inner),
+        Expr::Unary(op, x) => op_cycles(Op::Unary(*op), lanes) + expr_cycles(x, inner),
+        Expr::Binary(op, a, b) => {
+            op_cycles(Op::Binary(*op), lanes) + expr_cycles(a, inner) + expr_cycles(b, inner)
+        }
+        Expr::Select(c, a, b) => {
+            op_cycles(Op::Select, lanes)
+                + expr_cycles(c, inner)
+                + expr_cycles(a, inner)
+                + expr_cycles(b, inner)
+        }
     }
 }
 
@@ -79,41 +179,82 @@ pub fn stored_values(s: &SparseOperand, data: Option<&[crate::Data]>) -> u128 {
         .unwrap_or_else(|| s.shape.iter().map(|&e| e as u128).product())
 }
 
+/// What a walk over a kernel's statements collects.
+#[derive(Default)]
+struct Walk {
+    reads: BTreeSet<BufId>,
+    writes: BTreeSet<BufId>,
+    stats: KernelStats,
+}
+
+/// Walks `body` executed `mult` times, inside loop `inner`, under a parallel loop or not.
 fn stmts(
     body: &[Stmt],
     mult: u128,
-    reads: &mut BTreeSet<BufId>,
-    writes: &mut BTreeSet<BufId>,
+    (inner, parallel): (Inner, bool),
+    w: &mut Walk,
     data: Option<&[crate::Data]>,
-) -> u128 {
-    let mut flops = 0u128;
+) {
+    let lanes = inner.lanes;
     for s in body {
-        flops = flops.saturating_add(match s {
+        let (ops, cycles) = match s {
             Stmt::Loop(l) => {
                 let n = match l.iter {
                     Iter::Range { extent } => extent as u128,
                     Iter::TwoFour { groups, .. } => 2 * groups as u128,
                     Iter::Compressed { .. } | Iter::Singleton { .. } => 1,
                 };
-                stmts(&l.body, mult.saturating_mul(n), reads, writes, data)
+                let inner = Inner {
+                    lanes: l.vector.max(1),
+                    var: Some(l.var),
+                };
+                let at = (inner, parallel || l.parallel);
+                stmts(&l.body, mult.saturating_mul(n), at, w, data);
+                continue;
             }
-            Stmt::Let { init, .. } => mult.saturating_mul(expr_ops(init, reads)),
+            Stmt::Let { init, .. } => (expr_ops(init, &mut w.reads), expr_cycles(init, inner)),
             Stmt::Update { op, value, .. } => {
                 let combine = u128::from(*op != AccOp::Set);
-                mult.saturating_mul(expr_ops(value, reads) + combine)
+                let c = if *op == AccOp::Set {
+                    0.0
+                } else {
+                    op_cycles(Op::Binary(BinOp::Add), lanes)
+                };
+                (
+                    expr_ops(value, &mut w.reads) + combine,
+                    expr_cycles(value, inner) + c,
+                )
             }
-            Stmt::Store { buf, value, .. } => {
-                writes.insert(*buf);
-                mult.saturating_mul(expr_ops(value, reads))
+            Stmt::Store { buf, index, value } => {
+                w.writes.insert(*buf);
+                let c = expr_cycles(value, inner) + inner.access(index);
+                (expr_ops(value, &mut w.reads), c)
             }
             Stmt::Call(call) => {
-                reads.extend(call.reads());
-                writes.extend(call.writes());
-                mult.saturating_mul(call_flops(call, data))
+                w.reads.extend(call.reads());
+                w.writes.extend(call.writes());
+                let f = mult.saturating_mul(call_flops(call, data));
+                match call {
+                    LibCall::Gemm { m, n, batch, .. } => {
+                        let products = batch.iter().map(|&b| b as u128).product::<u128>();
+                        w.stats
+                            .gemm
+                            .push((f, (*m).min(*n), mult.saturating_mul(products)))
+                    }
+                    LibCall::SpMM { s, .. } => w.stats.sparse_flops.push((s.layout, f)),
+                    LibCall::Sparsify { .. } | LibCall::Densify { .. } => {}
+                }
+                (call_flops(call, data), 0.0)
             }
-        });
+        };
+        w.stats.flops = w.stats.flops.saturating_add(mult.saturating_mul(ops));
+        let c = mult as f64 * cycles;
+        if parallel {
+            w.stats.loop_cycles_parallel += c;
+        } else {
+            w.stats.loop_cycles_serial += c;
+        }
     }
-    flops
 }
 
 /// FLOPs and bytes of kernel `k` of program `p`.
@@ -128,9 +269,12 @@ pub fn kernel_stats_bound(p: &LoopProgram, k: &Kernel, data: &[crate::Data]) -> 
 }
 
 fn stats(p: &LoopProgram, k: &Kernel, data: Option<&[crate::Data]>) -> KernelStats {
-    let mut reads = BTreeSet::new();
-    let mut writes = BTreeSet::new();
-    let flops = stmts(&k.body, 1, &mut reads, &mut writes, data);
+    let mut w = Walk::default();
+    let top = Inner {
+        lanes: 1,
+        var: None,
+    };
+    stmts(&k.body, 1, (top, false), &mut w, data);
     let size = |b: &BufId| {
         let buf = p.buffer(*b);
         let n = data
@@ -139,9 +283,9 @@ fn stats(p: &LoopProgram, k: &Kernel, data: Option<&[crate::Data]>) -> KernelSta
         n * buf.ty.size_bytes() as u128
     };
     KernelStats {
-        flops,
-        bytes_read: reads.iter().map(size).sum(),
-        bytes_written: writes.iter().map(size).sum(),
+        bytes_read: w.reads.iter().map(size).sum(),
+        bytes_written: w.writes.iter().map(size).sum(),
+        ..w.stats
     }
 }
 
@@ -213,13 +357,11 @@ mod tests {
             }],
         };
         let s = kernel_stats(&p, &p.kernels[0]);
-        assert_eq!(
-            s,
-            KernelStats {
-                flops: 12,
-                bytes_read: 48,
-                bytes_written: 12
-            }
-        );
+        assert_eq!((s.flops, s.bytes_read, s.bytes_written), (12, 48, 12));
+        // 12 vector adds at 4 lanes, all under the parallel loop.
+        let add = op_cycles(Op::Binary(BinOp::Add), 4);
+        assert!((s.loop_cycles_parallel - 12.0 * add).abs() < 1e-9);
+        assert_eq!(s.loop_cycles_serial, 0.0);
+        assert!(s.gemm.is_empty());
     }
 }

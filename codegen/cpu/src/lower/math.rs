@@ -418,23 +418,6 @@ impl<M: Module> Lower<'_, '_, M> {
         self.b.ins().fdiv(x, d)
     }
 
-    /// tanh for f32 results: sign(x)·(1 − 2/(e^(2|x|) + 1)); x itself below 2^-20, where
-    /// tanh x rounds to x in f32 and the subtraction would cancel.
-    fn tanh_d(&mut self, x: Value, full: bool) -> Value {
-        let a = self.b.ins().fabs(x);
-        let twoa = self.b.ins().fadd(a, a);
-        let e = self.exp_d(twoa, full);
-        let one = self.kd(1.0);
-        let two = self.kd(2.0);
-        let d = self.b.ins().fadd(e, one);
-        let q = self.b.ins().fdiv(two, d);
-        let r = self.b.ins().fsub(one, q);
-        let r = self.with_sign_of(r, x);
-        let small = self.kd(1.0 / 1_048_576.0);
-        let m = self.b.ins().fcmp(FloatCC::LessThan, a, small);
-        self.pick(m, x, r)
-    }
-
     /// ln(1 + x) for f32 inputs: 1 + x is exact in f64 when |x| ≥ 2^-28, and below that
     /// ln(1 + x) rounds to x in f32.
     fn log1p_d(&mut self, x: Value, full: bool) -> Value {
