@@ -30,21 +30,81 @@ pub(crate) struct Src<'a> {
     pub cs: isize,
 }
 
-/// The element slice of a [`Src`].
+/// The element slice of a [`Src`], or a 2:4 matrix decoded while packing.
 #[derive(Clone, Copy)]
 pub(crate) enum SrcData<'a> {
+    F32(&'a [f32]),
+    F16(&'a [f16]),
+    Bf16(&'a [bf16]),
+    /// A 2:4 matrix as stored (the view's offset and strides are unused): no dense copy of it
+    /// is ever made, its kept values go straight into the packed panels.
+    TwoFour(TwoFour<'a>),
+}
+
+/// A stored 2:4 matrix `S` (`rows × cols`, groups of 4 along the columns: `vals` holds
+/// `rows × cols/2` kept values, `meta` `ceil(cols/32)` words per row of 2-bit positions). The
+/// operand is `S`, or `Sᵀ` when `transposed`.
+#[derive(Clone, Copy)]
+pub(crate) struct TwoFour<'a> {
+    pub vals: TwoFourVals<'a>,
+    pub meta: &'a [i32],
+    pub rows: usize,
+    pub cols: usize,
+    pub transposed: bool,
+}
+
+/// The kept values of a [`TwoFour`].
+#[derive(Clone, Copy)]
+pub(crate) enum TwoFourVals<'a> {
     F32(&'a [f32]),
     F16(&'a [f16]),
     Bf16(&'a [bf16]),
 }
 
 impl SrcData<'_> {
-    pub(crate) fn len(&self) -> usize {
-        match self {
+    /// Whether a `rows × cols` view at `off` with strides `(rs, cs)` lies inside the data.
+    fn fits(&self, off: isize, rs: isize, cs: isize, rows: usize, cols: usize) -> bool {
+        let len = match self {
             SrcData::F32(s) => s.len(),
             SrcData::F16(s) => s.len(),
             SrcData::Bf16(s) => s.len(),
+            SrcData::TwoFour(t) => return t.fits(off, rows, cols),
+        };
+        jit::in_bounds(len, off, rs, cs, rows, cols)
+    }
+}
+
+impl Src<'_> {
+    /// Relative cost of packing this `rows × cols` operand once: nothing for an f32 A read in
+    /// place, twice the elements for a 2:4 operand (decoded group by group).
+    fn pack_cost(&self, rows: usize, cols: usize) -> usize {
+        let n = rows.saturating_mul(cols);
+        match self.data {
+            SrcData::TwoFour(_) => n.saturating_mul(2),
+            _ => n,
         }
+    }
+}
+
+impl TwoFour<'_> {
+    /// The operand is exactly `rows × cols` and the stored arrays are as long as its shape
+    /// says (positions are two bits, so decoding stays inside each group).
+    fn fits(&self, off: isize, rows: usize, cols: usize) -> bool {
+        let shape = if self.transposed {
+            (self.cols, self.rows)
+        } else {
+            (self.rows, self.cols)
+        };
+        let n_vals = match self.vals {
+            TwoFourVals::F32(v) => v.len(),
+            TwoFourVals::F16(v) => v.len(),
+            TwoFourVals::Bf16(v) => v.len(),
+        };
+        off == 0
+            && shape == (rows, cols)
+            && self.cols.is_multiple_of(4)
+            && n_vals >= self.rows * self.cols / 2
+            && self.meta.len() >= self.rows * self.cols.div_ceil(32)
     }
 }
 
@@ -129,6 +189,7 @@ pub(crate) fn available(isa: Isa) -> bool {
 /// 1024³ to 2048³ and on batched attention shapes); everything else (a transposed B such as a
 /// torch-layout weight, an f16/bf16 operand) runs faster here (bench/RESULTS.md).
 pub(crate) fn preferred(a: &Src<'_>, b: &Src<'_>) -> bool {
+    // (A 2:4 operand has no other GEMM; its caller decides.)
     let all_f32 = matches!((a.data, b.data), (SrcData::F32(_), SrcData::F32(_)));
     !(all_f32 && b.cs == 1)
 }
@@ -192,8 +253,11 @@ unsafe fn product_raw<'a>(
         return;
     }
     let threads = threads.max(1);
-    // Split the columns when every thread gets at least two panels of B, else the rows.
-    let by_cols = n >= threads * 2 * kern.nr;
+    // Split the columns (each thread packs its share of B and all of A) or the rows (its share
+    // of A, all of B): whichever packs less twice, as long as every thread gets two panels.
+    let wide = n >= threads * 2 * kern.nr;
+    let tall = m >= threads * 2 * kern.mr;
+    let by_cols = wide && (!tall || a.pack_cost(m, k) <= b.pack_cost(k, n));
     let (extent, unit) = if by_cols { (n, kern.nr) } else { (m, kern.mr) };
     let per = extent.div_ceil(threads).div_ceil(unit) * unit;
     let parts: Vec<(usize, usize)> = (0..threads)
@@ -246,8 +310,8 @@ pub(crate) fn sgemm_batched(
     }
     for i in 0..co.len() {
         if !jit::in_bounds(c.data.len(), co[i], c.rs, c.cs, m, n)
-            || !jit::in_bounds(a.data.len(), ao[i], a.rs, a.cs, m, k)
-            || !jit::in_bounds(b.data.len(), bo[i], b.rs, b.cs, k, n)
+            || !a.data.fits(ao[i], a.rs, a.cs, m, k)
+            || !b.data.fits(bo[i], b.rs, b.cs, k, n)
         {
             return Err(ViewOutOfBounds);
         }
@@ -569,6 +633,7 @@ unsafe fn pack_a(
         SrcData::F32(d) => pack(d, &a, true, i0, mc, p0, kc, mr, out),
         SrcData::F16(d) => pack(d, &a, true, i0, mc, p0, kc, mr, out),
         SrcData::Bf16(d) => pack(d, &a, true, i0, mc, p0, kc, mr, out),
+        SrcData::TwoFour(t) => pack_two_four(&t, true, (i0, mc), (p0, kc), mr, out),
     }
 }
 
@@ -586,6 +651,99 @@ unsafe fn pack_b(
         SrcData::F32(d) => pack(d, &b, false, j0, nc, p0, kc, nr, out),
         SrcData::F16(d) => pack(d, &b, false, j0, nc, p0, kc, nr, out),
         SrcData::Bf16(d) => pack(d, &b, false, j0, nc, p0, kc, nr, out),
+        SrcData::TwoFour(t) => pack_two_four(&t, false, (j0, nc), (p0, kc), nr, out),
+    }
+}
+
+/// Calls `put(column − c0, value)` for every kept value of one stored 2:4 row (`meta` its
+/// position words, `vals` its kept values) whose column lies in `c0..c1`.
+#[inline(always)]
+fn decode<V: Widen>(
+    meta: &[i32],
+    vals: &[V],
+    c0: usize,
+    c1: usize,
+    mut put: impl FnMut(usize, f32),
+) {
+    for g in c0 / 4..c1.div_ceil(4) {
+        let word = meta[g / 8] as u32 >> (4 * (g % 8));
+        let base = 4 * g;
+        let (a, b) = (
+            base + (word & 3) as usize,
+            base + ((word >> 2) & 3) as usize,
+        );
+        let (x, y) = (vals[2 * g].widen(), vals[2 * g + 1].widen());
+        if base >= c0 && base + 4 <= c1 {
+            put(a - c0, x);
+            put(b - c0, y);
+        } else {
+            for (col, v) in [(a, x), (b, y)] {
+                if (c0..c1).contains(&col) {
+                    put(col - c0, v);
+                }
+            }
+        }
+    }
+}
+
+/// [`pack`] for a 2:4 operand: lines `first_line..+n_lines` and steps `first_step..+steps` of
+/// the operand (rows and columns for A, `lines_are_rows`; columns and rows for B), decoded
+/// from the stored groups straight into the panels. A panel is zeroed, then each kept value
+/// inside the window is added at its place (a malformed group naming one position twice adds
+/// both values, as every other path does).
+fn pack_two_four(
+    t: &TwoFour<'_>,
+    lines_are_rows: bool,
+    (first_line, n_lines): (usize, usize),
+    (first_step, steps): (usize, usize),
+    w: usize,
+    out: &mut [f32],
+) {
+    fn go<V: Widen>(
+        t: &TwoFour<'_>,
+        vals: &[V],
+        lines_are_rows: bool,
+        (first_line, n_lines): (usize, usize),
+        (first_step, steps): (usize, usize),
+        w: usize,
+        out: &mut [f32],
+    ) {
+        let (half, words) = (t.cols / 2, t.cols.div_ceil(32));
+        let stored = |r: usize| {
+            (
+                &t.meta[r * words..(r + 1) * words],
+                &vals[r * half..(r + 1) * half],
+            )
+        };
+        // The operand's lines are the stored rows when A is S or B is Sᵀ.
+        let lines_are_stored_rows = lines_are_rows != t.transposed;
+        for q in 0..n_lines.div_ceil(w) {
+            let panel = &mut out[q * w * steps..(q + 1) * w * steps];
+            panel.fill(0.0);
+            let l0 = first_line + q * w;
+            let lines = (n_lines - q * w).min(w);
+            if lines_are_stored_rows {
+                for l in 0..lines {
+                    let (meta, rv) = stored(l0 + l);
+                    decode(meta, rv, first_step, first_step + steps, |p, x| {
+                        panel[p * w + l] += x
+                    });
+                }
+            } else {
+                for p in 0..steps {
+                    let (meta, rv) = stored(first_step + p);
+                    let row = &mut panel[p * w..p * w + lines];
+                    decode(meta, rv, l0, l0 + lines, |l, x| row[l] += x);
+                }
+            }
+        }
+    }
+    let win = (first_line, n_lines);
+    let st = (first_step, steps);
+    match t.vals {
+        TwoFourVals::F32(v) => go(t, v, lines_are_rows, win, st, w, out),
+        TwoFourVals::F16(v) => go(t, v, lines_are_rows, win, st, w, out),
+        TwoFourVals::Bf16(v) => go(t, v, lines_are_rows, win, st, w, out),
     }
 }
 
@@ -855,6 +1013,109 @@ mod tests {
                         for kb in 0..4 {
                             let acc = (ka + kb) % 2 == 0;
                             check(isa, bl, (m, n, k), (ka, kb, ka + kb), (ka, kb), acc, 2, 7);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// A random 2:4 matrix (`rows × cols`): its stored arrays and its dense form.
+    fn two_four(rows: usize, cols: usize, seed: u64) -> (Vec<f32>, Vec<i32>, Vec<f32>) {
+        let vals = values(rows * cols / 2, seed);
+        let words = cols.div_ceil(32);
+        let mut meta = vec![0i32; rows * words];
+        let mut dense = vec![0f32; rows * cols];
+        let picks = values(rows * cols / 4, seed + 9);
+        for r in 0..rows {
+            for g in 0..cols / 4 {
+                // Two distinct positions in increasing order, from the six pairs.
+                let pair = [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3)]
+                    [(picks[r * cols / 4 + g].abs() as usize) % 6];
+                for (t, pos) in [pair.0, pair.1].into_iter().enumerate() {
+                    let v = 2 * g + t;
+                    meta[r * words + v / 16] |= (pos << (2 * (v % 16))) as i32;
+                    dense[r * cols + 4 * g + pos] = vals[r * cols / 2 + v];
+                }
+            }
+        }
+        (vals, meta, dense)
+    }
+
+    #[test]
+    fn two_four_operands_decode_into_the_panels() {
+        let small = Blocking {
+            kc: 6,
+            mc: 24,
+            nc: 32,
+        };
+        for isa in isas() {
+            for bl in [small, BLOCKING] {
+                for (sr, sc, other) in [(5, 8, 3), (37, 44, 70), (13, 64, 33)] {
+                    let (vals, meta, dense) = two_four(sr, sc, sr as u64);
+                    for transposed in [false, true] {
+                        // The operand S' and its shape.
+                        let (or, oc) = if transposed { (sc, sr) } else { (sr, sc) };
+                        let at = |i: usize, j: usize| {
+                            if transposed {
+                                dense[j * sc + i]
+                            } else {
+                                dense[i * sc + j]
+                            }
+                        };
+                        let tf = Src {
+                            data: SrcData::TwoFour(TwoFour {
+                                vals: TwoFourVals::F32(&vals),
+                                meta: &meta,
+                                rows: sr,
+                                cols: sc,
+                                transposed,
+                            }),
+                            off: 0,
+                            rs: 0,
+                            cs: 0,
+                        };
+                        for left in [true, false] {
+                            // S'·d (d: oc × other) or d·S' (d: other × or).
+                            let (m, k, n) = if left {
+                                (or, oc, other)
+                            } else {
+                                (other, or, oc)
+                            };
+                            let dv = values(if left { k * n } else { m * k }, 3);
+                            let dsrc = Src {
+                                data: SrcData::F32(&dv),
+                                off: 0,
+                                rs: if left { n as isize } else { k as isize },
+                                cs: 1,
+                            };
+                            let mut want = vec![0f32; m * n];
+                            for i in 0..m {
+                                for j in 0..n {
+                                    want[i * n + j] = (0..k)
+                                        .map(|p| {
+                                            let (x, y) = if left {
+                                                (at(i, p), dv[p * n + j])
+                                            } else {
+                                                (dv[i * k + p], at(p, j))
+                                            };
+                                            x as f64 * y as f64
+                                        })
+                                        .sum::<f64>()
+                                        as f32;
+                                }
+                            }
+                            let mut got = vec![f32::NAN; m * n];
+                            let cv = CView {
+                                ptr: DstPtr(got.as_mut_ptr()),
+                                rs: n as isize,
+                                cs: 1,
+                            };
+                            let (a, b) = if left { (tf, dsrc) } else { (dsrc, tf) };
+                            // SAFETY: the operands fit (`TwoFour::fits` holds by
+                            // construction, `d` is m×k or k×n row-major), `got` is m×n.
+                            unsafe { product_raw(isa, bl, m, n, k, cv, a, b, false, 2) };
+                            assert_eq!(got, want, "{isa:?} {sr}×{sc} t={transposed} left={left}");
                         }
                     }
                 }

@@ -1,6 +1,7 @@
-//! 2:4 products at GEMM speed: the stored matrix is expanded to dense a chunk at a time and
-//! each chunk multiplied by the dense GEMM (the `gemm` crate, AVX-512 or AVX2 chosen at run
-//! time).
+//! 2:4 products at GEMM speed. With f32 compute on a CPU with tdsl's GEMM micro-kernel
+//! (`sgemm`), the stored values are decoded straight into the GEMM's packed panels
+//! ([`packed_two_four`]). Otherwise (f64, f64 values, no AVX2) the stored matrix is expanded
+//! to dense a chunk at a time and each chunk multiplied by the dense GEMM (the `gemm` crate).
 //!
 //! A CPU has no sparse tensor cores: a 2:4 kernel that reads only the kept values does half
 //! the multiply-adds but needs one decode and one scattered load per multiply-add, and runs at
@@ -12,7 +13,7 @@
 
 use super::*;
 use crate::jit::{self, MatMut, MatRef};
-use crate::sgemm::{self, Src, SrcData};
+use crate::sgemm::{self, Src, SrcData, TwoFour, TwoFourVals};
 
 /// Extent of the product's dense side (`n` for `S·d`, `m` for `d·S`) from which a 2:4 product
 /// is expanded and run on the GEMM. Below it the value-reading kernels win (they move half the
@@ -45,6 +46,10 @@ pub(super) fn two_four_gemm<T: Compute>(
             "2:4: the grouped extent is not a multiple of 4",
         ));
     }
+    let c = match packed_two_four(s, transposed, side, &d, c, accumulate) {
+        Ok(r) => return r,
+        Err(c) => c,
+    };
     // The chunk runs along the axis of S' that is not contracted: the stored rows when S' is
     // S on the left or Sᵀ on the right, else the stored columns (in whole groups of 4).
     let by_rows = transposed == (side == Side::Right);
@@ -115,6 +120,78 @@ pub(super) fn two_four_gemm<T: Compute>(
         start = end;
     }
     Ok(())
+}
+
+/// The product on tdsl's packing GEMM with the 2:4 operand decoded straight into its packed
+/// panels (f32 compute, f32/f16/bf16 values, on a CPU with its micro-kernel): no expanded
+/// chunk is written or read. Hands the destination back when it does not apply.
+fn packed_two_four<'c, T: Compute>(
+    s: &SparseRef,
+    transposed: bool,
+    side: Side,
+    d: &DenseRef<T>,
+    c: DenseMut<'c, T>,
+    accumulate: bool,
+) -> Result<Result<(), SparseError>, DenseMut<'c, T>> {
+    let isa = Isa::detect();
+    let vals = match vals(&s.values) {
+        Vals::F32(v) => TwoFourVals::F32(v),
+        Vals::F16(v) => TwoFourVals::F16(v),
+        Vals::BF16(v) => TwoFourVals::Bf16(v),
+        Vals::F64(_) => return Err(c),
+    };
+    let Some(dd) = T::as_f32(d.data).filter(|_| sgemm::available(isa)) else {
+        return Err(c);
+    };
+    if T::as_f32(c.data).is_none() {
+        return Err(c);
+    }
+    let sp = Src {
+        data: SrcData::TwoFour(TwoFour {
+            vals,
+            meta: s.idx,
+            rows: s.shape[0],
+            cols: s.shape[1],
+            transposed,
+        }),
+        off: 0,
+        rs: 0,
+        cs: 0,
+    };
+    let dv = Src {
+        data: SrcData::F32(dd),
+        off: 0,
+        rs: d.rs,
+        cs: d.cs,
+    };
+    let (m, n) = (c.rows, c.cols);
+    let k = if side == Side::Left { d.rows } else { d.cols };
+    let (a, b) = match side {
+        Side::Left => ((sp, 0), (dv, d.offset as isize)),
+        Side::Right => ((dv, d.offset as isize), (sp, 0)),
+    };
+    let Some(data) = T::as_f32_mut(c.data) else {
+        return Ok(Err(SparseError::internal("2:4 gemm: destination type")));
+    };
+    let dst = sgemm::Dst {
+        data,
+        offsets: vec![c.offset as isize],
+        rs: c.rs,
+        cs: c.cs,
+    };
+    let threads = rayon::current_num_threads().max(1);
+    let r = sgemm::sgemm_batched(
+        isa,
+        m,
+        n,
+        k,
+        dst,
+        (a.0, &[a.1]),
+        (b.0, &[b.1]),
+        accumulate,
+        threads,
+    );
+    Ok(r.map_err(|_| SparseError::internal("2:4 gemm: a view does not fit its data")))
 }
 
 /// `dst (+)= x·y`: on tdsl's packing GEMM for f32 where it is preferred (a transposed
