@@ -12,8 +12,8 @@
 //! - `helpers.rs`: scalar transcendental helpers the generated code calls;
 //! - `key.rs`: the kernel cache key;
 //! - `spmm/`: the sparse × dense kernels (`spmm`: register-blocked BSR and 2:4 kernels, CSR
-//!   balanced by nonzeros; `simd.rs`: AVX2/AVX-512 micro-kernels chosen at run time, the only
-//!   `unsafe` besides `jit.rs`; `tests.rs` against a brute-force decoder).
+//!   balanced by nonzeros; `simd/`: AVX2/AVX-512 micro-kernels chosen at run time, with
+//!   `sgemm.rs` the only `unsafe` besides `jit.rs`; `tests.rs` against a brute-force decoder).
 //!
 //! Each kernel is cut into the launch units of the loop IR (`tdsl_loop::launch`): every run of
 //! statements between library calls is one generated function `extern "C" fn(bufs, lo, hi)`. A
