@@ -299,58 +299,7 @@ impl Checker {
                 }
                 Some(Format::Bsr { rows: br, cols: bc })
             }
-            "2:4" => {
-                if rank == 0 {
-                    self.diags.push(
-                        Diagnostic::new(Code::FormatRank, "format `2:4` needs rank 1 or more")
-                            .label(f.span, "scalar"),
-                    );
-                    return None;
-                }
-                let slot = match f.args.as_slice() {
-                    [] => rank - 1,
-                    [FormatArg::Name(n)] => {
-                        match shape
-                            .0
-                            .iter()
-                            .position(|a| a.name.as_deref() == Some(&n.name))
-                        {
-                            Some(s) => s,
-                            None => {
-                                self.diags.push(
-                                    Diagnostic::new(
-                                        Code::BadArgument,
-                                        format!(
-                                            "`2:4({})` names an axis this input does not have",
-                                            n.name
-                                        ),
-                                    )
-                                    .label(n.span, "not an axis of this input"),
-                                );
-                                return None;
-                            }
-                        }
-                    }
-                    _ => return bad_args(self, "at most one axis name: `2:4` or `2:4(k)`"),
-                };
-                if let Some(a) = shape.0.get(slot) {
-                    if !a.extent.is_multiple_of(4) {
-                        self.diags.push(
-                            Diagnostic::new(
-                                Code::FormatTwoFour,
-                                format!(
-                                    "2:4 sparsity needs the axis extent to be a multiple of 4, but {} is {}",
-                                    a.name.as_deref().map(|n| format!("`{n}`")).unwrap_or_else(|| format!("axis {slot}")),
-                                    a.extent
-                                ),
-                            )
-                            .label(f.span, format!("extent {} is not a multiple of 4", a.extent)),
-                        );
-                        return None;
-                    }
-                }
-                Some(Format::TwoFour { slot })
-            }
+            "2:4" => self.two_four_format(f, shape, rank),
             _ => {
                 let known = ["coo", "csr", "csc", "bsr", "2:4"];
                 let mut d =
@@ -366,6 +315,71 @@ impl Checker {
                 None
             }
         }
+    }
+
+    /// `@ 2:4` or `@ 2:4(axis)`: the grouped axis, whose extent must be a multiple of 4.
+    fn two_four_format(
+        &mut self,
+        f: &ast::FormatAnn,
+        shape: &Shape,
+        rank: usize,
+    ) -> Option<Format> {
+        if rank == 0 {
+            self.diags.push(
+                Diagnostic::new(Code::FormatRank, "format `2:4` needs rank 1 or more")
+                    .label(f.span, "scalar"),
+            );
+            return None;
+        }
+        let slot = match f.args.as_slice() {
+            [] => rank - 1,
+            [FormatArg::Name(n)] => {
+                match shape
+                    .0
+                    .iter()
+                    .position(|a| a.name.as_deref() == Some(&n.name))
+                {
+                    Some(s) => s,
+                    None => {
+                        self.diags.push(
+                            Diagnostic::new(
+                                Code::BadArgument,
+                                format!("`2:4({})` names an axis this input does not have", n.name),
+                            )
+                            .label(n.span, "not an axis of this input"),
+                        );
+                        return None;
+                    }
+                }
+            }
+            _ => {
+                self.diags.push(
+                    Diagnostic::new(
+                        Code::BadArgument,
+                        "format `2:4` takes at most one axis name: `2:4` or `2:4(k)`",
+                    )
+                    .label(f.span, "bad format arguments"),
+                );
+                return None;
+            }
+        };
+        if let Some(a) = shape.0.get(slot) {
+            if !a.extent.is_multiple_of(4) {
+                self.diags.push(
+                    Diagnostic::new(
+                        Code::FormatTwoFour,
+                        format!(
+                            "2:4 sparsity needs the axis extent to be a multiple of 4, but {} is {}",
+                            a.name.as_deref().map(|n| format!("`{n}`")).unwrap_or_else(|| format!("axis {slot}")),
+                            a.extent
+                        ),
+                    )
+                    .label(f.span, format!("extent {} is not a multiple of 4", a.extent)),
+                );
+                return None;
+            }
+        }
+        Some(Format::TwoFour { slot })
     }
 
     pub(super) fn init(&mut self, init: &ast::Init) -> Option<Init> {

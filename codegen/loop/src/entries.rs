@@ -38,22 +38,6 @@ pub fn stored_loops(
     fresh: &mut impl FnMut() -> VarId,
 ) -> (Vec<Loop>, Index, Vec<Coord>) {
     let shape = s.shape.clone();
-    let lp = |var: VarId, iter: Iter, parallel: bool| Loop {
-        var,
-        iter,
-        parallel,
-        vector: 1,
-        gpu: None,
-        body: Vec::new(),
-    };
-    let range = |e: u64| Iter::Range { extent: e };
-    let one = |v: VarId, e: u64| Coord {
-        atoms: vec![(v, e)],
-    };
-    let var_ix = |v: VarId, stride: i64, offset: i64| Index {
-        offset,
-        terms: vec![(v, stride)],
-    };
     let ptr = s.ptr.unwrap_or(s.idx);
     match s.layout {
         SparseLayout::Csr | SparseLayout::Csc => {
@@ -115,82 +99,126 @@ pub fn stored_loops(
             ];
             (loops, pos, coords)
         }
-        SparseLayout::Coo => {
-            // Entries `ptr[0] .. ptr[1]`; each coordinate is a singleton level reading the
-            // entry's row of `idx` (the compressed level's own coordinate is unused).
-            let n = shape.len() as i64;
-            let (p, unused) = (fresh(), fresh());
-            let mut loops = vec![lp(
-                p,
-                Iter::Compressed {
-                    ptr,
-                    ptr_index: Index {
-                        offset: 0,
-                        terms: Vec::new(),
-                    },
-                    crd: s.idx,
-                    coord: unused,
-                },
-                false,
-            )];
-            let mut coords = Vec::new();
-            for (k, &e) in shape.iter().enumerate() {
-                let v = fresh();
-                loops.push(lp(
-                    v,
-                    Iter::Singleton {
-                        crd: s.idx,
-                        pos_index: var_ix(p, n, k as i64),
-                    },
-                    false,
-                ));
-                coords.push(one(v, e));
-            }
-            (loops, var_ix(p, 1, 0), coords)
-        }
-        SparseLayout::TwoFour { axis } => {
-            // Range loops over the other axes (the rows, row-major), then the kept values.
-            let ext = shape[axis];
-            let words = ext.div_ceil(32) as i64;
-            let mut loops = Vec::new();
-            let mut coords = vec![Coord::default(); shape.len()];
-            let mut row = Index {
+        SparseLayout::Coo => coo_loops(s, ptr, fresh),
+        SparseLayout::TwoFour { axis } => two_four_loops(s, axis, fresh),
+    }
+}
+
+fn lp(var: VarId, iter: Iter, parallel: bool) -> Loop {
+    Loop {
+        var,
+        iter,
+        parallel,
+        vector: 1,
+        gpu: None,
+        body: Vec::new(),
+    }
+}
+
+fn range(e: u64) -> Iter {
+    Iter::Range { extent: e }
+}
+
+fn one(v: VarId, e: u64) -> Coord {
+    Coord {
+        atoms: vec![(v, e)],
+    }
+}
+
+fn var_ix(v: VarId, stride: i64, offset: i64) -> Index {
+    Index {
+        offset,
+        terms: vec![(v, stride)],
+    }
+}
+
+/// [`stored_loops`] for COO: the entries, then a singleton level per axis.
+fn coo_loops(
+    s: &SparseOperand,
+    ptr: crate::BufId,
+    fresh: &mut impl FnMut() -> VarId,
+) -> (Vec<Loop>, Index, Vec<Coord>) {
+    let shape = &s.shape;
+    // Entries `ptr[0] .. ptr[1]`; each coordinate is a singleton level reading the
+    // entry's row of `idx` (the compressed level's own coordinate is unused).
+    let n = shape.len() as i64;
+    let (p, unused) = (fresh(), fresh());
+    let mut loops = vec![lp(
+        p,
+        Iter::Compressed {
+            ptr,
+            ptr_index: Index {
                 offset: 0,
                 terms: Vec::new(),
-            };
-            let others: Vec<usize> = (0..shape.len()).filter(|&a| a != axis).collect();
-            let mut weight = 1i64;
-            let mut row_terms = Vec::new();
-            for &a in others.iter().rev() {
-                let v = fresh();
-                row_terms.push((v, weight, a));
-                weight *= shape[a] as i64;
-            }
-            row_terms.reverse();
-            for (i, &(v, w, a)) in row_terms.iter().enumerate() {
-                loops.push(lp(v, range(shape[a]), i == 0));
-                row.terms.push((v, w));
-                coords[a] = one(v, shape[a]);
-            }
-            let (kv, k) = (fresh(), fresh());
-            let scale = |ix: &Index, by: i64| Index {
-                offset: ix.offset * by,
-                terms: ix.terms.iter().map(|&(v, w)| (v, w * by)).collect(),
-            };
-            loops.push(lp(
-                kv,
-                Iter::TwoFour {
-                    groups: ext / 4,
-                    meta: s.idx,
-                    meta_index: scale(&row, words),
-                    coord: k,
-                },
-                false,
-            ));
-            coords[axis] = one(k, ext);
-            let mut pos = scale(&row, (ext / 2) as i64);
-            pos.terms.push((kv, 1));
-            (loops, pos, coords)
-        }
+            },
+            crd: s.idx,
+            coord: unused,
+        },
+        false,
+    )];
+    let mut coords = Vec::new();
+    for (k, &e) in shape.iter().enumerate() {
+        let v = fresh();
+        loops.push(lp(
+            v,
+            Iter::Singleton {
+                crd: s.idx,
+                pos_index: var_ix(p, n, k as i64),
+            },
+            false,
+        ));
+        coords.push(one(v, e));
     }
+    (loops, var_ix(p, 1, 0), coords)
+}
+
+/// [`stored_loops`] for 2:4 along `axis`: range loops over the other axes, then the kept values.
+fn two_four_loops(
+    s: &SparseOperand,
+    axis: usize,
+    fresh: &mut impl FnMut() -> VarId,
+) -> (Vec<Loop>, Index, Vec<Coord>) {
+    let shape = &s.shape;
+    // Range loops over the other axes (the rows, row-major), then the kept values.
+    let ext = shape[axis];
+    let words = ext.div_ceil(32) as i64;
+    let mut loops = Vec::new();
+    let mut coords = vec![Coord::default(); shape.len()];
+    let mut row = Index {
+        offset: 0,
+        terms: Vec::new(),
+    };
+    let others: Vec<usize> = (0..shape.len()).filter(|&a| a != axis).collect();
+    let mut weight = 1i64;
+    let mut row_terms = Vec::new();
+    for &a in others.iter().rev() {
+        let v = fresh();
+        row_terms.push((v, weight, a));
+        weight *= shape[a] as i64;
+    }
+    row_terms.reverse();
+    for (i, &(v, w, a)) in row_terms.iter().enumerate() {
+        loops.push(lp(v, range(shape[a]), i == 0));
+        row.terms.push((v, w));
+        coords[a] = one(v, shape[a]);
+    }
+    let (kv, k) = (fresh(), fresh());
+    let scale = |ix: &Index, by: i64| Index {
+        offset: ix.offset * by,
+        terms: ix.terms.iter().map(|&(v, w)| (v, w * by)).collect(),
+    };
+    loops.push(lp(
+        kv,
+        Iter::TwoFour {
+            groups: ext / 4,
+            meta: s.idx,
+            meta_index: scale(&row, words),
+            coord: k,
+        },
+        false,
+    ));
+    coords[axis] = one(k, ext);
+    let mut pos = scale(&row, (ext / 2) as i64);
+    pos.terms.push((kv, 1));
+    (loops, pos, coords)
 }

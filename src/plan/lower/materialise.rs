@@ -4,7 +4,8 @@
 use super::*;
 
 impl Planner<'_> {
-    pub(super) fn run(&mut self) -> Result<(), Diagnostic> {
+    /// A buffer per dense input, and the part buffers of each sparse one.
+    fn input_buffers(&mut self) {
         let p = self.p;
         for (i, inp) in p.inputs.iter().enumerate() {
             let elems = inp.ty.shape.n_elems().unwrap_or(0);
@@ -40,6 +41,11 @@ impl Planner<'_> {
                 }
             }
         }
+    }
+
+    pub(super) fn run(&mut self) -> Result<(), Diagnostic> {
+        let p = self.p;
+        self.input_buffers();
         // Consumers of every node, counted once per use, through `Var`s.
         let live = self.live_nodes();
         for &id in &live {

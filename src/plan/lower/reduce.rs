@@ -3,6 +3,33 @@
 
 use super::*;
 
+/// For an outer reduction: the input's innermost elementary axis of extent > 1 (kept, and at
+/// least 8 long) and the output's elementary axes of extent > 1, in order, ending with it;
+/// `None` when the reduction is not of that shape.
+fn outer_reduce_axes(r: &Recipe) -> Option<(usize, Vec<usize>)> {
+    let big = |i: usize| r.in_elems[i] > 1;
+    let inner = r
+        .in_groups
+        .iter()
+        .flatten()
+        .copied()
+        .rev()
+        .find(|&i| big(i))?;
+    if r.reduced.contains(&inner) || !r.reduced.iter().any(|&i| big(i)) {
+        return None;
+    }
+    let out_elems: Vec<usize> = r
+        .out_groups
+        .iter()
+        .flatten()
+        .filter_map(|o| match *o {
+            OutElem::In(i) if big(i) => Some(i),
+            _ => None,
+        })
+        .collect();
+    (out_elems.last() == Some(&inner) && r.in_elems[inner] >= 8).then_some((inner, out_elems))
+}
+
 impl Planner<'_> {
     /// A reduction over axes that are not the input's innermost one, where the output's innermost
     /// axis is the input's innermost: instead of one strided accumulator per output element, the
@@ -25,32 +52,9 @@ impl Planner<'_> {
             return Ok(None);
         }
         let big = |i: usize| r.in_elems[i] > 1;
-        // The input's innermost elementary axis (of extent > 1).
-        let Some(inner) = r
-            .in_groups
-            .iter()
-            .flatten()
-            .copied()
-            .rev()
-            .find(|&i| big(i))
-        else {
+        let Some((inner, out_elems)) = outer_reduce_axes(r) else {
             return Ok(None);
         };
-        if r.reduced.contains(&inner) || !r.reduced.iter().any(|&i| big(i)) {
-            return Ok(None);
-        }
-        let out_elems: Vec<usize> = r
-            .out_groups
-            .iter()
-            .flatten()
-            .filter_map(|o| match *o {
-                OutElem::In(i) if big(i) => Some(i),
-                _ => None,
-            })
-            .collect();
-        if out_elems.last() != Some(&inner) || r.in_elems[inner] < 8 {
-            return Ok(None);
-        }
         let x = self.resolve(*x);
         let buf = self.mat[&id];
         let dtype = elem_type(node.ty.dtype);
@@ -181,6 +185,23 @@ impl Planner<'_> {
                 dtype,
             ),
         };
+        Ok(Some(self.outer_reduce_kernels(
+            id,
+            buf,
+            (init, *op, count),
+            accumulate,
+        )))
+    }
+
+    /// The identity fill before an outer reduction's accumulation and, for `mean`, the
+    /// division after it.
+    fn outer_reduce_kernels(
+        &mut self,
+        id: NodeId,
+        buf: BufId,
+        (init, op, count): (f64, ReduceOp, u64),
+        accumulate: Kernel,
+    ) -> Vec<Kernel> {
         let init_kernel = self.fill_kernel(
             buf,
             &self.extents(id),
@@ -188,7 +209,7 @@ impl Planner<'_> {
             &format!("{} (init)", self.origin(id)),
         );
         let mut kernels = vec![init_kernel, accumulate];
-        if *op == ReduceOp::Mean {
+        if op == ReduceOp::Mean {
             let ext = self.extents(id);
             let scale = self.map_kernel(
                 buf,
@@ -198,7 +219,7 @@ impl Planner<'_> {
             );
             kernels.push(scale);
         }
-        Ok(Some(kernels))
+        kernels
     }
 
     /// `buf[...] = value` over a row-major buffer of extents `ext`.
