@@ -240,18 +240,23 @@ pub fn stored_nodes(
 /// calibrate from `bench/RESULTS.md` and the `spmm_bench` example (spec/language.md, "Sparse
 /// cost model").
 pub mod efficiency {
-    /// Dense GEMM (the `gemm` crate): about 0.9 of the AVX2 FMA ceiling.
+    /// Dense GEMM (tdsl's packing GEMM or the `gemm` crate): 0.84 of the peak measured at
+    /// 2048³ and 4096² × 256 on the Zen 5 VM with AVX-512 (bench/RESULTS.md).
     pub const DENSE_GEMM: f64 = 0.9;
-    /// BSR with both block extents at least [`BSR_LARGE_BLOCK`]: each block is a small GEMM.
-    pub const BSR_LARGE: f64 = 0.75;
-    /// BSR with both block extents at least [`BSR_MEDIUM_BLOCK`].
-    pub const BSR_MEDIUM: f64 = 0.45;
-    /// BSR with a smaller block: short inner loops, one index per few FMAs.
-    pub const BSR_SMALL: f64 = 0.2;
+    /// BSR with both block extents at least [`BSR_LARGE_BLOCK`]: each block is a small GEMM
+    /// (measured 0.42–0.69 of the AVX-512 peak at densities 0.5 to 0.1).
+    pub const BSR_LARGE: f64 = 0.5;
+    /// BSR with both block extents at least [`BSR_MEDIUM_BLOCK`] (scaled with `BSR_LARGE` when
+    /// the GEMM ceiling stopped being capped at the AVX2 rate; not measured since).
+    pub const BSR_MEDIUM: f64 = 0.3;
+    /// BSR with a smaller block: short inner loops, one index per few FMAs (scaled likewise).
+    pub const BSR_SMALL: f64 = 0.13;
     pub const BSR_LARGE_BLOCK: u64 = 16;
     pub const BSR_MEDIUM_BLOCK: u64 = 8;
-    /// 2:4: half the FMAs of a dense GEMM, with a gather of the kept columns per value.
-    pub const TWO_FOUR: f64 = 0.5;
+    /// 2:4: half the FMAs of a dense GEMM, decoded into the GEMM's panels (measured 0.36–0.41
+    /// of the peak: the decoding costs about what the skipped FMAs save, so on a CPU a 2:4
+    /// product is predicted, and measured, a little slower than dense).
+    pub const TWO_FOUR: f64 = 0.4;
     /// CSR and CSC: one index load and an indirect row of the dense operand per value.
     pub const CSR: f64 = 0.12;
     /// COO: CSR's work plus a second index and scattered writes.
