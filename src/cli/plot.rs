@@ -112,46 +112,9 @@ pub fn roofline(
     let peak = machine.peak_gflops.max(1e-9);
     let bw = machine.bandwidth_gbps.max(1e-9);
     let ridge = peak / bw;
-    let mut points: Vec<Point> = Vec::new();
-    let mut skipped: Vec<String> = Vec::new();
-    for (i, s) in cost.statements.iter().enumerate() {
-        let intensity = s.intensity();
-        if s.flops == 0 || intensity <= 0.0 {
-            skipped.push(s.name.clone());
-            continue;
-        }
-        let time = measured.get(i).copied().flatten().filter(|t| *t > 0.0);
-        let (gflops, is_measured) = match time {
-            Some(t) => (s.flops as f64 / t / 1e9, true),
-            None => (peak.min(bw * intensity), false),
-        };
-        let same = |p: &Point| {
-            p.measured == is_measured
-                && (p.intensity / intensity - 1.0).abs() < 1e-9
-                && (p.gflops / gflops - 1.0).abs() < 1e-9
-        };
-        match points.iter_mut().find(|p| same(p)) {
-            Some(p) => p.names.push(s.name.clone()),
-            None => points.push(Point {
-                names: vec![s.name.clone()],
-                intensity,
-                gflops,
-                measured: is_measured,
-            }),
-        }
-    }
+    let (points, skipped) = roofline_points(cost, measured, peak, bw);
 
-    // Ranges: whole decades around every point and the ridge.
-    let xs = points.iter().map(|p| p.intensity).chain([ridge]);
-    let x_lo = floor_pow10(xs.clone().fold(f64::INFINITY, f64::min) / 3.0);
-    let x_hi = ceil_pow10(xs.fold(0.0, f64::max) * 3.0);
-    let y_lo_pt = points
-        .iter()
-        .map(|p| p.gflops)
-        .fold(f64::INFINITY, f64::min)
-        .min(peak / 100.0);
-    let y_lo = floor_pow10(y_lo_pt / 3.0);
-    let y_hi = ceil_pow10(peak * 3.0);
+    let ((x_lo, x_hi), (y_lo, y_hi)) = roofline_ranges(&points, ridge, peak);
 
     let (width, height) = (960u32, 640u32);
     let mut svg = String::new();
@@ -262,36 +225,7 @@ pub fn roofline(
             let color = if p.measured { MEASURED } else { PREDICTED };
             labels.push((p.intensity, p.gflops, dx, dy, text, color));
         }
-        for measured_kind in [true, false] {
-            let color = if measured_kind { MEASURED } else { PREDICTED };
-            let pts: Vec<&Point> = points
-                .iter()
-                .filter(|p| p.measured == measured_kind)
-                .collect();
-            if pts.is_empty() {
-                continue;
-            }
-            let style = if measured_kind {
-                color.filled()
-            } else {
-                color.stroke_width(2)
-            };
-            let series = chart
-                .draw_series(
-                    pts.iter()
-                        .map(|p| Circle::new((p.intensity, p.gflops), 5, style)),
-                )
-                .map_err(&err)?;
-            if measured_kind {
-                series
-                    .label("measured: achieved FLOP/s in the last :time")
-                    .legend(move |(x, y)| Circle::new((x + 10, y), 5, color.filled()));
-            } else {
-                series
-                    .label("predicted: attainable bound (not timed)")
-                    .legend(move |(x, y)| Circle::new((x + 10, y), 5, color.stroke_width(2)));
-            }
-        }
+        draw_point_series(&mut chart, &points).map_err(&err)?;
         chart
             .draw_series(labels.into_iter().map(|(x, y, dx, dy, text, color)| {
                 EmptyElement::at((x, y))
@@ -315,6 +249,97 @@ pub fn roofline(
         root.present().map_err(&err)?;
     }
     write_svg(path, &svg)
+}
+
+/// The roofline's axis ranges: whole decades around every point, the ridge and the peak.
+fn roofline_ranges(points: &[Point], ridge: f64, peak: f64) -> ((f64, f64), (f64, f64)) {
+    let xs = points.iter().map(|p| p.intensity).chain([ridge]);
+    let x_lo = floor_pow10(xs.clone().fold(f64::INFINITY, f64::min) / 3.0);
+    let x_hi = ceil_pow10(xs.fold(0.0, f64::max) * 3.0);
+    let y_lo_pt = points
+        .iter()
+        .map(|p| p.gflops)
+        .fold(f64::INFINITY, f64::min)
+        .min(peak / 100.0);
+    let y_lo = floor_pow10(y_lo_pt / 3.0);
+    let y_hi = ceil_pow10(peak * 3.0);
+    ((x_lo, x_hi), (y_lo, y_hi))
+}
+
+/// A roofline's points (statements at the same place share one) and the statements that do no
+/// arithmetic and cannot be placed.
+fn roofline_points(
+    cost: &ProgramCost,
+    measured: &[Option<f64>],
+    peak: f64,
+    bw: f64,
+) -> (Vec<Point>, Vec<String>) {
+    let mut points: Vec<Point> = Vec::new();
+    let mut skipped: Vec<String> = Vec::new();
+    for (i, s) in cost.statements.iter().enumerate() {
+        let intensity = s.intensity();
+        if s.flops == 0 || intensity <= 0.0 {
+            skipped.push(s.name.clone());
+            continue;
+        }
+        let time = measured.get(i).copied().flatten().filter(|t| *t > 0.0);
+        let (gflops, is_measured) = match time {
+            Some(t) => (s.flops as f64 / t / 1e9, true),
+            None => (peak.min(bw * intensity), false),
+        };
+        let same = |p: &Point| {
+            p.measured == is_measured
+                && (p.intensity / intensity - 1.0).abs() < 1e-9
+                && (p.gflops / gflops - 1.0).abs() < 1e-9
+        };
+        match points.iter_mut().find(|p| same(p)) {
+            Some(p) => p.names.push(s.name.clone()),
+            None => points.push(Point {
+                names: vec![s.name.clone()],
+                intensity,
+                gflops,
+                measured: is_measured,
+            }),
+        }
+    }
+    (points, skipped)
+}
+
+/// The roofline's markers: measured (filled) and predicted (hollow), one legend entry for each
+/// kind present.
+fn draw_point_series<DB: DrawingBackend>(
+    chart: &mut ChartContext<'_, DB, Cartesian2d<LogCoord<f64>, LogCoord<f64>>>,
+    points: &[Point],
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    for measured_kind in [true, false] {
+        let color = if measured_kind { MEASURED } else { PREDICTED };
+        let pts: Vec<&Point> = points
+            .iter()
+            .filter(|p| p.measured == measured_kind)
+            .collect();
+        if pts.is_empty() {
+            continue;
+        }
+        let style = if measured_kind {
+            color.filled()
+        } else {
+            color.stroke_width(2)
+        };
+        let series = chart.draw_series(
+            pts.iter()
+                .map(|p| Circle::new((p.intensity, p.gflops), 5, style)),
+        )?;
+        if measured_kind {
+            series
+                .label("measured: achieved FLOP/s in the last :time")
+                .legend(move |(x, y)| Circle::new((x + 10, y), 5, color.filled()));
+        } else {
+            series
+                .label("predicted: attainable bound (not timed)")
+                .legend(move |(x, y)| Circle::new((x + 10, y), 5, color.stroke_width(2)));
+        }
+    }
+    Ok(())
 }
 
 /// The line under a roofline: statements that could not be placed.
@@ -384,6 +409,123 @@ fn place_label(
     first_inside.unwrap_or((9, -h - 2))
 }
 
+/// How the sparsity plot's cells map to elements.
+fn cell_desc(
+    format: Format,
+    (cell_r, cell_c): (usize, usize),
+    (unit_r, unit_c): (usize, usize),
+) -> String {
+    if cell_r == 1 && cell_c == 1 {
+        "one cell per element".to_string()
+    } else if matches!(format, Format::Bsr { .. }) && cell_r == unit_r && cell_c == unit_c {
+        format!("one cell per {cell_r}×{cell_c} block, shaded by its fill")
+    } else {
+        format!("one cell per {cell_r}×{cell_c} elements, shaded by the fraction nonzero")
+    }
+}
+
+/// The caption's count: stored blocks for BSR, nonzeros otherwise.
+fn stored_stats(
+    values: &[f64],
+    (rows, cols): (usize, usize),
+    format: Format,
+    nnz: usize,
+) -> String {
+    match format {
+        Format::Bsr { rows: br, cols: bc } => {
+            let (nbr, nbc) = (rows / br as usize, cols / bc as usize);
+            let mut stored = 0usize;
+            for bi in 0..nbr {
+                for bj in 0..nbc {
+                    let any = (0..br as usize).any(|i| {
+                        (0..bc as usize).any(|j| {
+                            values[(bi * br as usize + i) * cols + bj * bc as usize + j] != 0.0
+                        })
+                    });
+                    stored += usize::from(any);
+                }
+            }
+            format!(
+                "{} of {} blocks stored ({:.1}%), {} nonzeros",
+                group(stored as u128),
+                group((nbr * nbc) as u128),
+                100.0 * stored as f64 / (nbr * nbc).max(1) as f64,
+                group(nnz as u128)
+            )
+        }
+        _ => format!(
+            "{} of {} nonzero ({:.1}%)",
+            group(nnz as u128),
+            group(values.len() as u128),
+            100.0 * nnz as f64 / values.len().max(1) as f64
+        ),
+    }
+}
+
+/// Shade levels of the sparsity plot's cells (by the fraction filled).
+const LEVELS: usize = 8;
+
+/// From a pale blue (barely filled) to a dark blue (full).
+fn shade(l: usize) -> RGBColor {
+    let t = l as f64 / LEVELS as f64;
+    let mix = |a: f64, b: f64| (a + (b - a) * t).round() as u8;
+    RGBColor(mix(198.0, 8.0), mix(219.0, 48.0), mix(239.0, 107.0))
+}
+
+/// The grid of BSR block boundaries (drawn when there are at most 64 blocks each way).
+fn block_lines(
+    (rows, cols): (usize, usize),
+    (br, bc): (usize, usize),
+) -> Vec<PathElement<(f64, f64)>> {
+    let mut lines = Vec::new();
+    if rows / br > 64 || cols / bc > 64 {
+        return lines;
+    }
+    let line = GRID.stroke_width(1);
+    for r in (0..=rows).step_by(br) {
+        lines.push(PathElement::new(
+            [(0.0, r as f64), (cols as f64, r as f64)],
+            line,
+        ));
+    }
+    for c in (0..=cols).step_by(bc) {
+        lines.push(PathElement::new(
+            [(c as f64, 0.0), (c as f64, rows as f64)],
+            line,
+        ));
+    }
+    lines
+}
+
+/// The small shade key beside the sparsity plot.
+fn shade_key<DB: DrawingBackend>(
+    key: &DrawingArea<DB, Shift>,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    let key_x = 10;
+    let key_top = 16;
+    key.draw(&Text::new(
+        "fill",
+        (key_x, key_top - 4),
+        ("sans-serif", 13).into_font().color(&ROOF),
+    ))?;
+    for l in (1..=LEVELS).rev() {
+        let y = key_top + 14 + (LEVELS - l) as i32 * 14;
+        key.draw(&Rectangle::new(
+            [(key_x, y), (key_x + 14, y + 12)],
+            shade(l).filled(),
+        ))?;
+        if l == LEVELS || l == 1 || l == LEVELS / 2 {
+            let pct = 100 * l / LEVELS;
+            key.draw(&Text::new(
+                format!("≤{pct}%"),
+                (key_x + 20, y),
+                ("sans-serif", 12).into_font().color(&ROOF),
+            ))?;
+        }
+    }
+    Ok(())
+}
+
 /// Writes the nonzero pattern of a sparse tensor to `path`.
 ///
 /// The tensor is viewed as a matrix: its last axis across, all leading axes down. For BSR each
@@ -424,7 +566,6 @@ pub fn sparsity(
             }
         }
     }
-    const LEVELS: usize = 8;
     // Shade level per cell: 0 empty, else 1..=LEVELS by fill fraction.
     let level = |i: usize, j: usize| -> usize {
         let n = counts[i * n_c + j];
@@ -436,49 +577,9 @@ pub fn sparsity(
         let frac = n as f64 / (h * w);
         ((frac * LEVELS as f64).ceil() as usize).clamp(1, LEVELS)
     };
-    let shade = |l: usize| -> RGBColor {
-        // From a pale blue (barely filled) to a dark blue (full).
-        let t = l as f64 / LEVELS as f64;
-        let mix = |a: f64, b: f64| (a + (b - a) * t).round() as u8;
-        RGBColor(mix(198.0, 8.0), mix(219.0, 48.0), mix(239.0, 107.0))
-    };
 
-    let stats = match format {
-        Format::Bsr { rows: br, cols: bc } => {
-            let (nbr, nbc) = (rows / br as usize, cols / bc as usize);
-            let mut stored = 0usize;
-            for bi in 0..nbr {
-                for bj in 0..nbc {
-                    let any = (0..br as usize).any(|i| {
-                        (0..bc as usize).any(|j| {
-                            values[(bi * br as usize + i) * cols + bj * bc as usize + j] != 0.0
-                        })
-                    });
-                    stored += usize::from(any);
-                }
-            }
-            format!(
-                "{} of {} blocks stored ({:.1}%), {} nonzeros",
-                group(stored as u128),
-                group((nbr * nbc) as u128),
-                100.0 * stored as f64 / (nbr * nbc).max(1) as f64,
-                group(nnz as u128)
-            )
-        }
-        _ => format!(
-            "{} of {} nonzero ({:.1}%)",
-            group(nnz as u128),
-            group(values.len() as u128),
-            100.0 * nnz as f64 / values.len().max(1) as f64
-        ),
-    };
-    let cell_desc = if cell_r == 1 && cell_c == 1 {
-        "one cell per element".to_string()
-    } else if matches!(format, Format::Bsr { .. }) && cell_r == unit_r && cell_c == unit_c {
-        format!("one cell per {cell_r}×{cell_c} block, shaded by its fill")
-    } else {
-        format!("one cell per {cell_r}×{cell_c} elements, shaded by the fraction nonzero")
-    };
+    let stats = stored_stats(&values, (rows, cols), format, nnz);
+    let cell_desc = cell_desc(format, (cell_r, cell_c), (unit_r, unit_c));
 
     // Plot area shaped like the matrix, within sensible bounds; a column on the right for the
     // shade key.
@@ -565,24 +666,8 @@ pub fn sparsity(
         chart.draw_series(rects).map_err(&err)?;
         // Block boundaries for BSR when they are few enough to see.
         if let Format::Bsr { rows: br, cols: bc } = format {
-            let (br, bc) = (br as usize, bc as usize);
-            if rows / br <= 64 && cols / bc <= 64 {
-                let line = GRID.stroke_width(1);
-                let mut lines = Vec::new();
-                for r in (0..=rows).step_by(br) {
-                    lines.push(PathElement::new(
-                        [(0.0, r as f64), (cols as f64, r as f64)],
-                        line,
-                    ));
-                }
-                for c in (0..=cols).step_by(bc) {
-                    lines.push(PathElement::new(
-                        [(c as f64, 0.0), (c as f64, rows as f64)],
-                        line,
-                    ));
-                }
-                chart.draw_series(lines).map_err(&err)?;
-            }
+            let lines = block_lines((rows, cols), (br as usize, bc as usize));
+            chart.draw_series(lines).map_err(&err)?;
         }
         // Frame and a small shade key.
         chart
@@ -591,31 +676,7 @@ pub fn sparsity(
                 ROOF.stroke_width(1),
             )])
             .map_err(&err)?;
-        let key_x = 10;
-        let key_top = 16;
-        key.draw(&Text::new(
-            "fill",
-            (key_x, key_top - 4),
-            ("sans-serif", 13).into_font().color(&ROOF),
-        ))
-        .map_err(&err)?;
-        for l in (1..=LEVELS).rev() {
-            let y = key_top + 14 + (LEVELS - l) as i32 * 14;
-            key.draw(&Rectangle::new(
-                [(key_x, y), (key_x + 14, y + 12)],
-                shade(l).filled(),
-            ))
-            .map_err(&err)?;
-            if l == LEVELS || l == 1 || l == LEVELS / 2 {
-                let pct = 100 * l / LEVELS;
-                key.draw(&Text::new(
-                    format!("≤{pct}%"),
-                    (key_x + 20, y),
-                    ("sans-serif", 12).into_font().color(&ROOF),
-                ))
-                .map_err(&err)?;
-            }
-        }
+        shade_key(&key).map_err(&err)?;
         root.present().map_err(&err)?;
     }
     write_svg(path, &svg)

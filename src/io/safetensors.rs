@@ -135,6 +135,60 @@ pub fn write_safetensors(path: &Path, tensors: &[(&str, &Tensor)]) -> Result<(),
 // also be I64 when reading (converted with an overflow check). Padding past the last offset is
 // not written.
 
+/// Float storage as sparse values.
+fn sparse_values(s: Storage) -> tdsl_sparse::Values {
+    use tdsl_sparse::Values;
+    match s {
+        Storage::F32(v) => Values::F32(v),
+        Storage::F64(v) => Values::F64(v),
+        Storage::F16(v) => Values::F16(v),
+        Storage::BF16(v) => Values::BF16(v),
+    }
+}
+
+/// Extents joined by commas (`4096,4096`; empty for a scalar).
+fn parse_extents(text: &str) -> Option<Vec<usize>> {
+    if text.trim().is_empty() {
+        return Some(Vec::new());
+    }
+    text.split(',')
+        .map(|d| d.trim().parse::<usize>().ok())
+        .collect()
+}
+
+/// The index arrays of a 2:4 tensor along `axis`: its values and metadata shapes checked.
+type IndexReader<'a> = dyn FnMut(&str, usize) -> Result<(Vec<usize>, Vec<i32>), Diagnostic> + 'a;
+
+fn two_four_arrays(
+    name: &str,
+    shape: &[usize],
+    axis: usize,
+    values_shape: &[usize],
+    index: &mut IndexReader<'_>,
+    bad: &dyn Fn(String) -> Diagnostic,
+) -> Result<(tdsl_sparse::Layout, Vec<i32>, Vec<i32>), Diagnostic> {
+    let layout = tdsl_sparse::Layout::TwoFour { axis };
+    layout.check_shape(shape).map_err(|e| bad(e.to_string()))?;
+    let mut other: Vec<usize> = shape.to_vec();
+    let ext = other.remove(axis);
+    let mut want_values = other.clone();
+    want_values.push(ext / 2);
+    if values_shape != want_values {
+        return Err(bad(format!(
+            "`{name}.values` has shape {values_shape:?}, but a 2:4 tensor of shape {shape:?} along axis {axis} stores {want_values:?}"
+        )));
+    }
+    let (mshape, meta) = index("meta", other.len() + 1)?;
+    let mut want_meta = other;
+    want_meta.push(ext.div_ceil(32));
+    if mshape != want_meta {
+        return Err(bad(format!(
+            "`{name}.meta` has shape {mshape:?}, but {want_meta:?} metadata words are needed"
+        )));
+    }
+    Ok((layout, Vec::new(), meta))
+}
+
 /// Reads the sparse tensor `name` (stored as `name.values` and friends, see above). `Ok(None)`
 /// if the file has no tensor `name.values`. The arrays must pass
 /// [`tdsl_sparse::validate::validate`]; every problem is a diagnostic.
@@ -142,7 +196,7 @@ pub fn read_sparse_safetensors(
     path: &Path,
     name: &str,
 ) -> Result<Option<tdsl_sparse::SparseTensor>, Diagnostic> {
-    use tdsl_sparse::{Layout, SparseTensor, Values};
+    use tdsl_sparse::{Layout, SparseTensor};
     let (mut reader, data_start, metadata) = open(path)?;
     let values_name = format!("{name}.values");
     if metadata.info(&values_name).is_none() {
@@ -163,19 +217,11 @@ pub fn read_sparse_safetensors(
     let format = entry("format")?.clone();
     let shape_text = entry("shape")?.clone();
     let bad = |what: String| sparse_error(path, name, what);
-    let shape: Vec<usize> = if shape_text.trim().is_empty() {
-        Vec::new()
-    } else {
-        shape_text
-            .split(',')
-            .map(|d| d.trim().parse::<usize>())
-            .collect::<Result<_, _>>()
-            .map_err(|_| {
-                bad(format!(
-                    "`{name}.shape` = {shape_text:?} is not a list of extents like \"4096,4096\""
-                ))
-            })?
-    };
+    let shape = parse_extents(&shape_text).ok_or_else(|| {
+        bad(format!(
+            "`{name}.shape` = {shape_text:?} is not a list of extents like \"4096,4096\""
+        ))
+    })?;
     let mut read = |array: &str| {
         read_raw(
             &mut reader,
@@ -186,15 +232,7 @@ pub fn read_sparse_safetensors(
         )
     };
     let (values_shape, values) = match read("values")? {
-        (shape, Raw::Float(s)) => (
-            shape,
-            match s {
-                Storage::F32(v) => Values::F32(v),
-                Storage::F64(v) => Values::F64(v),
-                Storage::F16(v) => Values::F16(v),
-                Storage::BF16(v) => Values::BF16(v),
-            },
-        ),
+        (shape, Raw::Float(s)) => (shape, sparse_values(s)),
         (_, Raw::Int(_)) => {
             return Err(Diagnostic::new(
                 Code::DtypeMismatch,
@@ -229,15 +267,8 @@ pub fn read_sparse_safetensors(
         Ok((shape, v))
     };
     let one_d = |what: &str, shape: &[usize]| -> Result<(), Diagnostic> {
-        if shape.len() == 1 {
-            Ok(())
-        } else {
-            Err(sparse_error(
-                path,
-                name,
-                format!("`{name}.{what}` has shape {shape:?}, not 1-d"),
-            ))
-        }
+        let msg = || format!("`{name}.{what}` has shape {shape:?}, not 1-d");
+        (shape.len() == 1).then_some(()).ok_or_else(|| bad(msg()))
     };
     let (layout, ptr, idx) = match format.as_str() {
         "csr" | "csc" => {
@@ -290,28 +321,7 @@ pub fn read_sparse_safetensors(
             .strip_prefix("2:4:axis=")
             .and_then(|a| a.parse::<usize>().ok())
         {
-            Some(axis) => {
-                let layout = Layout::TwoFour { axis };
-                layout.check_shape(&shape).map_err(|e| bad(e.to_string()))?;
-                let mut other: Vec<usize> = shape.clone();
-                let ext = other.remove(axis);
-                let mut want_values = other.clone();
-                want_values.push(ext / 2);
-                if values_shape != want_values {
-                    return Err(bad(format!(
-                        "`{values_name}` has shape {values_shape:?}, but a 2:4 tensor of shape {shape:?} along axis {axis} stores {want_values:?}"
-                    )));
-                }
-                let (mshape, meta) = index("meta", other.len() + 1)?;
-                let mut want_meta = other;
-                want_meta.push(ext.div_ceil(32));
-                if mshape != want_meta {
-                    return Err(bad(format!(
-                        "`{name}.meta` has shape {mshape:?}, but {want_meta:?} metadata words are needed"
-                    )));
-                }
-                (layout, Vec::new(), meta)
-            }
+            Some(axis) => two_four_arrays(name, &shape, axis, &values_shape, &mut index, &bad)?,
             None => {
                 return Err(bad(format!(
                     "`{name}.format` = {f:?} is not one of coo, csr, csc, bsr, 2:4:axis=N"

@@ -30,6 +30,23 @@ fn outer_reduce_axes(r: &Recipe) -> Option<(usize, Vec<usize>)> {
     (out_elems.last() == Some(&inner) && r.in_elems[inner] >= 8).then_some((inner, out_elems))
 }
 
+/// `ix` with variable `v` split into `vo·t + vi`.
+fn split_var(ix: &Index, v: VarId, (vo, vi, t): (VarId, VarId, u64)) -> Index {
+    let mut terms = Vec::new();
+    for &(w, s) in &ix.terms {
+        if w == v {
+            terms.push((vo, s * t as i64));
+            terms.push((vi, s));
+        } else {
+            terms.push((w, s));
+        }
+    }
+    Index {
+        offset: ix.offset,
+        terms,
+    }
+}
+
 impl Planner<'_> {
     /// A reduction over axes that are not the input's innermost one, where the output's innermost
     /// axis is the input's innermost: instead of one strided accumulator per output element, the
@@ -135,21 +152,7 @@ impl Planner<'_> {
         let nest = self.env.pop().expect("root nest");
         let mut xe = cast_to(xe?, self.expr_ty(x), dtype.compute());
         if let Some((v, vo, vi, t)) = subst {
-            let split = |ix: &Index| -> Index {
-                let mut terms = Vec::new();
-                for &(w, s) in &ix.terms {
-                    if w == v {
-                        terms.push((vo, s * t as i64));
-                        terms.push((vi, s));
-                    } else {
-                        terms.push((w, s));
-                    }
-                }
-                Index {
-                    offset: ix.offset,
-                    terms,
-                }
-            };
+            let split = |ix: &Index| split_var(ix, v, (vo, vi, t));
             xe = xe.map_indices(&split);
             out_index = split(&out_index);
         }
