@@ -15,23 +15,14 @@ from __future__ import annotations
 
 import argparse
 import glob
-import json
 import os
-import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from timing import tdsl_bench  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DIRS = ["bench", "bench/layers", "bench/nonlinear", "bench/sparse"]
-
-
-def bench(tdsl: str, script: str, runs: int) -> dict:
-    out = subprocess.run(
-        [tdsl, "bench", script, "--json", "--runs", str(runs), "--threads", "2"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    return json.loads(out)
 
 
 def main() -> int:
@@ -51,7 +42,7 @@ def main() -> int:
     machine = ""
     for s in scripts:
         name = os.path.relpath(s, os.path.join(REPO, "bench"))
-        r = bench(args.tdsl, s, args.runs)
+        r = tdsl_bench(args.tdsl, s, args.runs)
         machine = r["machine"]
         meas, pred = r["run_ms_median"], r.get("predicted_ms")
         ratio = pred / meas if pred and meas > 0 else float("nan")
