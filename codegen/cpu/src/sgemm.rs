@@ -844,92 +844,81 @@ mod x86 {
     pub const MR256: usize = 6;
     pub const NR256: usize = 16;
 
-    /// 12×32 tile: 24 zmm accumulators, two B vectors and one broadcast per step.
-    ///
-    /// # Safety
-    /// AVX-512F is present; `a` holds the 12 rows of `kc` steps (packed, or `a_rs` apart); `b`
-    /// holds `kc*32` values; the tile at `c` (12 rows of 32 values, row stride `rs_c`) is
-    /// writable.
-    #[target_feature(enable = "avx512f")]
-    pub unsafe fn kernel_avx512<const PACKED: bool>(
-        kc: usize,
-        a: *const f32,
-        a_rs: isize,
-        b: *const f32,
-        c: *mut f32,
-        rs_c: isize,
-        add: bool,
-    ) {
-        // Packed: row i of step p at a[p*MR + i]; in place: at a[i*a_rs + p].
-        let (a_rs, a_step) = if PACKED { (1, MR512) } else { (a_rs, 1) };
-        let mut acc = [_mm512_setzero_ps(); 2 * MR512];
-        let (mut a, mut b) = (a, b);
-        for _ in 0..kc {
-            let b0 = _mm512_loadu_ps(b);
-            let b1 = _mm512_loadu_ps(b.add(16));
-            macro_rules! rows { ($($i:literal)*) => { $(
-                let x = _mm512_set1_ps(*a.offset($i * a_rs));
-                acc[2 * $i] = _mm512_fmadd_ps(x, b0, acc[2 * $i]);
-                acc[2 * $i + 1] = _mm512_fmadd_ps(x, b1, acc[2 * $i + 1]);
-            )* } }
-            rows!(0 1 2 3 4 5 6 7 8 9 10 11);
-            a = a.add(a_step);
-            b = b.add(NR512);
-        }
-        for i in 0..MR512 {
-            let p = c.offset(i as isize * rs_c);
-            let (mut v0, mut v1) = (acc[2 * i], acc[2 * i + 1]);
-            if add {
-                v0 = _mm512_add_ps(v0, _mm512_loadu_ps(p));
-                v1 = _mm512_add_ps(v1, _mm512_loadu_ps(p.add(16)));
+    /// One register-tiled micro-kernel: `MR` rows × two vectors of `W` lanes, `2·MR`
+    /// accumulators, two B vectors and one broadcast of A per step. Instantiated for AVX-512
+    /// and AVX2 below (the same loop over different intrinsics).
+    macro_rules! micro_kernel {
+        (
+            $(#[$doc:meta])*
+            $name:ident, $feature:literal, $mr:expr, $w:expr,
+            $zero:ident, $load:ident, $store:ident, $splat:ident, $fma:ident, $add:ident,
+            [$($i:literal)*]
+        ) => {
+            $(#[$doc])*
+            #[target_feature(enable = $feature)]
+            pub unsafe fn $name<const PACKED: bool>(
+                kc: usize,
+                a: *const f32,
+                a_rs: isize,
+                b: *const f32,
+                c: *mut f32,
+                rs_c: isize,
+                add: bool,
+            ) {
+                // Packed: row i of step p at a[p*MR + i]; in place: at a[i*a_rs + p].
+                let (a_rs, a_step) = if PACKED { (1, $mr) } else { (a_rs, 1) };
+                let mut acc = [$zero(); 2 * $mr];
+                let (mut a, mut b) = (a, b);
+                for _ in 0..kc {
+                    let b0 = $load(b);
+                    let b1 = $load(b.add($w));
+                    $(
+                        let x = $splat(*a.offset($i * a_rs));
+                        acc[2 * $i] = $fma(x, b0, acc[2 * $i]);
+                        acc[2 * $i + 1] = $fma(x, b1, acc[2 * $i + 1]);
+                    )*
+                    a = a.add(a_step);
+                    b = b.add(2 * $w);
+                }
+                for i in 0..$mr {
+                    let p = c.offset(i as isize * rs_c);
+                    let (mut v0, mut v1) = (acc[2 * i], acc[2 * i + 1]);
+                    if add {
+                        v0 = $add(v0, $load(p));
+                        v1 = $add(v1, $load(p.add($w)));
+                    }
+                    $store(p, v0);
+                    $store(p.add($w), v1);
+                }
             }
-            _mm512_storeu_ps(p, v0);
-            _mm512_storeu_ps(p.add(16), v1);
-        }
+        };
     }
 
-    /// 6×16 tile: 12 ymm accumulators, two B vectors and one broadcast per step.
-    ///
-    /// # Safety
-    /// AVX2 and FMA are present; `a` holds the 6 rows of `kc` steps (packed, or `a_rs` apart);
-    /// `b` holds `kc*16` values; the tile at `c` (6 rows of 16 values, row stride `rs_c`) is
-    /// writable.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn kernel_avx2<const PACKED: bool>(
-        kc: usize,
-        a: *const f32,
-        a_rs: isize,
-        b: *const f32,
-        c: *mut f32,
-        rs_c: isize,
-        add: bool,
-    ) {
-        let (a_rs, a_step) = if PACKED { (1, MR256) } else { (a_rs, 1) };
-        let mut acc = [_mm256_setzero_ps(); 2 * MR256];
-        let (mut a, mut b) = (a, b);
-        for _ in 0..kc {
-            let b0 = _mm256_loadu_ps(b);
-            let b1 = _mm256_loadu_ps(b.add(8));
-            macro_rules! rows { ($($i:literal)*) => { $(
-                let x = _mm256_set1_ps(*a.offset($i * a_rs));
-                acc[2 * $i] = _mm256_fmadd_ps(x, b0, acc[2 * $i]);
-                acc[2 * $i + 1] = _mm256_fmadd_ps(x, b1, acc[2 * $i + 1]);
-            )* } }
-            rows!(0 1 2 3 4 5);
-            a = a.add(a_step);
-            b = b.add(NR256);
-        }
-        for i in 0..MR256 {
-            let p = c.offset(i as isize * rs_c);
-            let (mut v0, mut v1) = (acc[2 * i], acc[2 * i + 1]);
-            if add {
-                v0 = _mm256_add_ps(v0, _mm256_loadu_ps(p));
-                v1 = _mm256_add_ps(v1, _mm256_loadu_ps(p.add(8)));
-            }
-            _mm256_storeu_ps(p, v0);
-            _mm256_storeu_ps(p.add(8), v1);
-        }
-    }
+    micro_kernel!(
+        /// 12×32 tile on zmm registers.
+        ///
+        /// # Safety
+        /// AVX-512F is present; `a` holds the 12 rows of `kc` steps (packed, or `a_rs` apart);
+        /// `b` holds `kc*32` values; the tile at `c` (12 rows of 32 values, row stride `rs_c`)
+        /// is writable.
+        kernel_avx512, "avx512f", MR512, 16,
+        _mm512_setzero_ps, _mm512_loadu_ps, _mm512_storeu_ps, _mm512_set1_ps, _mm512_fmadd_ps,
+        _mm512_add_ps,
+        [0 1 2 3 4 5 6 7 8 9 10 11]
+    );
+
+    micro_kernel!(
+        /// 6×16 tile on ymm registers.
+        ///
+        /// # Safety
+        /// AVX2 and FMA are present; `a` holds the 6 rows of `kc` steps (packed, or `a_rs`
+        /// apart); `b` holds `kc*16` values; the tile at `c` (6 rows of 16 values, row stride
+        /// `rs_c`) is writable.
+        kernel_avx2, "avx2,fma", MR256, 8,
+        _mm256_setzero_ps, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_set1_ps, _mm256_fmadd_ps,
+        _mm256_add_ps,
+        [0 1 2 3 4 5]
+    );
 }
 
 #[cfg(test)]
