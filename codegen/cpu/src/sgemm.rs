@@ -437,7 +437,7 @@ unsafe fn block_loops(
         let mut pc = 0;
         while pc < k {
             let kc = (k - pc).min(bl.kc);
-            pack_b(b, pc, kc, jc, nc, nr, pb);
+            pack_operand(b, false, (jc, nc), (pc, kc), nr, pb);
             let add = accumulate || pc > 0;
             let mut ic = rows.start;
             while ic < rows.end {
@@ -452,9 +452,11 @@ unsafe fn block_loops(
                 };
                 let full = mc / mr * mr;
                 match direct {
-                    Some(_) if full < mc => pack_a(a, ic + full, mc - full, pc, kc, mr, pa),
+                    Some(_) if full < mc => {
+                        pack_operand(a, true, (ic + full, mc - full), (pc, kc), mr, pa)
+                    }
                     Some(_) => {}
-                    None => pack_a(a, ic, mc, pc, kc, mr, pa),
+                    None => pack_operand(a, true, (ic, mc), (pc, kc), mr, pa),
                 }
                 let pa: &[f32] = pa;
                 let tile_at = |ir: usize, jr: usize, tile: &mut [f32]| {
@@ -654,39 +656,22 @@ unsafe fn pack<S: Widen>(
     }
 }
 
-/// Packs A's rows `i0..i0+mc`, columns `p0..p0+kc`.
-unsafe fn pack_a(
-    a: Src<'_>,
-    i0: usize,
-    mc: usize,
-    p0: usize,
-    kc: usize,
-    mr: usize,
+/// Packs an operand block into panels of `w` lines: A's rows `lines` and columns `steps`
+/// (`lines_are_rows`), or B's columns `lines` and rows `steps`.
+unsafe fn pack_operand(
+    x: Src<'_>,
+    lines_are_rows: bool,
+    (first_line, n_lines): (usize, usize),
+    (first_step, steps): (usize, usize),
+    w: usize,
     out: &mut [f32],
 ) {
-    match a.data {
-        SrcData::F32(d) => pack(d, &a, true, i0, mc, p0, kc, mr, out),
-        SrcData::F16(d) => pack(d, &a, true, i0, mc, p0, kc, mr, out),
-        SrcData::Bf16(d) => pack(d, &a, true, i0, mc, p0, kc, mr, out),
-        SrcData::TwoFour(t) => pack_two_four(&t, true, (i0, mc), (p0, kc), mr, out),
-    }
-}
-
-/// Packs B's rows `p0..p0+kc`, columns `j0..j0+nc`.
-unsafe fn pack_b(
-    b: Src<'_>,
-    p0: usize,
-    kc: usize,
-    j0: usize,
-    nc: usize,
-    nr: usize,
-    out: &mut [f32],
-) {
-    match b.data {
-        SrcData::F32(d) => pack(d, &b, false, j0, nc, p0, kc, nr, out),
-        SrcData::F16(d) => pack(d, &b, false, j0, nc, p0, kc, nr, out),
-        SrcData::Bf16(d) => pack(d, &b, false, j0, nc, p0, kc, nr, out),
-        SrcData::TwoFour(t) => pack_two_four(&t, false, (j0, nc), (p0, kc), nr, out),
+    let (l, n, p, k) = (first_line, n_lines, first_step, steps);
+    match x.data {
+        SrcData::F32(d) => pack(d, &x, lines_are_rows, l, n, p, k, w, out),
+        SrcData::F16(d) => pack(d, &x, lines_are_rows, l, n, p, k, w, out),
+        SrcData::Bf16(d) => pack(d, &x, lines_are_rows, l, n, p, k, w, out),
+        SrcData::TwoFour(t) => pack_two_four(&t, lines_are_rows, (l, n), (p, k), w, out),
     }
 }
 
