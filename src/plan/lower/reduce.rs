@@ -132,6 +132,15 @@ impl Planner<'_> {
             order.push((vo, ie / 64));
             inner_loops = vec![(vi, 64)];
             subst = Some((iv, vo, vi, 64));
+        } else if let Some((kv, t)) = self.kept_row_tile(r, &out_elems, &var) {
+            // The reduced axes lie outside the last kept one in memory (`a b c -> b c`): walking
+            // kept, reduced, inner would jump a whole slab per row. A tile of `t` kept rows
+            // moves inside the reduced loops, so each step reads `t` adjacent rows.
+            let (vo, vi) = (self.fresh_var(), self.fresh_var());
+            let last = order.pop().map_or(0, |(_, e)| e);
+            order.push((vo, last / t));
+            inner_loops.insert(0, (vi, t));
+            subst = Some((kv, vo, vi, t));
         }
         let parallel_ok = !order.is_empty();
         order.extend(reduced);
@@ -194,6 +203,33 @@ impl Planner<'_> {
             (init, *op, count),
             accumulate,
         )))
+    }
+
+    /// For an outer reduction whose reduced axes lie outside its last kept axis in the input's
+    /// memory order: that axis's variable and a tile of its rows (a divisor of its extent, the
+    /// tile about 16 KiB of input, at least two tiles) to walk inside the reduced loops.
+    fn kept_row_tile(
+        &self,
+        r: &Recipe,
+        out_elems: &[usize],
+        var: &BTreeMap<usize, (VarId, u64)>,
+    ) -> Option<(VarId, u64)> {
+        let [.., kept, inner] = out_elems else {
+            return None;
+        };
+        let pos = |i: usize| r.in_groups.iter().flatten().position(|&e| e == i);
+        let reduced_outside = r
+            .reduced
+            .iter()
+            .filter(|&&i| r.in_elems[i] > 1)
+            .all(|&i| pos(i) < pos(*kept));
+        let (kv, ke) = var[kept];
+        let row_bytes = r.in_elems[*inner] * 4;
+        let want = (16384 / row_bytes.max(1)).max(2);
+        let t = (2..=want.min(ke / 2))
+            .rev()
+            .find(|t| ke.is_multiple_of(*t))?;
+        reduced_outside.then_some((kv, t))
     }
 
     /// The identity fill before an outer reduction's accumulation and, for `mean`, the
