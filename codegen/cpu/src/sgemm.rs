@@ -392,7 +392,82 @@ unsafe fn block_product(
     let b_len = cols.len().min(bl.nc).div_ceil(nr) * nr * kc_max;
     PACKS.with_borrow_mut(|packs| {
         let (pa, pb, tile) = packs.reserve(a_len, b_len, mr * nr);
-        block_loops(kern, bl, rows, cols, k, c, a, b, accumulate, pa, pb, tile)
+        let mut jc = cols.start;
+        while jc < cols.end {
+            let nc = (cols.end - jc).min(bl.nc);
+            let mut pc = 0;
+            while pc < k {
+                let kc = (k - pc).min(bl.kc);
+                pack_operand(b, false, (jc, nc), (pc, kc), nr, pb);
+                let add = accumulate || pc > 0;
+                let mut ic = rows.start;
+                while ic < rows.end {
+                    let mc = (rows.end - ic).min(bl.mc);
+                    // An f32 A with contiguous rows is read in place (packing it would cost as
+                    // much as the product when n is small); only a ragged last panel is packed.
+                    // Not when its rows are a multiple of 4 KiB apart: all of a panel's rows would
+                    // fall into one L1 set (a 16384-wide A ran 3× slower in place).
+                    let direct = match a.data {
+                        SrcData::F32(d) if a.cs == 1 && (a.rs * 4) % 4096 != 0 => Some(d),
+                        _ => None,
+                    };
+                    let full = mc / mr * mr;
+                    match direct {
+                        Some(_) if full < mc => {
+                            pack_operand(a, true, (ic + full, mc - full), (pc, kc), mr, pa)
+                        }
+                        Some(_) => {}
+                        None => pack_operand(a, true, (ic, mc), (pc, kc), mr, pa),
+                    }
+                    let pa: &[f32] = pa;
+                    let tile_at = |ir: usize, jr: usize, tile: &mut [f32]| {
+                        let tr = (mc - ir * mr).min(mr);
+                        let (run, ap, a_rs) = match direct {
+                            Some(d) if tr == mr => {
+                                let at = a.off + (ic + ir * mr) as isize * a.rs + pc as isize;
+                                (kern.rows, d.as_ptr().offset(at), a.rs)
+                            }
+                            Some(_) => (kern.packed, pa.as_ptr(), 1),
+                            None => (kern.packed, pa.as_ptr().add(ir * mr * kc), 1),
+                        };
+                        let tc = (nc - jr * nr).min(nr);
+                        let bp = pb.as_ptr().add(jr * nr * kc);
+                        let cp = c.at(ic + ir * mr, jc + jr * nr);
+                        if tr == mr && tc == nr && c.cs == 1 {
+                            run(kc, ap, a_rs, bp, cp, c.rs, add);
+                        } else {
+                            run(kc, ap, a_rs, bp, tile.as_mut_ptr(), nr as isize, false);
+                            for i in 0..tr {
+                                for j in 0..tc {
+                                    let q = cp.offset(i as isize * c.rs + j as isize * c.cs);
+                                    let t = tile[i * nr + j];
+                                    *q = if add { *q + t } else { t };
+                                }
+                            }
+                        }
+                    };
+                    let (n_ir, n_jr) = (mc.div_ceil(mr), nc.div_ceil(nr));
+                    if n_jr <= JR_OUTER_MAX {
+                        // Few column panels: keep each B panel in L1 across the row panels.
+                        for jr in 0..n_jr {
+                            for ir in 0..n_ir {
+                                tile_at(ir, jr, tile);
+                            }
+                        }
+                    } else {
+                        // Keep each A panel in L1 across the column panels (B's block is in L2).
+                        for ir in 0..n_ir {
+                            for jr in 0..n_jr {
+                                tile_at(ir, jr, tile);
+                            }
+                        }
+                    }
+                    ic += mc;
+                }
+                pc += kc;
+            }
+            jc += nc;
+        }
     })
 }
 
@@ -411,101 +486,6 @@ impl Packs {
             }
         }
         (&mut self.0[..a], &mut self.1[..b], &mut self.2[..t])
-    }
-}
-
-/// [`block_product`]'s loops on its packing buffers.
-#[allow(clippy::too_many_arguments)]
-unsafe fn block_loops(
-    kern: Kernel,
-    bl: Blocking,
-    rows: std::ops::Range<usize>,
-    cols: std::ops::Range<usize>,
-    k: usize,
-    c: CView,
-    a: Src<'_>,
-    b: Src<'_>,
-    accumulate: bool,
-    pa: &mut [f32],
-    pb: &mut [f32],
-    tile: &mut [f32],
-) {
-    let (mr, nr) = (kern.mr, kern.nr);
-    let mut jc = cols.start;
-    while jc < cols.end {
-        let nc = (cols.end - jc).min(bl.nc);
-        let mut pc = 0;
-        while pc < k {
-            let kc = (k - pc).min(bl.kc);
-            pack_operand(b, false, (jc, nc), (pc, kc), nr, pb);
-            let add = accumulate || pc > 0;
-            let mut ic = rows.start;
-            while ic < rows.end {
-                let mc = (rows.end - ic).min(bl.mc);
-                // An f32 A with contiguous rows is read in place (packing it would cost as
-                // much as the product when n is small); only a ragged last panel is packed.
-                // Not when its rows are a multiple of 4 KiB apart: all of a panel's rows would
-                // fall into one L1 set (a 16384-wide A ran 3× slower in place).
-                let direct = match a.data {
-                    SrcData::F32(d) if a.cs == 1 && (a.rs * 4) % 4096 != 0 => Some(d),
-                    _ => None,
-                };
-                let full = mc / mr * mr;
-                match direct {
-                    Some(_) if full < mc => {
-                        pack_operand(a, true, (ic + full, mc - full), (pc, kc), mr, pa)
-                    }
-                    Some(_) => {}
-                    None => pack_operand(a, true, (ic, mc), (pc, kc), mr, pa),
-                }
-                let pa: &[f32] = pa;
-                let tile_at = |ir: usize, jr: usize, tile: &mut [f32]| {
-                    let tr = (mc - ir * mr).min(mr);
-                    let (run, ap, a_rs) = match direct {
-                        Some(d) if tr == mr => {
-                            let at = a.off + (ic + ir * mr) as isize * a.rs + pc as isize;
-                            (kern.rows, d.as_ptr().offset(at), a.rs)
-                        }
-                        Some(_) => (kern.packed, pa.as_ptr(), 1),
-                        None => (kern.packed, pa.as_ptr().add(ir * mr * kc), 1),
-                    };
-                    let tc = (nc - jr * nr).min(nr);
-                    let bp = pb.as_ptr().add(jr * nr * kc);
-                    let cp = c.at(ic + ir * mr, jc + jr * nr);
-                    if tr == mr && tc == nr && c.cs == 1 {
-                        run(kc, ap, a_rs, bp, cp, c.rs, add);
-                    } else {
-                        run(kc, ap, a_rs, bp, tile.as_mut_ptr(), nr as isize, false);
-                        for i in 0..tr {
-                            for j in 0..tc {
-                                let q = cp.offset(i as isize * c.rs + j as isize * c.cs);
-                                let t = tile[i * nr + j];
-                                *q = if add { *q + t } else { t };
-                            }
-                        }
-                    }
-                };
-                let (n_ir, n_jr) = (mc.div_ceil(mr), nc.div_ceil(nr));
-                if n_jr <= JR_OUTER_MAX {
-                    // Few column panels: keep each B panel in L1 across the row panels.
-                    for jr in 0..n_jr {
-                        for ir in 0..n_ir {
-                            tile_at(ir, jr, tile);
-                        }
-                    }
-                } else {
-                    // Keep each A panel in L1 across the column panels (B's block is in L2).
-                    for ir in 0..n_ir {
-                        for jr in 0..n_jr {
-                            tile_at(ir, jr, tile);
-                        }
-                    }
-                }
-                ic += mc;
-            }
-            pc += kc;
-        }
-        jc += nc;
     }
 }
 
