@@ -36,3 +36,9 @@ TDSL_FN float tdsl_rint(float x) { return rintf(x); }
 TDSL_FN float tdsl_shfl(float x, int off) { return __shfl_xor_sync(0xffffffffu, x, off); }
 TDSL_FN double tdsl_shfl(double x, int off) { return __shfl_xor_sync(0xffffffffu, x, off); }
 TDSL_FN void tdsl_syncwarp() { __syncwarp(); }
+
+// Blocks: one block per grid iteration for long rows (map.rs, `Split::Block`; 256 = map::BLOCK).
+#define TDSL_ROW_THREADS 256
+#define TDSL_ROW_WARPS 8
+#define TDSL_ROW_THREAD ((long long)threadIdx.x)
+TDSL_FN void tdsl_syncblock() { __syncthreads(); }

@@ -24,6 +24,12 @@ static tdsl_dim3 blockIdx, threadIdx, blockDim, gridDim;
 TDSL_FN float tdsl_shfl(float x, int) { return x; }
 TDSL_FN double tdsl_shfl(double x, int) { return x; }
 TDSL_FN void tdsl_syncwarp() {}
+// A block row of one thread: its shared memory is a static array, its barrier does nothing.
+#define TDSL_ROW_THREADS 1
+#define TDSL_ROW_WARPS 1
+#define TDSL_ROW_THREAD 0LL
+#define __shared__ static
+TDSL_FN void tdsl_syncblock() {}
 
 TDSL_FN float tdsl_bits_f32(unsigned int u) { float f; memcpy(&f, &u, 4); return f; }
 TDSL_FN unsigned int tdsl_f32_bits(float f) { unsigned int u; memcpy(&u, &f, 4); return u; }

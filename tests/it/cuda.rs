@@ -110,6 +110,19 @@ fn snapshot_softmax_rows_one_warp_per_row() {
     ));
 }
 
+#[test]
+fn snapshot_layer_norm_rows_one_block_per_row() {
+    // Rows of 1024 or more elements are one block's: the warps' partial sums meet in shared
+    // memory.
+    insta::assert_snapshot!(kernel_text(
+        "input x: f32[n=3, d=1024] = randn(seed=0)\n\
+         c = x - reduce(x, 'n d -> n 1', 'mean')\n\
+         y = c / sqrt(reduce(c * c, 'n d -> n 1', 'mean') + 1e-5)\n\
+         output y\n",
+        0
+    ));
+}
+
 /// The kernels of every statement of `script`, without the prelude.
 fn all_kernels(script: &str) -> String {
     let plan = plan(script).expect("plans");

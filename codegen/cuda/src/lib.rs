@@ -19,7 +19,7 @@ pub mod tensor;
 use tdsl_loop::{data, Data, LibCall, LoopProgram};
 
 pub use device::CudaBackend;
-pub use map::{map_program, map_program_with, Launch, Step};
+pub use map::{map_program, map_program_with, Launch, Split, Step};
 
 /// The CUDA C++ translation unit of `p`: every kernel of the program, each launch with its
 /// shape as a comment, after the device prelude. What `tdsl emit --target cuda` prints and

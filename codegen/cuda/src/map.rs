@@ -19,11 +19,12 @@
 //!    range loops of 32 or more iterations under the grid) runs one *warp* per grid iteration
 //!    ([`Launch::warp`], [`warp_ok`]): its top-level loops are split across the 32 lanes, each
 //!    accumulator updated in such a loop is combined across the warp with shuffles, and lanes
-//!    meet at `__syncwarp` after each loop that stores. Everything else is one thread per
+//!    meet at `__syncwarp` after each loop that stores. A row whose loops run [`BLOCK_ROW`] or
+//!    more iterations is a whole block's ([`Split::Block`]): the same split over 256 threads, the
+//!    warps' partial results combined in shared memory. Everything else is one thread per
 //!    iteration.
 //!
-//! Shared-memory tiles, block-level reduction trees and coalesced transposes through shared
-//! memory are not generated yet.
+//! Shared-memory tiles for coalesced transposes are not generated yet.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -57,15 +58,33 @@ pub struct Launch {
     pub body: Vec<Stmt>,
     /// Every buffer the launch touches, in id order (the kernel's parameters).
     pub params: Vec<BufId>,
-    /// One warp per grid iteration, its top-level loops split across the lanes.
-    pub warp: bool,
+    /// Who runs one grid iteration: one thread, or a warp or a block whose threads split its
+    /// top-level loops.
+    pub split: Split,
     /// A library call on tensor cores (`kernels/mma.cuh`): `grid` and `body` are empty and the
     /// launch is one block of [`crate::tensor::THREADS`] threads per output tile.
     pub lib: Option<crate::tensor::TensorCore>,
 }
 
+/// Who runs one iteration of a launch's grid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Split {
+    /// One thread.
+    Thread,
+    /// One warp: top-level loops split across its lanes, reductions combined by shuffles.
+    Warp,
+    /// One block of [`BLOCK`] threads, for rows of [`BLOCK_ROW`] or more elements: more threads
+    /// per row keep more loads in flight, and the block's rows (8 per SM at 256 threads) fit in
+    /// L1, so a second pass over a row (softmax's and layer norm's) reads L1, not memory.
+    /// Reductions are combined by shuffles, then across warps in shared memory.
+    Block,
+}
+
 /// Lanes of a warp on the device.
 pub const WARP: u64 = 32;
+
+/// The shortest top-level loop that makes a row a whole block's work ([`Split::Block`]).
+pub const BLOCK_ROW: u64 = 1024;
 
 /// Threads per block of every launch (a multiple of the warp size).
 pub const BLOCK: u64 = 256;
@@ -83,7 +102,8 @@ impl Launch {
         self.shape_for(WARP)
     }
 
-    /// (blocks, threads per block) for a warp of `warp` lanes (1 in the host emulation).
+    /// (blocks, threads per block) for a warp of `warp` lanes (1 in the host emulation, whose
+    /// block rows are one thread too).
     pub fn shape_for(&self, warp: u64) -> (u64, u64) {
         if let Some(tc) = &self.lib {
             return (tc.blocks(), crate::tensor::THREADS);
@@ -91,7 +111,14 @@ impl Launch {
         if self.grid.is_empty() {
             return (1, 1);
         }
-        let lanes = if self.warp { warp } else { 1 };
+        let lanes = match self.split {
+            Split::Thread => 1,
+            Split::Warp => warp,
+            Split::Block => {
+                let threads = if warp == 1 { 1 } else { BLOCK };
+                return (self.iterations().min(MAX_BLOCKS), threads);
+            }
+        };
         let n = self.iterations().saturating_mul(lanes);
         let block = n.next_multiple_of(32).min(BLOCK);
         (n.div_ceil(block).min(MAX_BLOCKS), block)
@@ -129,7 +156,7 @@ pub fn map_program_with(p: &LoopProgram, tensor_cores: bool) -> (LoopProgram, Ve
                 grid: Vec::new(),
                 body: Vec::new(),
                 params: tc.params(),
-                warp: false,
+                split: Split::Thread,
                 lib: Some(tc.clone()),
             }));
             continue;
@@ -137,14 +164,17 @@ pub fn map_program_with(p: &LoopProgram, tensor_cores: bool) -> (LoopProgram, Ve
         let mut n = 0usize;
         let mut launch = |grid: Vec<(VarId, u64)>, body: Vec<Stmt>, steps: &mut Vec<Step>| {
             let params = stmt_buffers(&body).into_iter().collect();
-            let warp = !grid.is_empty() && warp_ok(&body);
+            let split = match grid.is_empty() {
+                true => Split::Thread,
+                false => split_of(&body),
+            };
             steps.push(Step::Launch(Launch {
                 name: format!("{}_{n}", k.name),
                 kernel: ki,
                 grid,
                 body,
                 params,
-                warp,
+                split,
                 lib: None,
             }));
             n += 1;
@@ -361,6 +391,23 @@ fn nest_is_safe(chain: &[&Loop]) -> bool {
             .all(|ix| injective(ix, &mapped, &a.extents))
 }
 
+/// Who runs one iteration whose body is `body`: a block when it is warp work ([`warp_ok`]) with a
+/// top-level loop of [`BLOCK_ROW`] or more iterations, a warp when it is warp work, else a thread.
+pub fn split_of(body: &[Stmt]) -> Split {
+    if !warp_ok(body) {
+        return Split::Thread;
+    }
+    let long = body.iter().any(|s| match s {
+        Stmt::Loop(l) => matches!(l.iter, Iter::Range { extent } if extent >= BLOCK_ROW),
+        _ => false,
+    });
+    if long {
+        Split::Block
+    } else {
+        Split::Warp
+    }
+}
+
 /// Whether the body of a grid iteration can run as one warp: it has a top-level range loop of
 /// at least [`WARP`] iterations, every top-level loop is a range loop of range loops, the
 /// accumulators updated inside them are combined by `+ * max min` (never overwritten) and not
@@ -517,6 +564,10 @@ mod tests {
             store(ix(&[]), Expr::Acc(a0)),
         ];
         assert!(warp_ok(&sum));
+        assert_eq!(split_of(&sum), Split::Warp);
+        // A row of BLOCK_ROW elements is a block's work, a running sum no one's.
+        let long = vec![let_a0.clone(), lp(1, BLOCK_ROW, vec![add.clone()])];
+        assert_eq!(split_of(&long), Split::Block);
         // Too short a row to be worth a warp.
         assert!(!warp_ok(&[let_a0.clone(), lp(1, 8, vec![add.clone()])]));
         // A running sum reads the accumulator inside the loop: partial values on each lane.
@@ -525,6 +576,7 @@ mod tests {
             lp(1, 64, vec![add, store(ix(&[(1, 1)]), Expr::Acc(a0))]),
         ];
         assert!(!warp_ok(&running));
+        assert_eq!(split_of(&running), Split::Thread);
         // y[i + 1] = 2·y[i]: carried through memory from one lane to the next.
         let carried = vec![lp(
             1,

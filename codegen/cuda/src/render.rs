@@ -14,7 +14,7 @@ use std::fmt::Write;
 
 use tdsl_loop::{AccId, AccOp, BinOp, ElemType, Expr, Index, Iter, LoopProgram, Stmt, UnOp};
 
-use crate::map::{Launch, Step};
+use crate::map::{Launch, Split, Step};
 
 /// The device prelude (no CUDA headers needed).
 pub const CUDA_PRELUDE: &str = include_str!("../../../kernels/cuda.cuh");
@@ -105,7 +105,11 @@ pub fn render_launch(p: &LoopProgram, l: &Launch) -> String {
             "// launch: <<<{blocks}, {threads}>>>, grid-stride over {} = {} iterations{}",
             ext.join(" x "),
             l.iterations(),
-            if l.warp { ", one warp each" } else { "" }
+            match l.split {
+                Split::Thread => "",
+                Split::Warp => ", one warp each",
+                Split::Block => ", one block each",
+            }
         );
     }
     let writes = writes(&l.body);
@@ -124,15 +128,23 @@ pub fn render_launch(p: &LoopProgram, l: &Launch) -> String {
         r.stmts(&l.body);
     } else {
         let n = l.iterations();
-        if l.warp {
-            r.line("const long long lane = TDSL_LANE;");
-            r.line(&format!(
-                "for (long long gi = TDSL_THREAD / TDSL_WARP; gi < {n}LL; gi += TDSL_STRIDE / TDSL_WARP) {{"
-            ));
-        } else {
-            r.line(&format!(
+        match l.split {
+            Split::Thread => r.line(&format!(
                 "for (long long gi = TDSL_THREAD; gi < {n}LL; gi += TDSL_STRIDE) {{"
-            ));
+            )),
+            Split::Warp => {
+                r.line("const long long lane = TDSL_LANE;");
+                r.line(&format!(
+                    "for (long long gi = TDSL_THREAD / TDSL_WARP; gi < {n}LL; gi += TDSL_STRIDE / TDSL_WARP) {{"
+                ));
+            }
+            Split::Block => {
+                r.line("const long long lane = TDSL_ROW_THREAD;");
+                r.line("__shared__ double tdsl_red[TDSL_ROW_WARPS];");
+                r.line(&format!(
+                    "for (long long gi = blockIdx.x; gi < {n}LL; gi += gridDim.x) {{"
+                ));
+            }
         }
         r.depth += 1;
         let mut inner = 1u64;
@@ -145,10 +157,9 @@ pub fn render_launch(p: &LoopProgram, l: &Launch) -> String {
             r.line(&format!("const long long v{} = {div} % {e}LL;", v.0));
             inner = inner.saturating_mul(e);
         }
-        if l.warp {
-            r.warp_stmts(&l.body);
-        } else {
-            r.stmts(&l.body);
+        match l.split {
+            Split::Thread => r.stmts(&l.body),
+            Split::Warp | Split::Block => r.split_stmts(&l.body, l.split),
         }
         r.depth -= 1;
         r.line("}");
@@ -293,11 +304,17 @@ impl Renderer<'_> {
         }
     }
 
-    /// The body of a grid iteration run by a whole warp (`Launch::warp`): top-level loops are
-    /// split across the lanes; an accumulator updated in one starts at its identity on every
-    /// lane but lane 0 and is combined across the warp after it (butterfly shuffles, so every
-    /// lane ends with the total); lanes meet after every store.
-    fn warp_stmts(&mut self, stmts: &[Stmt]) {
+    /// The body of a grid iteration run by a whole warp or block (`Launch::split`): top-level
+    /// loops are split across the threads; an accumulator updated in one starts at its identity
+    /// on every thread but thread 0 and is combined after it: across the warp by butterfly
+    /// shuffles (so every lane ends with the warp's total), then, for a block, through shared
+    /// memory (every thread combines the warps' totals in warp order, so all agree); threads
+    /// meet after every store.
+    fn split_stmts(&mut self, stmts: &[Stmt], split: Split) {
+        let (stride, sync) = match split {
+            Split::Block => ("TDSL_ROW_THREADS", "tdsl_syncblock();"),
+            _ => ("TDSL_WARP", "tdsl_syncwarp();"),
+        };
         let n_accs = self.accs.len();
         for s in stmts {
             match s {
@@ -316,28 +333,44 @@ impl Renderer<'_> {
                         ));
                     }
                     let v = l.var.0;
+                    // Several loads in flight per thread: the loop's iterations are independent.
+                    self.line("#pragma unroll 4");
                     self.line(&format!(
-                        "for (long long v{v} = lane; v{v} < {extent}LL; v{v} += TDSL_WARP) {{"
+                        "for (long long v{v} = lane; v{v} < {extent}LL; v{v} += {stride}) {{"
                     ));
                     self.depth += 1;
                     self.stmts(&l.body);
                     self.depth -= 1;
                     self.line("}");
                     for (a, op) in &updates {
+                        let t = compute_c(self.acc_ty(*a));
                         let a = a.0;
-                        let other = format!("tdsl_shfl(a{a}, off)");
-                        let combined = match op {
+                        let combine = |other: &str| match op {
                             AccOp::Add => format!("a{a} + {other}"),
                             AccOp::Mul => format!("a{a} * {other}"),
                             AccOp::Max => format!("t_max(a{a}, {other})"),
                             AccOp::Min | AccOp::Set => format!("t_min(a{a}, {other})"),
                         };
                         self.line(&format!(
-                            "for (int off = TDSL_WARP / 2; off > 0; off /= 2) a{a} = {combined};"
+                            "for (int off = TDSL_WARP / 2; off > 0; off /= 2) a{a} = {};",
+                            combine(&format!("tdsl_shfl(a{a}, off)"))
                         ));
+                        if split == Split::Block {
+                            // Exact: an f32 total round-trips through the f64 slot.
+                            self.line(&format!(
+                                "if (lane % TDSL_WARP == 0) tdsl_red[lane / TDSL_WARP] = a{a};"
+                            ));
+                            self.line("tdsl_syncblock();");
+                            self.line(&format!("a{a} = ({t})tdsl_red[0];"));
+                            self.line(&format!(
+                                "for (int w = 1; w < TDSL_ROW_WARPS; w++) a{a} = {};",
+                                combine(&format!("({t})tdsl_red[w]"))
+                            ));
+                            self.line("tdsl_syncblock();");
+                        }
                     }
                     if !writes(std::slice::from_ref(s)).is_empty() {
-                        self.line("tdsl_syncwarp();");
+                        self.line(sync);
                     }
                 }
                 Stmt::Store { .. } => {
@@ -346,7 +379,7 @@ impl Renderer<'_> {
                     self.stmt(s);
                     self.depth -= 1;
                     self.line("}");
-                    self.line("tdsl_syncwarp();");
+                    self.line(sync);
                 }
                 other => self.stmt(other),
             }
@@ -545,5 +578,20 @@ fn binary_name(op: BinOp) -> &'static str {
         BinOp::Ge => "t_ge",
         BinOp::Eq => "t_eq",
         BinOp::Ne => "t_ne",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn block_rows_in_the_preludes_match_the_mapping_pass() {
+        let warps = crate::map::BLOCK / crate::map::WARP;
+        assert!(CUDA_PRELUDE.contains(&format!("#define TDSL_ROW_THREADS {}\n", crate::map::BLOCK)));
+        assert!(CUDA_PRELUDE.contains(&format!("#define TDSL_ROW_WARPS {warps}\n")));
+        // The emulator's block row is one thread (Launch::shape_for(1)).
+        assert!(HOST_PRELUDE.contains("#define TDSL_ROW_THREADS 1\n"));
+        assert!(HOST_PRELUDE.contains("#define TDSL_ROW_WARPS 1\n"));
     }
 }
