@@ -1,5 +1,5 @@
 // Tensor-core products, specialised by tdsl-cuda's mapping pass (codegen/cuda/src/tensor.rs) for
-// every `gemm` and 2:4 `spmm` whose operands are f16 or bf16 (shared/GPU.md §2 has the fragment
+// every `gemm`, 2:4 `spmm` and BSR `spmm` whose operands are f16 or bf16 (shared/GPU.md §2 has the fragment
 // maps; bench/gpu/probe_mma.cu checked them on an H200). Each generated wrapper computes its
 // batch offsets and calls one of the templates below with compile-time shapes and strides.
 //
@@ -87,13 +87,13 @@ template <int BN> TDSL_FN void tdsl_tc_tile(long long tile, int M, int N, int &m
   n0 = (r / rows) * BN;
 }
 
-// The accumulators of one warp (64 x 8 NI) into C.
-template <int OUT, int NI, typename CT>
-TDSL_FN void tdsl_tc_epilogue(float (&acc)[4][NI][4], CT *C, int M, int N, long long ldm, long long ldn, bool accumulate,
+// The accumulators of one warp (16 MI x 8 NI) into C.
+template <int OUT, int MI, int NI, typename CT>
+TDSL_FN void tdsl_tc_epilogue(float (&acc)[MI][NI][4], CT *C, int M, int N, long long ldm, long long ldn, bool accumulate,
                               int row0, int col0) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 #pragma unroll
-  for (int mi = 0; mi < 4; mi++)
+  for (int mi = 0; mi < MI; mi++)
 #pragma unroll
     for (int ni = 0; ni < NI; ni++)
 #pragma unroll
@@ -103,20 +103,21 @@ TDSL_FN void tdsl_tc_epilogue(float (&acc)[4][NI][4], CT *C, int M, int N, long 
       }
 }
 
-// Dense: BK = 32, 3 stages in dynamic shared memory (TDSL_TC_GEMM_SMEM bytes): A 128 x 32 and
-// B BN x 32 halves per stage. 8 warps as 2 x 4, each 64 x (BN / 4). The mapping pass uses
+// Dense: BK of 32 or 64, STAGES in dynamic shared memory (TDSL_TC_GEMM_SMEM bytes): A 128 x BK
+// and B BN x BK halves per stage. 8 warps as 2 x 4, each 64 x (BN / 4). The mapping pass uses
 // BN = 128 (64 x 32 warp tiles, 2 blocks per SM); BN = 256 (64 x 64 warp tiles, 212 registers,
 // 1 block per SM) measured slower on an H200 (bench/RESULTS.md) and is kept as a parameter.
-#define TDSL_TC_GEMM_STAGES 3
-#define TDSL_TC_GEMM_SMEM(BN) (TDSL_TC_GEMM_STAGES * (TDSL_TC_BM + (BN)) * 32 * 2)
-template <int IN, bool B_KN, int OUT, int BN, typename CT>
+#define TDSL_TC_GEMM_SMEM(BN, BK, STAGES) ((STAGES) * (TDSL_TC_BM + (BN)) * (BK) * 2)
+template <int CH> TDSL_FN int tdsl_sw(int r, int c) { return r * CH + (c ^ ((r / (8 / CH)) & (CH - 1))); }
+template <int IN, bool B_KN, int OUT, int BN, int BK, int STAGES, typename CT>
 TDSL_FN void tdsl_tc_gemm(const unsigned short *__restrict__ A, const unsigned short *__restrict__ B, CT *__restrict__ C,
                           long long tile, int M, int N, int K, long long lda, long long ldb, long long ldm, long long ldn,
                           bool accumulate) {
-  constexpr int BK = 32, STAGES = TDSL_TC_GEMM_STAGES, NI = BN / 32, BCH = BN / 8;
-  // Chunks of 8 halves: A [128 rows][4], B [BN n][4] (k-contiguous) or [32 k][BN / 8] (n-contiguous).
+  constexpr int NI = BN / 32, BCH = BN / 8, CH = BK / 8;
+  static_assert(BK == 32 || BK == 64, "BK of 32 or 64");
+  // Chunks of 8 halves: A [128 rows][CH], B [BN n][CH] (k-contiguous) or [BK k][BN / 8] (n-contiguous).
   extern __shared__ __align__(128) uint4 tdsl_smem_dyn[];
-  uint4 *sA = tdsl_smem_dyn, *sB = tdsl_smem_dyn + STAGES * TDSL_TC_BM * 4;
+  uint4 *sA = tdsl_smem_dyn, *sB = tdsl_smem_dyn + STAGES * TDSL_TC_BM * CH;
   int m0, n0;
   tdsl_tc_tile<BN>(tile, M, N, m0, n0);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -125,23 +126,23 @@ TDSL_FN void tdsl_tc_gemm(const unsigned short *__restrict__ A, const unsigned s
 
   auto load = [&](int stage, int kt) {
     const int k0 = kt * BK;
-    uint4 *a_st = sA + stage * TDSL_TC_BM * 4, *b_st = sB + stage * BN * 4;
+    uint4 *a_st = sA + stage * TDSL_TC_BM * CH, *b_st = sB + stage * BN * CH;
 #pragma unroll
-    for (int j = 0; j < 2; j++) {  // A: 512 chunks
+    for (int j = 0; j < TDSL_TC_BM * CH / TDSL_TC_THREADS; j++) {  // A: 128 x CH chunks
       const int q = tid + j * TDSL_TC_THREADS;
-      const int r = q >> 2, c = q & 3;
+      const int r = q / CH, c = q % CH;
       const bool ok = m0 + r < M && k0 + c * 8 < K;
       const unsigned short *src = ok ? A + (long long)(m0 + r) * lda + k0 + c * 8 : A;
-      tdsl_cp16(tdsl_smem(&a_st[r * 4 + (c ^ ((r >> 1) & 3))]), src, ok);
+      tdsl_cp16(tdsl_smem(&a_st[tdsl_sw<CH>(r, c)]), src, ok);
     }
 #pragma unroll
-    for (int j = 0; j < BN * 4 / TDSL_TC_THREADS; j++) {  // B: BN * 4 chunks
+    for (int j = 0; j < BN * CH / TDSL_TC_THREADS; j++) {  // B: BN x CH chunks
       const int q = tid + j * TDSL_TC_THREADS;
       if (!B_KN) {
-        const int r = q >> 2, c = q & 3;
+        const int r = q / CH, c = q % CH;
         const bool ok = n0 + r < N && k0 + c * 8 < K;
         const unsigned short *src = ok ? B + (long long)(n0 + r) * ldb + k0 + c * 8 : B;
-        tdsl_cp16(tdsl_smem(&b_st[r * 4 + (c ^ ((r >> 1) & 3))]), src, ok);
+        tdsl_cp16(tdsl_smem(&b_st[tdsl_sw<CH>(r, c)]), src, ok);
       } else {
         const int r = q / BCH, c = q % BCH;
         const bool ok = k0 + r < K && n0 + c * 8 < N;
@@ -169,20 +170,20 @@ TDSL_FN void tdsl_tc_gemm(const unsigned short *__restrict__ A, const unsigned s
     __syncthreads();
     if (kt + STAGES - 1 < KT) load((kt + STAGES - 1) % STAGES, kt + STAGES - 1);
     tdsl_cp_commit();
-    const uint4 *a_st = sA + (kt % STAGES) * TDSL_TC_BM * 4, *b_st = sB + (kt % STAGES) * BN * 4;
+    const uint4 *a_st = sA + (kt % STAGES) * TDSL_TC_BM * CH, *b_st = sB + (kt % STAGES) * BN * CH;
 #pragma unroll
-    for (int kk = 0; kk < 2; kk++) {  // two k16 steps
+    for (int kk = 0; kk < BK / 16; kk++) {  // k16 steps
       unsigned a[4][4], b[NI][2];
 #pragma unroll
       for (int mi = 0; mi < 4; mi++) {
         const int r = wm * 64 + mi * 16 + (lane & 15), c = kk * 2 + (lane >> 4);
-        tdsl_ldm_x4(tdsl_smem(&a_st[r * 4 + (c ^ ((r >> 1) & 3))]), a[mi][0], a[mi][1], a[mi][2], a[mi][3]);
+        tdsl_ldm_x4(tdsl_smem(&a_st[tdsl_sw<CH>(r, c)]), a[mi][0], a[mi][1], a[mi][2], a[mi][3]);
       }
 #pragma unroll
       for (int np = 0; np < NI / 2; np++) {  // pairs of n8 tiles
         if (!B_KN) {
           const int r = wn * (BN / 4) + np * 16 + (lane & 7) + ((lane >> 4) << 3), c = kk * 2 + ((lane >> 3) & 1);
-          tdsl_ldm_x4(tdsl_smem(&b_st[r * 4 + (c ^ ((r >> 1) & 3))]), b[2 * np][0], b[2 * np][1], b[2 * np + 1][0],
+          tdsl_ldm_x4(tdsl_smem(&b_st[tdsl_sw<CH>(r, c)]), b[2 * np][0], b[2 * np][1], b[2 * np + 1][0],
                       b[2 * np + 1][1]);
         } else {
           const int r = kk * 16 + (lane & 15), c = wn * (BN / 32) + np * 2 + (lane >> 4);
@@ -197,7 +198,7 @@ TDSL_FN void tdsl_tc_gemm(const unsigned short *__restrict__ A, const unsigned s
     }
   }
   tdsl_cp_wait<0>();
-  tdsl_tc_epilogue<OUT, NI>(acc, C, M, N, ldm, ldn, accumulate, m0 + wm * 64, n0 + wn * (BN / 4));
+  tdsl_tc_epilogue<OUT>(acc, C, M, N, ldm, ldn, accumulate, m0 + wm * 64, n0 + wn * (BN / 4));
 }
 
 // 2:4 on the left: A is the compressed values (m, j) at Av[m * ldv + j], j < K / 2, with tdsl's
@@ -312,5 +313,110 @@ TDSL_FN void tdsl_tc_sp24(const unsigned short *__restrict__ Av, const int *__re
     }
   }
   tdsl_cp_wait<0>();
-  tdsl_tc_epilogue<OUT, 4>(acc, C, M, N, ldm, ldn, accumulate, m0 + wm * 64, n0 + wn * 32);
+  tdsl_tc_epilogue<OUT>(acc, C, M, N, ldm, ldn, accumulate, m0 + wm * 64, n0 + wn * 32);
+}
+
+// BSR on the left: A is stored in R x C blocks (values nnzb x R x C, each block row-major; block
+// row i's blocks at ptr[i] .. ptr[i + 1], block column idx[p]; spec/formats.md). M is a multiple
+// of R and K of C (the format's rule); R and C are 16, 32 or 64. A thread block computes one
+// block row (R rows) by TDSL_TC_BSR_BN columns: 8 warps side by side, each R x 32. It walks the
+// stored blocks of its block row through a cp.async pipeline, one stored block per stage (A's
+// R x C block and the C x BN strip of B it multiplies), and never touches a zero block. Blocks
+// take the block rows of one column strip first, so the strip of B they all read stays in L2.
+// Shared memory rows of CH = C / 8 chunks are XOR-swizzled with period 8 / CH rows, so the 8 rows
+// of an ldmatrix phase land on 8 distinct bank groups.
+#define TDSL_TC_BSR_BN 256
+#define TDSL_TC_BSR_STAGES 3
+#define TDSL_TC_BSR_SMEM(R, C) (TDSL_TC_BSR_STAGES * ((R) + TDSL_TC_BSR_BN) * (C) * 2)
+template <int IN, bool B_KN, int OUT, int R, int C, typename CT>
+TDSL_FN void tdsl_tc_bsr(const unsigned short *__restrict__ Av, const int *__restrict__ ptr, const int *__restrict__ idx,
+                         const unsigned short *__restrict__ B, CT *__restrict__ Cm, long long tile, int M, int N, int K,
+                         long long ldb, long long ldm, long long ldn, bool accumulate) {
+  constexpr int BN = TDSL_TC_BSR_BN, STAGES = TDSL_TC_BSR_STAGES, MI = R / 16, CH = C / 8, BCH = BN / 8;
+  static_assert(R % 16 == 0 && R <= 64 && C % 16 == 0 && C <= 64, "BSR blocks of 16, 32 or 64");
+  extern __shared__ __align__(128) uint4 tdsl_smem_dyn[];
+  uint4 *sA = tdsl_smem_dyn, *sB = sA + STAGES * R * CH;
+  const int block_rows = M / R;
+  const int br = (int)(tile % block_rows), n0 = (int)(tile / block_rows) * BN;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int p0 = ptr[br], nb = ptr[br + 1] - p0;
+  (void)K;
+
+  auto load = [&](int stage, int i) {
+    const long long p = p0 + i;
+    const int k0 = idx[p] * C;
+    const unsigned short *a = Av + p * (R * C);
+    uint4 *a_st = sA + stage * R * CH, *b_st = sB + stage * BN * CH;
+#pragma unroll
+    for (int q0 = 0; q0 < R * CH; q0 += TDSL_TC_THREADS) {  // A: the stored block, R x CH chunks
+      const int q = q0 + tid;
+      if (q < R * CH) {
+        const int r = q / CH, c = q % CH;
+        tdsl_cp16(tdsl_smem(&a_st[tdsl_sw<CH>(r, c)]), a + r * C + c * 8, true);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < BN * CH / TDSL_TC_THREADS; j++) {  // B: C x BN
+      const int q = tid + j * TDSL_TC_THREADS;
+      if (!B_KN) {
+        const int r = q / CH, c = q % CH;
+        const bool ok = n0 + r < N;
+        const unsigned short *src = ok ? B + (long long)(n0 + r) * ldb + k0 + c * 8 : B;
+        tdsl_cp16(tdsl_smem(&b_st[tdsl_sw<CH>(r, c)]), src, ok);
+      } else {
+        const int r = q / BCH, c = q % BCH;
+        const bool ok = n0 + c * 8 < N;
+        const unsigned short *src = ok ? B + (long long)(k0 + r) * ldb + n0 + c * 8 : B;
+        tdsl_cp16(tdsl_smem(&b_st[r * BCH + (c ^ (r & 7))]), src, ok);
+      }
+    }
+  };
+
+  float acc[MI][4][4];
+#pragma unroll
+  for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+    for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+      for (int i = 0; i < 4; i++) acc[mi][ni][i] = 0.0f;
+
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; s++) {
+    if (s < nb) load(s, s);
+    tdsl_cp_commit();
+  }
+  for (int i = 0; i < nb; i++) {
+    tdsl_cp_wait<STAGES - 2>();
+    __syncthreads();
+    if (i + STAGES - 1 < nb) load((i + STAGES - 1) % STAGES, i + STAGES - 1);
+    tdsl_cp_commit();
+    const uint4 *a_st = sA + (i % STAGES) * R * CH, *b_st = sB + (i % STAGES) * BN * CH;
+#pragma unroll
+    for (int kk = 0; kk < C / 16; kk++) {
+      unsigned a[MI][4], b[4][2];
+#pragma unroll
+      for (int mi = 0; mi < MI; mi++) {
+        const int r = mi * 16 + (lane & 15), c = kk * 2 + (lane >> 4);
+        tdsl_ldm_x4(tdsl_smem(&a_st[tdsl_sw<CH>(r, c)]), a[mi][0], a[mi][1], a[mi][2], a[mi][3]);
+      }
+#pragma unroll
+      for (int np = 0; np < 2; np++) {  // pairs of n8 tiles
+        if (!B_KN) {
+          const int r = warp * 32 + np * 16 + (lane & 7) + ((lane >> 4) << 3), c = kk * 2 + ((lane >> 3) & 1);
+          tdsl_ldm_x4(tdsl_smem(&b_st[tdsl_sw<CH>(r, c)]), b[2 * np][0], b[2 * np][1], b[2 * np + 1][0],
+                      b[2 * np + 1][1]);
+        } else {
+          const int r = kk * 16 + (lane & 15), c = warp * 4 + np * 2 + (lane >> 4);
+          tdsl_ldm_x4_t(tdsl_smem(&b_st[r * BCH + (c ^ (r & 7))]), b[2 * np][0], b[2 * np][1], b[2 * np + 1][0],
+                        b[2 * np + 1][1]);
+        }
+      }
+#pragma unroll
+      for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++) tdsl_mma16816<IN>(acc[mi][ni], a[mi], b[ni]);
+    }
+  }
+  tdsl_cp_wait<0>();
+  tdsl_tc_epilogue<OUT>(acc, Cm, M, N, ldm, ldn, accumulate, br * R, n0 + warp * 32);
 }

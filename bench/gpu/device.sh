@@ -15,3 +15,13 @@ fi
 timeout "${TEST_S:-150}" env TDSL_REQUIRE_GPU=1 .dev/it gpu diff --test-threads 8 2>&1 | tee "$OUT/tests.txt" | tail -40
 .dev/tdsl run --device cuda examples/quickstart.tdsl 2>&1 | tail -5
 timeout "${BENCH_S:-120}" python3 bench/gpu/run.py --tdsl .dev/tdsl --runs 10 --no-compile 2>&1 | tee "$OUT/bench.txt"
+# The previous commit's binary on the same device, for before/after figures (optional).
+if [ -x .dev/tdsl-base ]; then
+  echo "## baseline: .dev/tdsl-base" | tee -a "$OUT/bench.txt"
+  timeout 60 python3 bench/gpu/run.py --tdsl .dev/tdsl-base --runs 10 --no-compile --only "${BASE_ONLY:-layernorm|softmax}" 2>&1 | tee -a "$OUT/bench.txt"
+fi
+# Tile variants of the dense template (TDSL_TC_GEMM=BKxSTAGES), tdsl only.
+for v in ${VARIANTS:-}; do
+  echo "## TDSL_TC_GEMM=$v" | tee -a "$OUT/bench.txt"
+  TDSL_TC_GEMM=$v timeout 60 python3 bench/gpu/run.py --tdsl .dev/tdsl --runs 10 --no-compile --only '^gemm_bf16' --no-anchors 2>&1 | tee -a "$OUT/bench.txt"
+done

@@ -10,7 +10,7 @@ date for bench/RESULTS.md.
 Usage: python3 bench/gpu/run.py [--tdsl PATH] [--runs N]
 """
 
-import argparse, datetime, json, os, statistics, subprocess, sys
+import argparse, datetime, json, os, re, statistics, subprocess, sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -59,6 +59,33 @@ def gemm_cases(torch):
         if w24s is not None:
             anchors["cuSPARSELt"] = lambda x=x: F.linear(x, w24s)
         out[f"sp24_bf16{suffix}"] = (flop, anchors)
+    # Block-sparse 32×32 at densities 0.25 and 0.5: a random block mask of that density (tdsl
+    # keeps the largest-norm blocks of its own randn: the same count of stored blocks).
+    for d in (25, 50):
+        nb = 8192 // 32
+        keep = torch.rand(nb, nb, generator=g, device=dev) < d / 100
+        mask = keep.repeat_interleave(32, 0).repeat_interleave(32, 1)
+        wb = torch.where(mask, w, torch.zeros_like(w))
+        try:
+            w_bsr = wb.to_sparse_bsr((32, 32))
+        except Exception as e:  # noqa: BLE001
+            w_bsr = None
+            print(f"(no BSR anchor: {e})", file=sys.stderr)
+        try:
+            from torch.sparse._triton_ops import bsr_dense_mm
+        except Exception:  # noqa: BLE001
+            bsr_dense_mm = None
+        for rows in (8192, 256):
+            x = torch.randn(rows, 8192, generator=g, device=dev, dtype=torch.bfloat16)
+            flop = 2 * rows * 8192 * 8192
+            suffix = "" if rows == 8192 else f"_{rows}"
+            anchors = {"cuBLAS dense": lambda x=x: F.linear(x, wb)}
+            if w_bsr is not None:
+                xt = x.t().contiguous()
+                if bsr_dense_mm is not None:
+                    anchors["torch BSR (Triton)"] = lambda xt=xt: bsr_dense_mm(w_bsr, xt)
+                anchors["torch BSR (w @ x^T)"] = lambda xt=xt: w_bsr @ xt
+            out[f"bsr_bf16_d{d}{suffix}"] = (flop, anchors)
     return out
 
 
@@ -82,6 +109,8 @@ def main():
     ap.add_argument("--tdsl", default="target/release/tdsl")
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile (slow to warm up)")
+    ap.add_argument("--only", default="", help="run only the workloads whose name matches this regex")
+    ap.add_argument("--no-anchors", action="store_true", help="tdsl only (a variant's rerun)")
     a = ap.parse_args()
     import torch
 
@@ -94,6 +123,8 @@ def main():
     print("| workload | tdsl ms | torch eager ms | torch.compile ms | speedup vs eager (eager / tdsl) | tdsl GB/s | % bandwidth | copies ms |")
     print("|---|---|---|---|---|---|---|---|")
     for name, f in cases.items():
+        if not re.search(a.only, name):
+            continue
         script = os.path.join(HERE, f"{name}.tdsl")
         r = subprocess.run([a.tdsl, "bench", script, "--device", "cuda", "--json",
                             "--runs", str(a.runs)], capture_output=True, text=True)
@@ -116,6 +147,10 @@ def main():
     print("| product (bf16, FLOP of the dense product) | tdsl ms | tdsl TFLOP/s | anchor | anchor ms | anchor TFLOP/s | tdsl speedup |")
     print("|---|---|---|---|---|---|---|")
     for name, (flop, anchors) in gemm_cases(torch).items():
+        if not re.search(a.only, name):
+            continue
+        if a.no_anchors:
+            anchors = {}
         script = os.path.join(HERE, f"{name}.tdsl")
         r = subprocess.run([a.tdsl, "bench", script, "--device", "cuda", "--json",
                             "--runs", str(a.runs)], capture_output=True, text=True)
@@ -123,6 +158,8 @@ def main():
             print(f"| {name} | failed: {r.stderr.strip()[:300]} |")
             continue
         t = json.loads(r.stdout)["run_ms_median"]
+        if not anchors:
+            print(f"| {name} | {t:.3f} | {flop / t / 1e9:.0f} | | | | |")
         for an, f in anchors.items():
             try:
                 at = time_torch(torch, f, a.runs)

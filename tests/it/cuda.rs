@@ -226,8 +226,34 @@ fn tensor_cores_take_16_bit_products_and_fold_the_copies_around_them() {
     assert_eq!(calls.len(), 1, "{calls:?}");
     assert!(calls[0].1.contains("mma.sp::ordered_metadata"), "{calls:?}");
     assert_eq!(dead.len(), 2, "{dead:?}");
+    // 2:4 and BSR on the left of an n-contiguous f16 operand: its widening copy and the result's
+    // narrowing copy are row-major loop pairs (not cache tiles), folded all the same.
+    for layout in ["2:4(i)", "bsr(16, 64)"] {
+        let (calls, dead) = tensor_cores(&format!(
+            "input v: f16[o=48, i=192] @ {layout} = randn(seed=2)
+             input a: f16[i, c=40] = randn(seed=3)
+             z = einsum(v, a, 'o i, i c -> o c')
+             output z
+"
+        ));
+        assert_eq!(calls.len(), 1, "{layout}: {calls:?}");
+        assert!(calls[0].1.contains("B n-contiguous"), "{calls:?}");
+        assert_eq!(dead.len(), 2, "{layout}: {dead:?}");
+    }
+    // BSR in torch layout, 32×32 blocks: one block row by 256 columns per thread block.
+    let (calls, _) = tensor_cores(
+        "input x: bf16[m=100, k=128] = randn(seed=0)
+         input w: bf16[n=96, k] @ bsr(32, 32) = randn(seed=1, density=0.5)
+         y = einsum(x, w, 'm k, n k -> m n')
+         output y
+",
+    );
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert!(calls[0].1.contains("BSR 32x32 blocks"), "{calls:?}");
+    assert!(calls[0].1.contains("tiles 32x256x32"), "{calls:?}");
     // What stays on the generic kernel: f32 products (no TF32 unless asked), K not a multiple
-    // of 8 (16-byte chunks), 2:4 with K not a multiple of 64, mixed operand types.
+    // of 8 (16-byte chunks), 2:4 with K not a multiple of 64, mixed operand types, BSR blocks
+    // that are not 16, 32 or 64, and BSR whose block rows are not the output's rows.
     for script in [
         "input x: f32[n=64, i=64] = randn(seed=0)\ninput w: f32[o=64, i] = randn(seed=1)\n\
          y = einsum(x, w, 'n i, o i -> n o')\noutput y\n",
@@ -237,6 +263,10 @@ fn tensor_cores_take_16_bit_products_and_fold_the_copies_around_them() {
          y = einsum(x, w, 'm k, n k -> m n')\noutput y\n",
         "input x: f32[n=64, i=64] = randn(seed=0)\ninput w: bf16[o=64, i] = randn(seed=1)\n\
          y = einsum(x, w, 'n i, o i -> n o')\noutput y\n",
+        "input x: bf16[n=64, i=64] = randn(seed=0)\ninput w: bf16[o=64, i] @ bsr(8, 8) = randn(seed=1)\n\
+         y = einsum(x, w, 'n i, o i -> n o')\noutput y\n",
+        "input x: bf16[n=64, i=64] = randn(seed=0)\ninput w: bf16[i, o=64] @ bsr(16, 16) = randn(seed=1)\n\
+         y = einsum(x, w, 'n i, i o -> n o')\noutput y\n",
     ] {
         let (calls, dead) = tensor_cores(script);
         assert!(calls.is_empty() && dead.is_empty(), "{script}: {calls:?}");

@@ -1,4 +1,4 @@
-//! Tensor-core launches: which `gemm` and 2:4 `spmm` calls run on the templates of
+//! Tensor-core launches: which `gemm`, 2:4 `spmm` and BSR `spmm` calls run on the templates of
 //! `kernels/mma.cuh` (`mma.sync` m16n8k16, `mma.sp::ordered_metadata` m16n8k32), and the
 //! wrapper each becomes.
 //!
@@ -30,11 +30,27 @@ pub struct Operand {
     pub ld: i64,
 }
 
+/// What A is.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Kind {
+    /// Dense (`mma.sync`), `bk` (32 or 64) of K per pipeline stage, `stages` stages.
+    Dense { bk: u64, stages: u64 },
+    /// 2:4 (`mma.sp`): `a` holds the compressed values, `meta` the metadata words.
+    TwoFour { meta: Operand },
+    /// Block-sparse rows of `r × c` blocks (`mma.sync` over the stored blocks): `a` holds the
+    /// blocks' values (`a.ld` is unused), `ptr` and `idx` the block rows' offsets and columns.
+    Bsr {
+        ptr: BufId,
+        idx: BufId,
+        r: u64,
+        c: u64,
+    },
+}
+
 /// What the product computes on tensor cores (`C[m, n] (+)= Σ_k A[m, k] · B[k, n]`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct TensorCore {
-    /// Dense `mma.sync`, or 2:4 `mma.sp` with `a` the compressed values.
-    pub sparse_meta: Option<Operand>,
+    pub kind: Kind,
     /// f16 or bf16: the type of both product operands.
     pub input: ElemType,
     pub m: u64,
@@ -59,13 +75,25 @@ impl TensorCore {
     /// The block tile's N extent. 128 for both templates: the dense template's 128 × 256 tile
     /// (64 × 64 warp tiles) ran at 310 TFLOP/s against 339 for 128 × 128 on an H200 at 8192³,
     /// and at 143 against 208 with 256 rows (too few blocks), so it is not chosen.
+    /// BSR's is 256 (8 warps of 32 columns side by side over one block row).
     pub fn bn(&self) -> u64 {
-        128
+        match self.kind {
+            Kind::Bsr { .. } => 256,
+            _ => 128,
+        }
     }
 
-    /// Output tiles per batch element (128 × [`Self::bn`]).
+    /// The block tile's M extent: 128, or one block row for BSR.
+    pub fn bm(&self) -> u64 {
+        match self.kind {
+            Kind::Bsr { r, .. } => r,
+            _ => 128,
+        }
+    }
+
+    /// Output tiles per batch element ([`Self::bm`] × [`Self::bn`]).
     pub fn tiles(&self) -> u64 {
-        self.m.div_ceil(128) * self.n.div_ceil(self.bn())
+        self.m.div_ceil(self.bm()) * self.n.div_ceil(self.bn())
     }
 
     /// Blocks of the launch (one per output tile and batch element).
@@ -73,21 +101,30 @@ impl TensorCore {
         self.tiles() * self.batch.iter().map(|b| b.0).product::<u64>()
     }
 
-    /// Dynamic shared memory of one block, in bytes (`TDSL_TC_GEMM_SMEM`, `TDSL_TC_SP24_SMEM`).
+    /// Dynamic shared memory of one block, in bytes (`TDSL_TC_GEMM_SMEM`, `TDSL_TC_SP24_SMEM`,
+    /// `TDSL_TC_BSR_SMEM`).
     pub fn smem_bytes(&self) -> u64 {
-        match self.sparse_meta {
+        match self.kind {
             // 3 stages of A (128 x 32) and B (BN x 32) halves.
-            None => 3 * (128 + self.bn()) * 32 * 2,
+            Kind::Dense { bk, stages } => stages * (128 + self.bn()) * bk * 2,
             // 3 stages of A values (128 x 32 halves), B (64 x 128 halves), 128 x 2 metadata words.
-            Some(_) => 3 * (128 * 4 + 128 * 8 + 64) * 16,
+            Kind::TwoFour { .. } => 3 * (128 * 4 + 128 * 8 + 64) * 16,
+            // 3 stages of one stored block (r x c halves) and its c x 256 strip of B.
+            Kind::Bsr { r, c, .. } => 3 * (r + self.bn()) * c * 2,
         }
     }
 
     /// The buffers the wrapper takes, in id order.
     pub fn params(&self) -> Vec<BufId> {
         let mut v: BTreeSet<BufId> = [self.a.buf, self.b.buf, self.c].into();
-        if let Some(m) = &self.sparse_meta {
-            v.insert(m.buf);
+        match &self.kind {
+            Kind::Dense { .. } => {}
+            Kind::TwoFour { meta } => {
+                v.insert(meta.buf);
+            }
+            Kind::Bsr { ptr, idx, .. } => {
+                v.extend([*ptr, *idx]);
+            }
         }
         v.into_iter().collect()
     }
@@ -99,15 +136,17 @@ impl TensorCore {
         } else {
             "f16"
         };
-        let (instr, bk, stages) = match self.sparse_meta {
-            Some(_) => ("mma.sp::ordered_metadata m16n8k32", 64, 3),
-            None => ("mma.sync m16n8k16", 32, 3),
+        let (instr, bk, stages) = match self.kind {
+            Kind::TwoFour { .. } => ("mma.sp::ordered_metadata m16n8k32".to_string(), 64, 3),
+            Kind::Dense { bk, stages } => ("mma.sync m16n8k16".to_string(), bk, stages),
+            Kind::Bsr { r, c, .. } => (format!("BSR {r}x{c} blocks, mma.sync m16n8k16"), c, 3),
         };
         format!(
-            "tensor cores: {instr} {ty}, f32 accumulate, M={} N={} K={}, tiles 128x{}x{bk}, {stages} cp.async stages, {} KiB shared, B {}",
+            "tensor cores: {instr} {ty}, f32 accumulate, M={} N={} K={}, tiles {}x{}x{bk}, {stages} cp.async stages, {} KiB shared, B {}",
             self.m,
             self.n,
             self.k,
+            self.bm(),
             self.bn(),
             self.smem_bytes() / 1024,
             if self.b_kn { "n-contiguous" } else { "k-contiguous" }
@@ -173,7 +212,15 @@ pub fn select(p: &LoopProgram) -> Selection {
                 };
                 let d = fold_input(p, ki, d, &d_dims, &[], &sel.dead, &mut dead);
                 let c = fold_output(p, ki, c, &[*m, *n], &[], *accumulate, &sel.dead, &mut dead);
-                two_four(p, *m, *n, *k, s, *transposed, *side, &d, &c, *accumulate)
+                match s.layout {
+                    SparseLayout::TwoFour { .. } => {
+                        two_four(p, *m, *n, *k, s, *transposed, *side, &d, &c, *accumulate)
+                    }
+                    SparseLayout::Bsr { .. } => {
+                        bsr(p, *m, *n, *k, s, *transposed, *side, &d, &c, *accumulate)
+                    }
+                    _ => None,
+                }
             }
             _ => None,
         };
@@ -261,7 +308,7 @@ fn dense(
         return None;
     }
     Some(TensorCore {
-        sparse_meta: None,
+        kind: dense_kind(),
         input: ta,
         m: mm,
         n: nn,
@@ -284,6 +331,20 @@ fn dense(
         accumulate,
         batch: batches(swap),
     })
+}
+
+/// The dense template's K step and stage count: 32 × 3 (measured on an H200, bench/RESULTS.md),
+/// or `TDSL_TC_GEMM=BKxSTAGES` (BK 32 or 64, 2 to 5 stages within 200 KiB of shared memory),
+/// the knob the GPU benchmark compares them with.
+fn dense_kind() -> Kind {
+    let parsed = std::env::var("TDSL_TC_GEMM").ok().and_then(|v| {
+        let (bk, st) = v.split_once('x')?;
+        let (bk, stages) = (bk.parse::<u64>().ok()?, st.parse::<u64>().ok()?);
+        let fits = stages * (128 + 128) * bk * 2 <= 200 * 1024;
+        ([32, 64].contains(&bk) && (2..=5).contains(&stages) && fits).then_some((bk, stages))
+    });
+    let (bk, stages) = parsed.unwrap_or((32, 3));
+    Kind::Dense { bk, stages }
 }
 
 fn out_ok(t: ElemType) -> bool {
@@ -334,11 +395,13 @@ fn two_four(
         return None;
     }
     Some(TensorCore {
-        sparse_meta: Some(Operand {
-            buf: s.idx,
-            offset: 0,
-            ld: (k / 32) as i64,
-        }),
+        kind: Kind::TwoFour {
+            meta: Operand {
+                buf: s.idx,
+                offset: 0,
+                ld: (k / 32) as i64,
+            },
+        },
         input: tv,
         m: mm,
         n: nn,
@@ -347,6 +410,83 @@ fn two_four(
             buf: s.values,
             offset: 0,
             ld: (k / 2) as i64,
+        },
+        b: Operand {
+            buf: d.buf,
+            offset: d.offset,
+            ld: b_ld,
+        },
+        b_kn,
+        c: c.buf,
+        c_offset: c.offset,
+        ldm: cm,
+        ldn: cn,
+        accumulate,
+        batch: Vec::new(),
+    })
+}
+
+/// A BSR product whose block rows are the output's rows (`S·D`, or `D·Sᵀ` computed as
+/// `Cᵀ = S·Dᵀ`: torch's `[out, in]` weight), with 16-bit values, blocks of 16, 32 or 64.
+#[allow(clippy::too_many_arguments)]
+fn bsr(
+    p: &LoopProgram,
+    m: u64,
+    n: u64,
+    k: u64,
+    s: &tdsl_loop::SparseOperand,
+    transposed: bool,
+    side: Side,
+    d: &MatView,
+    c: &MatView,
+    accumulate: bool,
+) -> Option<TensorCore> {
+    let SparseLayout::Bsr { br, bc } = s.layout else {
+        return None;
+    };
+    let (r, cb) = (br as u64, bc as u64);
+    let tv = p.buffer(s.values).ty;
+    let ptr = s.ptr?;
+    if s.shape.len() != 2 || !is16(tv) || p.buffer(d.buf).ty != tv || !out_ok(p.buffer(c.buf).ty) {
+        return None;
+    }
+    if ![16, 32, 64].contains(&r) || ![16, 32, 64].contains(&cb) || m.max(n).max(k) >= 1 << 30 {
+        return None;
+    }
+    // Left: C = S·D, B = D (k, n). Right (S stored n × k): Cᵀ = S·Dᵀ, B(k, j) = D(j, k).
+    let (mm, nn, b_rows, b_cols, cm, cn) = match (side, transposed) {
+        (Side::Left, false) => (m, n, d.row_stride, d.col_stride, c.row_stride, c.col_stride),
+        (Side::Right, true) => (n, m, d.col_stride, d.row_stride, c.col_stride, c.row_stride),
+        _ => return None,
+    };
+    if s.shape != [mm, k] || !mm.is_multiple_of(r) || !k.is_multiple_of(cb) {
+        return None;
+    }
+    let (b_kn, b_ld) = if b_rows == 1 {
+        (false, b_cols)
+    } else if b_cols == 1 {
+        (true, b_rows)
+    } else {
+        return None;
+    };
+    if !aligned(&[b_ld, d.offset]) || (b_kn && !nn.is_multiple_of(8)) {
+        return None;
+    }
+    Some(TensorCore {
+        kind: Kind::Bsr {
+            ptr,
+            idx: s.idx,
+            r,
+            c: cb,
+        },
+        input: tv,
+        m: mm,
+        n: nn,
+        k,
+        a: Operand {
+            buf: s.values,
+            offset: 0,
+            ld: cb as i64,
         },
         b: Operand {
             buf: d.buf,
@@ -393,15 +533,13 @@ fn copy_nest(body: &[Stmt]) -> Option<Copy> {
                 else {
                     return None;
                 };
-                let mut copy = Copy {
+                return Some(Copy {
                     vars,
                     dst: *buf,
                     dst_index: index.clone(),
                     src: *src,
                     src_index: src_index.clone(),
-                };
-                merge_tiles(&mut copy);
-                return Some(copy);
+                });
             }
             _ => return None,
         }
@@ -410,7 +548,8 @@ fn copy_nest(body: &[Stmt]) -> Option<Copy> {
 
 /// Undoes cache tiling (the CPU's tile-transpose pass splits a loop `v` into `vo·t + vi`): a
 /// variable whose stride is `t` times another's in both indices, `t` that other's extent, is
-/// merged into it, so the copy is one variable per axis again.
+/// merged into it, so the copy is one variable per axis again. (A plain row-major copy merges
+/// too, into one flat variable: [`rebase_copy`] tries the copy as written first.)
 fn merge_tiles(copy: &mut Copy) {
     loop {
         let vars: Vec<(VarId, u64)> = copy.vars.iter().map(|(v, e)| (*v, *e)).collect();
@@ -528,14 +667,7 @@ fn fold_input(
     if (*j + 1..ki).any(|x| src_writers.contains(&x)) {
         return view.clone();
     }
-    let Some(new) = rebase(
-        view,
-        dims,
-        batch,
-        &copy.dst_index,
-        &copy.src_index,
-        &copy.vars,
-    ) else {
+    let Some(new) = rebase_copy(view, dims, batch, &copy, false) else {
         return view.clone();
     };
     dead.insert(*j);
@@ -592,14 +724,7 @@ fn fold_output(
     if (ki + 1..*j).any(touch) || !out_ok(dst_ty) {
         return view.clone();
     }
-    let Some(new) = rebase(
-        view,
-        dims,
-        batch,
-        &copy.src_index,
-        &copy.dst_index,
-        &copy.vars,
-    ) else {
+    let Some(new) = rebase_copy(view, dims, batch, &copy, true) else {
         return view.clone();
     };
     dead.insert(*j);
@@ -607,6 +732,36 @@ fn fold_output(
         buf: copy.dst,
         ..new
     }
+}
+
+/// `view` over the copy's destination (`from_src` false) or source, re-expressed over the other
+/// side: through the copy's loops as written, else with its cache tiles merged.
+fn rebase_copy(
+    view: &MatView,
+    dims: &[u64],
+    batch: &[u64],
+    copy: &Copy,
+    from_src: bool,
+) -> Option<MatView> {
+    let try_one = |c: &Copy| {
+        let (from, to) = if from_src {
+            (&c.src_index, &c.dst_index)
+        } else {
+            (&c.dst_index, &c.src_index)
+        };
+        rebase(view, dims, batch, from, to, &c.vars)
+    };
+    try_one(copy).or_else(|| {
+        let mut merged = Copy {
+            vars: copy.vars.clone(),
+            dst: copy.dst,
+            dst_index: copy.dst_index.clone(),
+            src: copy.src,
+            src_index: copy.src_index.clone(),
+        };
+        merge_tiles(&mut merged);
+        try_one(&merged)
+    })
 }
 
 /// `view` (dims `dims`, then the batch dims) over a copy's `from` side, re-expressed over its
@@ -677,11 +832,11 @@ pub fn render(p: &LoopProgram, name: &str, tc: &TensorCore) -> String {
     };
     let b_kn = if tc.b_kn { "true" } else { "false" };
     let acc = if tc.accumulate { "true" } else { "false" };
-    match &tc.sparse_meta {
-        None => {
+    match &tc.kind {
+        Kind::Dense { bk, stages } => {
             let _ = writeln!(
                 out,
-                "  tdsl_tc_gemm<{input}, {b_kn}, {out_kind}, {bn}>(b{a} + oa, b{b} + ob, b{c} + oc, tile, {m}, {n}, {k}, {lda}LL, {ldb}LL, {ldm}LL, {ldn}LL, {acc});",
+                "  tdsl_tc_gemm<{input}, {b_kn}, {out_kind}, {bn}, {bk}, {stages}>(b{a} + oa, b{b} + ob, b{c} + oc, tile, {m}, {n}, {k}, {lda}LL, {ldb}LL, {ldm}LL, {ldn}LL, {acc});",
                 a = tc.a.buf.0,
                 b = tc.b.buf.0,
                 c = tc.c.0,
@@ -695,7 +850,7 @@ pub fn render(p: &LoopProgram, name: &str, tc: &TensorCore) -> String {
                 bn = tc.bn(),
             );
         }
-        Some(meta) => {
+        Kind::TwoFour { meta } => {
             let _ = writeln!(
                 out,
                 "  tdsl_tc_sp24<{input}, {b_kn}, {out_kind}>(b{a} + oa, b{e}, b{b} + ob, b{c} + oc, tile, {m}, {n}, {k}, {ldv}LL, {lde}LL, {ldb}LL, {ldm}LL, {ldn}LL, {acc});",
@@ -708,6 +863,23 @@ pub fn render(p: &LoopProgram, name: &str, tc: &TensorCore) -> String {
                 k = tc.k,
                 ldv = tc.a.ld,
                 lde = meta.ld,
+                ldb = tc.b.ld,
+                ldm = tc.ldm,
+                ldn = tc.ldn,
+            );
+        }
+        Kind::Bsr { ptr, idx, r, c } => {
+            let _ = writeln!(
+                out,
+                "  tdsl_tc_bsr<{input}, {b_kn}, {out_kind}, {r}, {c}>(b{a}, b{p}, b{i}, b{b} + ob, b{cb} + oc, tile, {m}, {n}, {k}, {ldb}LL, {ldm}LL, {ldn}LL, {acc});",
+                a = tc.a.buf.0,
+                p = ptr.0,
+                i = idx.0,
+                b = tc.b.buf.0,
+                cb = tc.c.0,
+                m = tc.m,
+                n = tc.n,
+                k = tc.k,
                 ldb = tc.b.ld,
                 ldm = tc.ldm,
                 ldn = tc.ldn,
