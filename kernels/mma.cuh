@@ -319,20 +319,24 @@ TDSL_FN void tdsl_tc_sp24(const unsigned short *__restrict__ Av, const int *__re
 // BSR on the left: A is stored in R x C blocks (values nnzb x R x C, each block row-major; block
 // row i's blocks at ptr[i] .. ptr[i + 1], block column idx[p]; spec/formats.md). M is a multiple
 // of R and K of C (the format's rule); R and C are 16, 32 or 64. A thread block computes one
-// block row (R rows) by TDSL_TC_BSR_BN columns: 8 warps side by side, each R x 32. It walks the
+// block row (R rows) by TDSL_TC_BSR_BN columns: warps side by side, each R x WN. It walks the
 // stored blocks of its block row through a cp.async pipeline, one stored block per stage (A's
-// R x C block and the C x BN strip of B it multiplies), and never touches a zero block. Blocks
+// R x C block and the C x BN strip of B it multiplies), and never touches a zero block. Warps
+// are WN columns wide (32 or 64; BN / WN warps): 64 gives a warp 2 x as many mma per ldmatrix
+// and per barrier at 2 x the accumulators; the mapping pass uses 32 (tensor.rs says why). Blocks
 // take the block rows of one column strip first, so the strip of B they all read stays in L2.
 // Shared memory rows of CH = C / 8 chunks are XOR-swizzled with period 8 / CH rows, so the 8 rows
 // of an ldmatrix phase land on 8 distinct bank groups.
 #define TDSL_TC_BSR_BN 256
 #define TDSL_TC_BSR_STAGES 3
 #define TDSL_TC_BSR_SMEM(R, C) (TDSL_TC_BSR_STAGES * ((R) + TDSL_TC_BSR_BN) * (C) * 2)
-template <int IN, bool B_KN, int OUT, int R, int C, typename CT>
+template <int IN, bool B_KN, int OUT, int R, int C, int WN, typename CT>
 TDSL_FN void tdsl_tc_bsr(const unsigned short *__restrict__ Av, const int *__restrict__ ptr, const int *__restrict__ idx,
                          const unsigned short *__restrict__ B, CT *__restrict__ Cm, long long tile, int M, int N, int K,
                          long long ldb, long long ldm, long long ldn, bool accumulate) {
   constexpr int BN = TDSL_TC_BSR_BN, STAGES = TDSL_TC_BSR_STAGES, MI = R / 16, CH = C / 8, BCH = BN / 8;
+  constexpr int NI = WN / 8, THREADS = 32 * BN / WN;
+  static_assert(WN == 32 || WN == 64, "warps of 32 or 64 columns");
   static_assert(R % 16 == 0 && R <= 64 && C % 16 == 0 && C <= 64, "BSR blocks of 16, 32 or 64");
   extern __shared__ __align__(128) uint4 tdsl_smem_dyn[];
   uint4 *sA = tdsl_smem_dyn, *sB = sA + STAGES * R * CH;
@@ -348,7 +352,7 @@ TDSL_FN void tdsl_tc_bsr(const unsigned short *__restrict__ Av, const int *__res
     const unsigned short *a = Av + p * (R * C);
     uint4 *a_st = sA + stage * R * CH, *b_st = sB + stage * BN * CH;
 #pragma unroll
-    for (int q0 = 0; q0 < R * CH; q0 += TDSL_TC_THREADS) {  // A: the stored block, R x CH chunks
+    for (int q0 = 0; q0 < R * CH; q0 += THREADS) {  // A: the stored block, R x CH chunks
       const int q = q0 + tid;
       if (q < R * CH) {
         const int r = q / CH, c = q % CH;
@@ -356,8 +360,8 @@ TDSL_FN void tdsl_tc_bsr(const unsigned short *__restrict__ Av, const int *__res
       }
     }
 #pragma unroll
-    for (int j = 0; j < BN * CH / TDSL_TC_THREADS; j++) {  // B: C x BN
-      const int q = tid + j * TDSL_TC_THREADS;
+    for (int j = 0; j < BN * CH / THREADS; j++) {  // B: C x BN
+      const int q = tid + j * THREADS;
       if (!B_KN) {
         const int r = q / CH, c = q % CH;
         const bool ok = n0 + r < N;
@@ -372,11 +376,11 @@ TDSL_FN void tdsl_tc_bsr(const unsigned short *__restrict__ Av, const int *__res
     }
   };
 
-  float acc[MI][4][4];
+  float acc[MI][NI][4];
 #pragma unroll
   for (int mi = 0; mi < MI; mi++)
 #pragma unroll
-    for (int ni = 0; ni < 4; ni++)
+    for (int ni = 0; ni < NI; ni++)
 #pragma unroll
       for (int i = 0; i < 4; i++) acc[mi][ni][i] = 0.0f;
 
@@ -393,20 +397,20 @@ TDSL_FN void tdsl_tc_bsr(const unsigned short *__restrict__ Av, const int *__res
     const uint4 *a_st = sA + (i % STAGES) * R * CH, *b_st = sB + (i % STAGES) * BN * CH;
 #pragma unroll
     for (int kk = 0; kk < C / 16; kk++) {
-      unsigned a[MI][4], b[4][2];
+      unsigned a[MI][4], b[NI][2];
 #pragma unroll
       for (int mi = 0; mi < MI; mi++) {
         const int r = mi * 16 + (lane & 15), c = kk * 2 + (lane >> 4);
         tdsl_ldm_x4(tdsl_smem(&a_st[tdsl_sw<CH>(r, c)]), a[mi][0], a[mi][1], a[mi][2], a[mi][3]);
       }
 #pragma unroll
-      for (int np = 0; np < 2; np++) {  // pairs of n8 tiles
+      for (int np = 0; np < NI / 2; np++) {  // pairs of n8 tiles
         if (!B_KN) {
-          const int r = warp * 32 + np * 16 + (lane & 7) + ((lane >> 4) << 3), c = kk * 2 + ((lane >> 3) & 1);
+          const int r = warp * WN + np * 16 + (lane & 7) + ((lane >> 4) << 3), c = kk * 2 + ((lane >> 3) & 1);
           tdsl_ldm_x4(tdsl_smem(&b_st[tdsl_sw<CH>(r, c)]), b[2 * np][0], b[2 * np][1], b[2 * np + 1][0],
                       b[2 * np + 1][1]);
         } else {
-          const int r = kk * 16 + (lane & 15), c = warp * 4 + np * 2 + (lane >> 4);
+          const int r = kk * 16 + (lane & 15), c = warp * (WN / 8) + np * 2 + (lane >> 4);
           tdsl_ldm_x4_t(tdsl_smem(&b_st[r * BCH + (c ^ (r & 7))]), b[2 * np][0], b[2 * np][1], b[2 * np + 1][0],
                         b[2 * np + 1][1]);
         }
@@ -414,9 +418,9 @@ TDSL_FN void tdsl_tc_bsr(const unsigned short *__restrict__ Av, const int *__res
 #pragma unroll
       for (int mi = 0; mi < MI; mi++)
 #pragma unroll
-        for (int ni = 0; ni < 4; ni++) tdsl_mma16816<IN>(acc[mi][ni], a[mi], b[ni]);
+        for (int ni = 0; ni < NI; ni++) tdsl_mma16816<IN>(acc[mi][ni], a[mi], b[ni]);
     }
   }
   tdsl_cp_wait<0>();
-  tdsl_tc_epilogue<OUT>(acc, Cm, M, N, ldm, ldn, accumulate, br * R, n0 + warp * 32);
+  tdsl_tc_epilogue<OUT>(acc, Cm, M, N, ldm, ldn, accumulate, br * R, n0 + warp * WN);
 }

@@ -15,9 +15,20 @@
 use rayon::prelude::*;
 use std::time::{Duration, Instant};
 
+/// What kind of machine a [`Machine`] describes: the cost model's efficiencies differ
+/// (`plan::cost::efficiency` for the CPU, `plan::cost::gpu_efficiency` for CUDA).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Target {
+    #[default]
+    Cpu,
+    /// An NVIDIA GPU: `peak_gflops` is its dense 16-bit tensor-core peak.
+    Cuda,
+}
+
 /// Measured ceilings of the machine.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Machine {
+    pub target: Target,
     pub cores: usize,
     pub clock_ghz: f64,
     pub flops_per_cycle: f64,
@@ -52,6 +63,7 @@ impl Machine {
                 .and_then(|v| v.trim().parse().ok())
         };
         let m = Machine {
+            target: Target::Cpu,
             cores: get("cores")? as usize,
             clock_ghz: get("clock_ghz")?,
             flops_per_cycle: get("flops_per_cycle")?,
@@ -135,6 +147,7 @@ pub fn measure() -> Machine {
     }
     std::hint::black_box(&dst);
     Machine {
+        target: Target::Cpu,
         cores,
         clock_ghz: clock / 1e9,
         flops_per_cycle: fpc,
@@ -339,6 +352,7 @@ mod tests {
     #[test]
     fn text_round_trip() {
         let m = Machine {
+            target: Target::Cpu,
             cores: 2,
             clock_ghz: 3.2,
             flops_per_cycle: 32.0,

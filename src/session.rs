@@ -200,10 +200,15 @@ impl Pipeline {
         })
     }
 
-    /// The machine predictions for `p` are made on: [`Pipeline::machine`] when `p` has
+    /// The machine predictions for `p` are made on: the nominal GPU
+    /// ([`crate::plan::cost::NOMINAL_GPU`]) for the CUDA engine; else [`Pipeline::machine`] when `p` has
     /// something to predict (an `auto` format, a sparse product), else the nominal one (so a
     /// program with nothing to predict never measures the machine).
     pub fn prediction_machine(&self, p: &Program) -> Machine {
+        if self.opts.engine == Engine::Cuda {
+            // The GPU's own model: its kernels and ceilings, never the CPU's.
+            return crate::plan::cost::NOMINAL_GPU;
+        }
         let predicts = !p.auto_formats.is_empty()
             || (0..p.nodes.len())
                 .any(|i| crate::plan::sparse::sparse_product(p, NodeId(i as u32)).is_some());

@@ -184,11 +184,14 @@ enum Cmd {
         #[command(flatten)]
         data: DataArgs,
     },
-    /// Print FLOPs, bytes, arithmetic intensity and contraction paths per statement.
+    /// Print FLOPs, bytes, arithmetic intensity and contraction paths per statement
+    /// (`--device cuda`: sparse-or-dense verdicts and `auto` choices for the GPU's kernels).
     Cost {
         script: PathBuf,
         #[command(flatten)]
         data: DataArgs,
+        #[arg(long, value_enum)]
+        device: Option<Device>,
         /// One JSON object: total_flops and a list of statements.
         #[arg(long)]
         json: bool,
@@ -337,7 +340,8 @@ fn execute(cmd: &Cmd, text: &str, out: &mut dyn Write) -> Result<(), Failure> {
             Ok(())
         }
         Cmd::Plan { data, device, .. } => {
-            let pipe = pipeline(Engine::Jit);
+            // `auto` formats are chosen for the device the plan is for.
+            let pipe = pipeline(chosen(Backend::Jit, *device));
             let (program, _) = load(&pipe, text, data, Need::Sparse)?;
             let plan = pipe.plan(&program)?;
             let loops = match device {
@@ -420,9 +424,13 @@ fn execute(cmd: &Cmd, text: &str, out: &mut dyn Write) -> Result<(), Failure> {
         }
         Cmd::Repl | Cmd::Machine { .. } => Ok(()),
         Cmd::Cost {
-            data, json, plot, ..
+            data,
+            json,
+            plot,
+            device,
+            ..
         } => {
-            let pipe = pipeline(Engine::Jit);
+            let pipe = pipeline(chosen(Backend::Jit, *device));
             let (program, inputs) = load(&pipe, text, data, Need::Sparse)?;
             let stored = stored_inputs(&program, &inputs);
             let cost = pipe.cost(&program, &stored, &dense_data(&inputs));

@@ -406,7 +406,13 @@ fn statement_of(p: &Program, span: tdsl_syntax::Span) -> String {
 /// The machine predictions are for, in one line.
 pub fn machine_line(m: &crate::machine::Machine) -> String {
     let ceiling = crate::plan::cost::gemm_ceiling_gflops(m);
-    if *m == NOMINAL_MACHINE {
+    if *m == crate::plan::cost::NOMINAL_GPU {
+        format!(
+            "predicted for the nominal GPU (--device cuda: an H200): {:.0} TFLOP/s 16-bit tensor-core peak, {:.0} GB/s, at the CUDA kernels' efficiencies",
+            ceiling / 1e3,
+            m.bandwidth_gbps
+        )
+    } else if *m == NOMINAL_MACHINE {
         format!(
             "predicted for the nominal machine: {ceiling:.0} GFLOP/s GEMM ceiling, {:.0} GB/s (TDSL_MACHINE=nominal)",
             m.bandwidth_gbps

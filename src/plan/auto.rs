@@ -8,7 +8,7 @@
 //! and rearrange views), so the interpreter, planner and reports all see the choice. Requests are
 //! resolved in program order, each seeing the earlier choices. Ties keep dense.
 
-use super::cost::{efficiency, predict_secs, sparse_op_cost, stored_nodes, CostInputs};
+use super::cost::{predict_secs, product_efficiency, sparse_op_cost, stored_nodes, CostInputs};
 use super::sparse::{resolve, sparse_product};
 use crate::check::{
     flow_through_rearrange, format_name, AutoChoice, Format, NodeId, NodeKind, PatternOp, Program,
@@ -159,7 +159,11 @@ fn use_secs(p: &Program, node: NodeId, inputs: &CostInputs) -> f64 {
                 .map(|&o| bytes_of(p, o))
                 .chain([bytes_of(p, e)])
                 .sum();
-            predict_secs(flops as f64, bytes, efficiency::DENSE_GEMM, m)
+            let dt = p.node(operands[0]).ty.dtype;
+            let sixteen =
+                dt.size_bytes() == 2 && operands.iter().all(|&o| p.node(o).ty.dtype == dt);
+            let eff = product_efficiency(crate::check::Format::Dense, sixteen, m);
+            predict_secs(flops as f64, bytes, eff, m)
         })
         .sum()
 }

@@ -263,9 +263,58 @@ pub mod efficiency {
     pub const COO: f64 = 0.06;
 }
 
+/// Efficiencies of the CUDA backend's kernels (`--device cuda`), as fractions of the GPU's dense
+/// 16-bit tensor-core peak ([`NOMINAL_GPU`]), measured on an H200 at 8192 × 8192 weights and
+/// 8192 rows (bench/RESULTS.md, 2026-11-27). Only f16/bf16 products run on tensor cores; f32 and
+/// f64 products, CSR, CSC, COO and BSR blocks other than 16, 32 or 64 run the generic loop-nest
+/// kernels.
+pub mod gpu_efficiency {
+    /// Dense `mma.sync` (tdsl's template, 310 TFLOP/s; cuBLAS reaches 0.78).
+    pub const DENSE: f64 = 0.31;
+    /// BSR on tensor cores over the stored blocks (222 TFLOP/s of stored work at 32×32, density
+    /// 0.25: bound by L2 reads of the dense operand).
+    pub const BSR: f64 = 0.22;
+    /// 2:4 on `mma.sp` (151 TFLOP/s of the half the products it does).
+    pub const TWO_FOUR: f64 = 0.15;
+    /// The generic kernels (one thread per output element, no shared-memory tiling): an
+    /// estimate, not measured; it scales dense and sparse alike, so their verdicts follow the
+    /// FLOP ratio.
+    pub const GENERIC: f64 = 0.002;
+}
+
+/// The GPU `--device cuda` predicts for: an H200 (and H100 SXM), 989 TFLOP/s dense bf16 on
+/// tensor cores (132 SMs at 1.98 GHz) and 4.8 TB/s of HBM bandwidth (NVIDIA's figures; the
+/// device's own f32 peak and copy bandwidth are measured by `kernels/ceilings.cu` for `bench`).
+pub const NOMINAL_GPU: Machine = Machine {
+    target: crate::machine::Target::Cuda,
+    cores: 132,
+    clock_ghz: 1.98,
+    flops_per_cycle: 3784.0,
+    peak_gflops: 989_000.0,
+    bandwidth_gbps: 4800.0,
+};
+
+/// The efficiency of a product in format `f` (dense included) on machine `m`, whose operands
+/// are all f16 or bf16 when `sixteen` (the GPU's tensor cores take only those).
+pub fn product_efficiency(f: Format, sixteen: bool, m: &Machine) -> f64 {
+    if m.target == crate::machine::Target::Cpu {
+        return format_efficiency(f);
+    }
+    use gpu_efficiency::*;
+    let tc_block = |x: u64| [16, 32, 64].contains(&x);
+    match f {
+        _ if !sixteen => GENERIC,
+        Format::Dense => DENSE,
+        Format::Bsr { rows, cols } if tc_block(rows) && tc_block(cols) => BSR,
+        Format::TwoFour { .. } => TWO_FOUR,
+        _ => GENERIC,
+    }
+}
+
 /// The machine `cost` predicts for when none is given (deterministic reports and tests):
 /// 8 cores at 3.0 GHz with AVX2 + FMA (768 GFLOP/s) and 40 GB/s of copy bandwidth.
 pub const NOMINAL_MACHINE: Machine = Machine {
+    target: crate::machine::Target::Cpu,
     cores: 8,
     clock_ghz: 3.0,
     flops_per_cycle: 32.0,
@@ -454,12 +503,14 @@ pub fn sparse_op_cost(
     let bytes = s.bytes as u128 + other;
     let dense_flops = path.opt_flops;
     let dense_bytes = bytes_of(s_ty) + other;
-    let eff = format_efficiency(s_ty.format);
+    let d_ty = &program.node(d_node).ty;
+    let sixteen = s_ty.dtype == d_ty.dtype && s_ty.dtype.size_bytes() == 2;
+    let eff = product_efficiency(s_ty.format, sixteen, m);
     let sparse_secs = predict_secs(flops as f64, bytes as f64, eff, m);
     let dense_secs = predict_secs(
         dense_flops as f64,
         dense_bytes as f64,
-        efficiency::DENSE_GEMM,
+        product_efficiency(Format::Dense, sixteen, m),
         m,
     );
     // t_sparse(ρ) = max(a1·ρ, a2·ρ + b2) is increasing in ρ; it equals t_dense where the

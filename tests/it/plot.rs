@@ -11,6 +11,7 @@ use tdsl::{Code, DType, Tensor};
 /// A fixed machine, so the plots do not depend on the one running the tests.
 fn machine() -> Machine {
     Machine {
+        target: tdsl::machine::Target::Cpu,
         cores: 8,
         clock_ghz: 3.0,
         flops_per_cycle: 32.0,

@@ -62,7 +62,7 @@ pub struct Launch {
     /// top-level loops.
     pub split: Split,
     /// A library call on tensor cores (`kernels/mma.cuh`): `grid` and `body` are empty and the
-    /// launch is one block of [`crate::tensor::THREADS`] threads per output tile.
+    /// launch is one block of [`crate::tensor::TensorCore::threads`] threads per output tile.
     pub lib: Option<crate::tensor::TensorCore>,
 }
 
@@ -106,7 +106,7 @@ impl Launch {
     /// block rows are one thread too).
     pub fn shape_for(&self, warp: u64) -> (u64, u64) {
         if let Some(tc) = &self.lib {
-            return (tc.blocks(), crate::tensor::THREADS);
+            return (tc.blocks(), tc.threads());
         }
         if self.grid.is_empty() {
             return (1, 1);

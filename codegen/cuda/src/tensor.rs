@@ -19,7 +19,7 @@ use tdsl_loop::{
     Stmt, VarId,
 };
 
-/// Threads per block of a tensor-core launch (8 warps).
+/// Threads per block of a tensor-core launch (8 warps; BSR with 64-column warps: 4).
 pub const THREADS: u64 = 256;
 
 /// One operand as the templates read it: `buf[offset + i * ld + j]` (j contiguous).
@@ -38,12 +38,14 @@ pub enum Kind {
     /// 2:4 (`mma.sp`): `a` holds the compressed values, `meta` the metadata words.
     TwoFour { meta: Operand },
     /// Block-sparse rows of `r × c` blocks (`mma.sync` over the stored blocks): `a` holds the
-    /// blocks' values (`a.ld` is unused), `ptr` and `idx` the block rows' offsets and columns.
+    /// blocks' values (`a.ld` is unused), `ptr` and `idx` the block rows' offsets and columns;
+    /// each warp computes `r × wn` (32 or 64 columns).
     Bsr {
         ptr: BufId,
         idx: BufId,
         r: u64,
         c: u64,
+        wn: u64,
     },
 }
 
@@ -88,6 +90,14 @@ impl TensorCore {
         match self.kind {
             Kind::Bsr { r, .. } => r,
             _ => 128,
+        }
+    }
+
+    /// Threads per block of the launch.
+    pub fn threads(&self) -> u64 {
+        match self.kind {
+            Kind::Bsr { wn, .. } => 32 * self.bn() / wn,
+            _ => THREADS,
         }
     }
 
@@ -139,7 +149,11 @@ impl TensorCore {
         let (instr, bk, stages) = match self.kind {
             Kind::TwoFour { .. } => ("mma.sp::ordered_metadata m16n8k32".to_string(), 64, 3),
             Kind::Dense { bk, stages } => ("mma.sync m16n8k16".to_string(), bk, stages),
-            Kind::Bsr { r, c, .. } => (format!("BSR {r}x{c} blocks, mma.sync m16n8k16"), c, 3),
+            Kind::Bsr { r, c, wn, .. } => (
+                format!("BSR {r}x{c} blocks, {r}x{wn} warp tiles, mma.sync m16n8k16"),
+                c,
+                3,
+            ),
         };
         format!(
             "tensor cores: {instr} {ty}, f32 accumulate, M={} N={} K={}, tiles {}x{}x{bk}, {stages} cp.async stages, {} KiB shared, B {}",
@@ -333,9 +347,10 @@ fn dense(
     })
 }
 
-/// The dense template's K step and stage count: 32 × 3 (measured on an H200, bench/RESULTS.md),
-/// or `TDSL_TC_GEMM=BKxSTAGES` (BK 32 or 64, 2 to 5 stages within 200 KiB of shared memory),
-/// the knob the GPU benchmark compares them with.
+/// The dense template's K step and stage count: 64 × 3 (96 KiB, 2 blocks per SM; on an H200 it
+/// matched 32 × 3 at 8192³ and beat it by 24% with 256 rows: bench/RESULTS.md), or
+/// `TDSL_TC_GEMM=BKxSTAGES` (BK 32 or 64, 2 to 5 stages within 200 KiB of shared memory), the
+/// knob the GPU benchmark compares them with.
 fn dense_kind() -> Kind {
     let parsed = std::env::var("TDSL_TC_GEMM").ok().and_then(|v| {
         let (bk, st) = v.split_once('x')?;
@@ -343,8 +358,22 @@ fn dense_kind() -> Kind {
         let fits = stages * (128 + 128) * bk * 2 <= 200 * 1024;
         ([32, 64].contains(&bk) && (2..=5).contains(&stages) && fits).then_some((bk, stages))
     });
-    let (bk, stages) = parsed.unwrap_or((32, 3));
+    let (bk, stages) = parsed.unwrap_or((64, 3));
     Kind::Dense { bk, stages }
+}
+
+/// The BSR template's warp width: 32 columns (8 warps per block). 64-column warps (twice the
+/// mma per ldmatrix and per barrier, 4 warps) measured the same on an H200 with 8192 rows and
+/// 20% slower with 256 (fewer warps in flight; bench/RESULTS.md): the kernel is bound by L2
+/// reads of B, whose every element serves only the block's R rows. `TDSL_TC_BSR_WN=64` (blocks
+/// of up to 32 rows) is the benchmark's comparison.
+fn bsr_warp_columns(r: u64) -> u64 {
+    let wide = std::env::var("TDSL_TC_BSR_WN").is_ok_and(|v| v == "64");
+    if r <= 32 && wide {
+        64
+    } else {
+        32
+    }
 }
 
 fn out_ok(t: ElemType) -> bool {
@@ -478,6 +507,7 @@ fn bsr(
             idx: s.idx,
             r,
             c: cb,
+            wn: bsr_warp_columns(r),
         },
         input: tv,
         m: mm,
@@ -868,10 +898,10 @@ pub fn render(p: &LoopProgram, name: &str, tc: &TensorCore) -> String {
                 ldn = tc.ldn,
             );
         }
-        Kind::Bsr { ptr, idx, r, c } => {
+        Kind::Bsr { ptr, idx, r, c, wn } => {
             let _ = writeln!(
                 out,
-                "  tdsl_tc_bsr<{input}, {b_kn}, {out_kind}, {r}, {c}>(b{a}, b{p}, b{i}, b{b} + ob, b{cb} + oc, tile, {m}, {n}, {k}, {ldb}LL, {ldm}LL, {ldn}LL, {acc});",
+                "  tdsl_tc_bsr<{input}, {b_kn}, {out_kind}, {r}, {c}, {wn}>(b{a}, b{p}, b{i}, b{b} + ob, b{cb} + oc, tile, {m}, {n}, {k}, {ldb}LL, {ldm}LL, {ldn}LL, {acc});",
                 a = tc.a.buf.0,
                 p = ptr.0,
                 i = idx.0,
