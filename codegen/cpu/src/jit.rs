@@ -66,6 +66,10 @@ pub(crate) fn new_module(target: &Target) -> JITModule {
     for (name, ptr) in helpers::symbols() {
         b.symbol(name, ptr);
     }
+    b.symbol(
+        crate::vmath::SYMBOL,
+        crate::vmath::tdsl_vmath_f32 as *const u8,
+    );
     JITModule::new(b)
 }
 

@@ -3,13 +3,18 @@
 //!
 //! - `lower.rs`: loop IR → Cranelift IR (scalar loops, f32x4/f64x2 vector loops with several
 //!   accumulators, f16/bf16 conversions, compressed, singleton and 2:4 sparse levels);
-//! - `jit.rs`: JIT modules, function pointers, GEMM calls: the only module with `unsafe`;
+//! - `jit.rs`: JIT modules, function pointers, GEMM calls (`unsafe`, as `sgemm.rs`,
+//!   `vmath.rs` and `spmm/simd/`);
 //! - `check.rs`: well-formedness and bounds (checked at compile time, and again at run time on
 //!   the actual buffers before any generated code runs);
 //! - `gemm.rs`: `LibCall::Gemm` through the `gemm` crate or `sgemm.rs` (tdsl's own packing
 //!   GEMM: any layout, f16/bf16 operands widened while packing; `unsafe` for its AVX
 //!   micro-kernels);
 //! - `helpers.rs`: scalar transcendental helpers the generated code calls;
+//! - `vmath.rs`: the chunked vector math vector loops call (`exp`, `log`, `tanh`, `sigmoid`,
+//!   `gelu`, `silu`, `erf`, `gelu_erf`, `sin`, `cos` over a stack buffer, compiled for AVX-512
+//!   and AVX2 + FMA and chosen at run time: Cranelift's vectors are 128 bits wide); `unsafe`
+//!   like `jit.rs`;
 //! - `key.rs`: the kernel cache key;
 //! - `spmm/`: the sparse × dense kernels (`spmm`: register-blocked BSR and 2:4 kernels, CSR
 //!   balanced by nonzeros; `simd/`: AVX2/AVX-512 micro-kernels chosen at run time, with
@@ -35,6 +40,8 @@ mod seam;
 mod sgemm;
 mod sparse;
 pub mod spmm;
+#[allow(unsafe_code)]
+mod vmath;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -76,6 +83,10 @@ pub struct CpuOptions {
     pub vectorize: bool,
     /// Fuse `acc += a * b` into `fma` when the host has AVX and FMA.
     pub fma: bool,
+    /// Run f32 vector loops that call `exp`, `log`, `tanh`, `sigmoid`, `gelu`, `silu`, `erf`,
+    /// `gelu_erf`, `sin` or `cos` in chunks around the ahead-of-time AVX-512/AVX2 vector math
+    /// (`vmath.rs`) when the host has it (and `TDSL_VMATH=0` is not set); else inline f32x4.
+    pub vmath: bool,
 }
 
 impl Default for CpuOptions {
@@ -85,6 +96,7 @@ impl Default for CpuOptions {
             n_acc: 4,
             vectorize: true,
             fma: true,
+            vmath: true,
         }
     }
 }
@@ -146,6 +158,12 @@ fn kernel_signature(module: &JITModule) -> Signature {
     sig
 }
 
+/// Whether this CPU runs the chunked vector math (`CpuOptions::vmath`: AVX-512F, or AVX2 with
+/// FMA, and `TDSL_VMATH=0` not set).
+pub fn chunked_math_available() -> bool {
+    vmath::available()
+}
+
 impl CpuBackend {
     /// A backend for the host ISA (`cranelift_native`), with default options.
     pub fn new() -> Result<CpuBackend, CodegenError> {
@@ -162,6 +180,7 @@ impl CpuBackend {
             n_acc: o.n_acc.clamp(1, 8),
             use_fma: o.fma && target.has_fma,
             vectorize: o.vectorize,
+            vmath: o.vmath && o.vectorize && target.has_fma && crate::vmath::available(),
         };
         Ok(CpuBackend {
             target,

@@ -1973,3 +1973,74 @@ fn coo_singleton_bounds_use_the_coordinates_each_level_reads() {
     let exe = be.compile(&p).expect("compiles");
     assert!(exe.run(&mut bad, 1).is_err());
 }
+
+/// Rows of `e` elements: `y = tanh(x)·sigmoid(x) + gelu(x − 0.5) + tanh(x)` stored and
+/// `s = Σ exp(x/10)` reduced, both in one f32 vector loop.
+fn chunked_rows(rows: u64, e: u64) -> LoopProgram {
+    let x = || load(0, ix(0, &[(0, e as i64), (1, 1)]));
+    let t = || un(UnOp::Tanh, x());
+    let value = bin(
+        BinOp::Add,
+        bin(
+            BinOp::Add,
+            bin(BinOp::Mul, t(), un(UnOp::Sigmoid, x())),
+            un(UnOp::Gelu, bin(BinOp::Sub, x(), c(0.5))),
+        ),
+        t(),
+    );
+    program(
+        vec![
+            buffer("x", F32, rows * e, Role::Input(0)),
+            buffer("y", F32, rows * e, Role::Output(0)),
+            buffer("s", F32, rows, Role::Output(1)),
+        ],
+        vec![kernel(
+            "rows",
+            vec![range(
+                0,
+                rows,
+                true,
+                1,
+                vec![
+                    let_(0, F32, c(0.0)),
+                    range(
+                        1,
+                        e,
+                        false,
+                        4,
+                        vec![
+                            store(1, ix(0, &[(0, e as i64), (1, 1)]), value),
+                            update(0, AccOp::Add, un(UnOp::Exp, bin(BinOp::Mul, x(), c(0.1)))),
+                        ],
+                    ),
+                    store(2, ix(0, &[(0, 1)]), acc(0)),
+                ],
+            )],
+        )],
+    )
+}
+
+#[test]
+fn chunked_vector_math_agrees_with_the_evaluator_across_chunk_edges() {
+    // Extents around the 512-iteration chunk and the 4-lane vectors, a reduction beside the
+    // stores, and a call (tanh) used twice.
+    for e in [64, 67, 511, 512, 513, 1500] {
+        let p = chunked_rows(3, e);
+        let xs: Vec<f64> = values((3 * e) as usize, e)
+            .iter()
+            .map(|v| 4.0 * v)
+            .collect();
+        let bufs = vec![
+            data(F32, &xs),
+            Data::zeros(F32, (3 * e) as usize),
+            Data::zeros(F32, 3),
+        ];
+        agree_with_eval(&p, &bufs, 2, 1e-5);
+        if tdsl_cpu::chunked_math_available() {
+            let be = CpuBackend::new().unwrap();
+            let clif = be.clif(&p, 0).unwrap();
+            // One call per distinct function: tanh, sigmoid, gelu, exp.
+            assert_eq!(clif.matches("call fn").count(), 4, "{clif}");
+        }
+    }
+}

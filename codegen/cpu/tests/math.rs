@@ -114,6 +114,11 @@ fn cover_f64() -> Vec<f64> {
 
 /// `y[i] = value(x[i], z[i])` over a vector loop of `ty`.
 fn run_vector(ty: ElemType, value: Expr, x: Data, z: Data) -> Data {
+    run_vector_with(ty, value, x, z, true)
+}
+
+/// [`run_vector`] with the chunked vector math (`vmath`) or the inline f32x4 kernels.
+fn run_vector_with(ty: ElemType, value: Expr, x: Data, z: Data, vmath: bool) -> Data {
     let n = x.len() as u64;
     let p = program(
         vec![
@@ -133,7 +138,11 @@ fn run_vector(ty: ElemType, value: Expr, x: Data, z: Data) -> Data {
         )],
     );
     let mut bufs = vec![x, z, Data::zeros(ty, n as usize)];
-    run(&p, &mut bufs, 2);
+    let opts = tdsl_cpu::CpuOptions {
+        vmath,
+        ..Default::default()
+    };
+    run_with(&p, &mut bufs, 2, opts);
     bufs.pop().unwrap()
 }
 
@@ -180,17 +189,20 @@ const F32_INLINE: [UnOp; 13] = [
 fn f32_vector_functions_are_within_2_ulp_everywhere() {
     let xs = cover_f32();
     let zs = vec![0.0f32; xs.len()];
-    for op in F32_INLINE {
-        let got = run_vector(
-            F32,
-            un(op, load(0, ix(0, &[(0, 1)]))),
-            Data::F32(xs.clone()),
-            Data::F32(zs.clone()),
-        );
-        let Data::F32(got) = got else { panic!() };
-        check_f32(&format!("{op:?}"), &xs, &zs, &got, |x, _| {
-            op.apply(x as f64)
-        });
+    // Both forms: the chunked AVX-512/AVX2 math where the host has it, and the inline f32x4.
+    for vmath in [true, false] {
+        for op in F32_INLINE {
+            let got = run_vector_with(
+                F32,
+                un(op, load(0, ix(0, &[(0, 1)]))),
+                Data::F32(xs.clone()),
+                Data::F32(zs.clone()),
+                vmath,
+            );
+            let Data::F32(got) = got else { panic!() };
+            let what = format!("{op:?}{}", if vmath { " (chunked)" } else { "" });
+            check_f32(&what, &xs, &zs, &got, |x, _| op.apply(x as f64));
+        }
     }
 }
 

@@ -8,7 +8,7 @@ impl<M: Module> Lower<'_, '_, M> {
     pub(super) fn infer(&self, e: &Expr) -> Option<Ct> {
         match e {
             Expr::Const(_) => None,
-            Expr::Load { buf, .. } => Some(Ct::of(self.p.buffer(*buf).ty)),
+            Expr::Load { buf, .. } => Some(Ct::of(self.buf_ty(*buf))),
             Expr::Acc(a) => self.accs.get(a).map(|x| x.1),
             Expr::Unary(_, x) => self.infer(x),
             Expr::Binary(_, x, y) | Expr::Select(_, x, y) => join(self.infer(x), self.infer(y)),

@@ -1,5 +1,8 @@
 //! Inline vector math: the transcendental functions of vector loops as straight-line code, no
-//! calls.
+//! calls. (On a CPU with AVX-512, or AVX2 with FMA, f32 loops calling `exp`, `log`, `tanh`,
+//! `sigmoid`, `gelu`, `silu`, `erf`, `gelu_erf`, `sin` or `cos` use `vmath.rs`'s ahead-of-time
+//! copies of these kernels instead, through `chunked.rs`; both are tested against the
+//! evaluator.)
 //!
 //! - f32x4 `exp`, `sigmoid` and `log` are native f32 (Cephes `expf` and `logf`, within 2 ulp).
 //!   (A native `silu` as x·sigmoid(x) reaches 3 ulp, so it is not one.)

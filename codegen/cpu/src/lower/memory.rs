@@ -5,7 +5,7 @@ use super::*;
 
 impl<M: Module> Lower<'_, '_, M> {
     pub(super) fn load(&mut self, buf: BufId, index: &Index) -> Value {
-        let ty = self.p.buffer(buf).ty;
+        let ty = self.buf_ty(buf);
         let ct = Ct::of(ty);
         let (addr, off) = self.addr(buf, index);
         match self.vec.map(|m| index.stride_of(m.var)) {

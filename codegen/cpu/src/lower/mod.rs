@@ -6,8 +6,10 @@
 //! Values are computed in f32 (f32, f16, bf16 and i32 loads) or f64; f16 and bf16 are widened on
 //! load and narrowed on store with round-to-nearest-even, by integer bit manipulation (the x64
 //! backend has no `fpromote`/`fdemote` for F16). In vector loops the transcendentals are inline
-//! vector code (`math.rs`); elsewhere, and for the few without a vector form, they call scalar
-//! helpers (`helpers.rs`).
+//! vector code (`math.rs`), or, for f32 `exp`, `log`, `tanh`, `sigmoid`, `gelu`, `silu`, `erf`,
+//! `gelu_erf`, `sin` and `cos` on a CPU with AVX-512 or AVX2 + FMA, the loop runs in chunks around the
+//! ahead-of-time vector math (`chunked.rs`, `vmath.rs`: Cranelift's vectors are 128 bits wide);
+//! elsewhere, and for the few without a vector form, they call scalar helpers (`helpers.rs`).
 //! An innermost `Range` loop marked `vector >= 2` runs four f32 (two f64) lanes at a time:
 //! unit-stride accesses are vector loads and stores, broadcasts are splats, other strides are
 //! gathered and scattered lane by lane. Reductions get one vector accumulator per unrolled
@@ -31,6 +33,7 @@ use tdsl_loop::{
 use crate::error::CodegenError;
 use crate::helpers;
 
+mod chunked;
 mod expr;
 mod math;
 mod memory;
@@ -44,6 +47,9 @@ pub(crate) struct LowerOptions {
     /// Fuse `acc += a * b` into `fma` (only when the ISA has AVX and FMA: TOOLCHAIN.md §1e).
     pub use_fma: bool,
     pub vectorize: bool,
+    /// Run f32 vector loops that call a function of `vmath::VOp` (`exp`, `log`, `tanh`, …) in
+    /// chunks around the ahead-of-time vector math (`chunked.rs`, `vmath.rs`).
+    pub vmath: bool,
 }
 
 /// The compute type of a value.
@@ -302,7 +308,7 @@ impl<M: Module> Lower<'_, '_, M> {
     }
 
     fn store(&mut self, buf: BufId, index: &Index, value: &Expr) -> Result<(), CodegenError> {
-        let ty = self.p.buffer(buf).ty;
+        let ty = self.buf_ty(buf);
         let nat = self.infer(value).unwrap_or(Ct::of(ty));
         let v = self.expr(value, nat)?;
         let (addr, off) = self.addr(buf, index);
@@ -389,7 +395,10 @@ impl<M: Module> Lower<'_, '_, M> {
                 if is_innermost(l) {
                     self.precompute_partials(l);
                     let r = match self.vec_plan(l) {
-                        Some(plan) => self.vector_loop(l, &plan, start, end),
+                        Some(plan) => match self.chunk_plan(l, &plan) {
+                            Some(cp) => self.chunked_loop(&cp, start, end),
+                            None => self.vector_loop(l, &plan, start, end),
+                        },
                         None => self.scalar_range(l, start, end),
                     };
                     self.partials = None;
@@ -504,7 +513,7 @@ impl<M: Module> Lower<'_, '_, M> {
             if pre.contains_key(&(buf, index.clone())) {
                 continue;
             }
-            let size = self.p.buffer(buf).ty.size_bytes() as i64;
+            let size = self.buf_ty(buf).size_bytes() as i64;
             let mut a = self.bases[&buf];
             for (v, s) in &index.terms {
                 if *v == l.var || *s == 0 {
@@ -525,7 +534,7 @@ impl<M: Module> Lower<'_, '_, M> {
     /// The address of `buf[index]` as a base value and an immediate byte offset. In vector mode
     /// the offset includes the unrolled step's lanes.
     fn addr(&mut self, buf: BufId, index: &Index) -> (Value, i32) {
-        let size = self.p.buffer(buf).ty.size_bytes() as i64;
+        let size = self.buf_ty(buf).size_bytes() as i64;
         let step_elems = |mode: Option<VecMode>, ix: &Index| match mode {
             Some(m) => m.step * m.ct.lanes() * ix.stride_of(m.var),
             None => 0,

@@ -20,7 +20,7 @@ impl<M: Module> Lower<'_, '_, M> {
         for s in &l.body {
             match s {
                 Stmt::Store { buf, index, .. } => {
-                    if index.stride_of(l.var) == 0 || !unify(Ct::of(self.p.buffer(*buf).ty)) {
+                    if index.stride_of(l.var) == 0 || !unify(Ct::of(self.buf_ty(*buf))) {
                         return None;
                     }
                 }
@@ -76,7 +76,7 @@ impl<M: Module> Lower<'_, '_, M> {
     pub(super) fn vec_expr_ok(&self, e: &Expr, ct: Ct, reds: &[(AccId, AccOp)]) -> bool {
         match e {
             Expr::Const(_) => true,
-            Expr::Load { buf, .. } => Ct::of(self.p.buffer(*buf).ty) == ct,
+            Expr::Load { buf, .. } => Ct::of(self.buf_ty(*buf)) == ct,
             Expr::Acc(a) => {
                 !reds.iter().any(|(r, _)| r == a) && self.accs.get(a).is_some_and(|x| x.1 == ct)
             }

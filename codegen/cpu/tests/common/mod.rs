@@ -136,7 +136,17 @@ pub fn assert_close(got: &Data, want: &[f64], tol: f64) {
 
 /// Runs `p` through `tdsl_loop::eval`-free direct execution on the CPU backend.
 pub fn run(p: &LoopProgram, bufs: &mut [Data], threads: usize) -> tdsl_cpu::RunStats {
-    let mut be = tdsl_cpu::CpuBackend::new().expect("host target");
+    run_with(p, bufs, threads, tdsl_cpu::CpuOptions::default())
+}
+
+/// [`run`] with the backend's options.
+pub fn run_with(
+    p: &LoopProgram,
+    bufs: &mut [Data],
+    threads: usize,
+    opts: tdsl_cpu::CpuOptions,
+) -> tdsl_cpu::RunStats {
+    let mut be = tdsl_cpu::CpuBackend::with_options(opts).expect("host target");
     let exe = be.compile(p).expect("compiles");
     exe.run(bufs, threads).expect("runs")
 }

@@ -1,0 +1,234 @@
+//! f32 vector loops in chunks around the ahead-of-time vector math (`vmath.rs`).
+//!
+//! A vector loop whose statements call `exp`, `log`, `tanh`, `sigmoid`, `gelu`, `silu`, `erf`,
+//! `gelu_erf`, `sin` or `cos` (a [`VOp`]) runs [`CHUNK`] iterations at a time. For each
+//! distinct call, in the order its argument needs them, one f32x4 loop over the chunk stores the
+//! argument into a stack buffer and one call to `tdsl_vmath_f32` replaces the buffer by the
+//! function's values (16 or 8 lanes wide on AVX-512 or AVX2); then the loop's own statements
+//! run over the chunk with each call read back from its buffer. The buffers are pseudo-buffers
+//! of the loop IR (ids from [`SCRATCH_BASE`] up, based so that the loop variable indexes them
+//! directly), so every stage is an ordinary vector loop ([`Lower::vector_loop`]), reductions and
+//! tails included.
+
+use cranelift_codegen::ir::{StackSlotData, StackSlotKind};
+
+use super::*;
+use crate::vmath::VOp;
+
+/// Iterations per chunk: 512 f32 (2 KiB) per buffer, so a chunk's buffers stay in L1.
+const CHUNK: i64 = 512;
+
+/// The first pseudo-buffer id of the chunk buffers (above any program's buffers).
+pub(super) const SCRATCH_BASE: u32 = u32::MAX - 64;
+
+/// At most this many distinct calls per loop are chunked (else the loop keeps the inline code).
+const MAX_CALLS: usize = 16;
+
+/// The shortest loop worth chunking.
+const MIN_EXTENT: u64 = 64;
+
+/// A loop's chunked form.
+pub(super) struct ChunkPlan {
+    /// The distinct calls in evaluation order: the function, the stage loop that stores its
+    /// argument into buffer `SCRATCH_BASE + i`, and that loop's vector plan.
+    calls: Vec<(VOp, Loop, VecPlan)>,
+    /// The loop with every call read from its buffer, and its vector plan.
+    rest: (Loop, VecPlan),
+}
+
+impl<M: Module> Lower<'_, '_, M> {
+    /// The chunked form of vector loop `l`, when it calls a [`VOp`] in f32 and the CPU runs the
+    /// chunked math (`LowerOptions::vmath`).
+    pub(super) fn chunk_plan(&self, l: &Loop, plan: &VecPlan) -> Option<ChunkPlan> {
+        let Iter::Range { extent } = l.iter else {
+            return None;
+        };
+        if !self.opts.vmath || plan.ct != Ct::F32 || extent < MIN_EXTENT {
+            return None;
+        }
+        let mut calls: Vec<(VOp, Expr)> = Vec::new();
+        let body: Vec<Stmt> = l
+            .body
+            .iter()
+            .map(|s| match s {
+                Stmt::Store { buf, index, value } => Stmt::Store {
+                    buf: *buf,
+                    index: index.clone(),
+                    value: hoist_calls(value, l.var, &mut calls),
+                },
+                Stmt::Update { acc, op, value } => Stmt::Update {
+                    acc: *acc,
+                    op: *op,
+                    value: hoist_calls(value, l.var, &mut calls),
+                },
+                other => other.clone(),
+            })
+            .collect();
+        if calls.is_empty() || calls.len() > MAX_CALLS {
+            return None;
+        }
+        let with_body = |body: Vec<Stmt>| Loop {
+            body,
+            parallel: false,
+            gpu: None,
+            ..l.clone()
+        };
+        let mut staged = Vec::new();
+        for (i, (op, arg)) in calls.into_iter().enumerate() {
+            let stage = with_body(vec![Stmt::Store {
+                buf: scratch(i),
+                index: unit(l.var),
+                value: arg,
+            }]);
+            let p = self.vec_plan(&stage)?;
+            staged.push((op, stage, p));
+        }
+        let rest = with_body(body);
+        let rest_plan = self.vec_plan(&rest)?;
+        Some(ChunkPlan {
+            calls: staged,
+            rest: (rest, rest_plan),
+        })
+    }
+
+    /// Runs `l` over `start..end` as `cp` says: chunk by chunk, each call's argument into its
+    /// buffer, the call over the buffer, then the loop's statements.
+    pub(super) fn chunked_loop(
+        &mut self,
+        cp: &ChunkPlan,
+        start: Value,
+        end: Value,
+    ) -> Result<(), CodegenError> {
+        let ptr = self.module.target_config().pointer_type();
+        let slots: Vec<_> = cp
+            .calls
+            .iter()
+            .map(|_| {
+                let data = StackSlotData::new(StackSlotKind::ExplicitSlot, CHUNK as u32 * 4, 6);
+                self.b.create_sized_stack_slot(data)
+            })
+            .collect();
+        let vmath = self.vmath_fn()?;
+        // for (c = start; c < end; c = min(c + CHUNK, end)), the exit named first (loop_begin).
+        let var = self.b.declare_var(types::I64);
+        self.b.def_var(var, start);
+        let header = self.b.create_block();
+        let body = self.b.create_block();
+        let exit = self.b.create_block();
+        self.b.ins().jump(header, &[]);
+        self.b.switch_to_block(header);
+        let c = self.b.use_var(var);
+        let done = self.b.ins().icmp(IntCC::SignedGreaterThanOrEqual, c, end);
+        self.b.ins().brif(done, exit, &[], body, &[]);
+        self.b.switch_to_block(body);
+        let c = self.b.use_var(var);
+        let next = self.b.ins().iadd_imm_s(c, CHUNK);
+        let cend = self.b.ins().smin(next, end);
+        let len = self.b.ins().isub(cend, c);
+        // Buffer i's base sits c elements before its slot: the loop variable indexes it.
+        let back = self.b.ins().imul_imm_s(c, 4);
+        let mut addrs = Vec::new();
+        for (i, slot) in slots.iter().enumerate() {
+            let a = self.b.ins().stack_addr(ptr, *slot, 0);
+            let base = self.b.ins().isub(a, back);
+            self.bases.insert(scratch(i), base);
+            addrs.push(a);
+        }
+        let mut r = Ok(());
+        for ((op, stage, plan), a) in cp.calls.iter().zip(&addrs) {
+            r = self.vector_loop(stage, plan, c, cend);
+            if r.is_err() {
+                break;
+            }
+            let opv = self.b.ins().iconst(types::I32, *op as i64);
+            self.b.ins().call(vmath, &[opv, *a, len]);
+        }
+        if r.is_ok() {
+            r = self.vector_loop(&cp.rest.0, &cp.rest.1, c, cend);
+        }
+        for i in 0..slots.len() {
+            self.bases.remove(&scratch(i));
+        }
+        r?;
+        self.b.def_var(var, cend);
+        self.b.ins().jump(header, &[]);
+        self.b.switch_to_block(exit);
+        Ok(())
+    }
+
+    /// `tdsl_vmath_f32(op: u32, x: *mut f32, n: u64)`, declared once per function.
+    fn vmath_fn(&mut self) -> Result<FuncRef, CodegenError> {
+        let name = crate::vmath::SYMBOL;
+        if let Some(f) = self.helpers.get(name) {
+            return Ok(*f);
+        }
+        let mut sig = self.module.make_signature();
+        for t in [types::I32, types::I64, types::I64] {
+            sig.params.push(AbiParam::new(t));
+        }
+        let id = self
+            .module
+            .declare_function(name, Linkage::Import, &sig)
+            .map_err(|e| bad(format!("declaring {name}: {e}")))?;
+        let f = self.module.declare_func_in_func(id, self.b.func);
+        self.helpers.insert(name, f);
+        Ok(f)
+    }
+
+    /// A buffer's element type, the chunk buffers (f32) included.
+    pub(super) fn buf_ty(&self, b: BufId) -> ElemType {
+        if b.0 >= SCRATCH_BASE {
+            ElemType::F32
+        } else {
+            self.p.buffer(b).ty
+        }
+    }
+}
+
+fn scratch(i: usize) -> BufId {
+    BufId(SCRATCH_BASE + i as u32)
+}
+
+/// `var`, stride 1.
+fn unit(var: VarId) -> Index {
+    Index {
+        offset: 0,
+        terms: vec![(var, 1)],
+    }
+}
+
+/// `e` with every [`VOp`] call replaced by a load of its chunk buffer, the calls (innermost
+/// first, equal calls once) appended to `calls`.
+fn hoist_calls(e: &Expr, var: VarId, calls: &mut Vec<(VOp, Expr)>) -> Expr {
+    let mut go = |x: &Expr| Box::new(hoist_calls(x, var, calls));
+    match e {
+        Expr::Unary(op, x) => {
+            let arg = *go(x);
+            let Some(v) = VOp::of(*op) else {
+                return Expr::Unary(*op, Box::new(arg));
+            };
+            let i = match calls.iter().position(|(o, a)| *o == v && *a == arg) {
+                Some(i) => i,
+                None => {
+                    calls.push((v, arg));
+                    calls.len() - 1
+                }
+            };
+            Expr::Load {
+                buf: scratch(i),
+                index: unit(var),
+            }
+        }
+        Expr::Binary(op, a, b) => {
+            let a = go(a);
+            Expr::Binary(*op, a, go(b))
+        }
+        Expr::Select(c, a, b) => {
+            let c = go(c);
+            let a = go(a);
+            Expr::Select(c, a, go(b))
+        }
+        Expr::Cast(t, x) => Expr::Cast(*t, go(x)),
+        Expr::Const(_) | Expr::Load { .. } | Expr::Acc(_) | Expr::Iota(_) => e.clone(),
+    }
+}
