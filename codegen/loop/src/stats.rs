@@ -34,10 +34,13 @@ impl KernelStats {
 
 /// Core cycles per element of one operation in a loop with `lanes` vector lanes (1: scalar
 /// code), as the CPU JIT generates it. Calibrated on a Zen 5 core with 16M f32 values
-/// (bench/nonlinear.py: `exp` 2.6 cycles per element over 4 lanes, `tanh` 5.1, `gelu` 10.9,
-/// `gelu_erf` 23); f64 lanes cost twice as much per element; scalar code calls a helper per
-/// transcendental (about 20 cycles). Good to a factor of ~1.5, which is what a time
-/// prediction needs (bench/predict.py checks it within 2×).
+/// (bench/nonlinear.py), where f32 vector loops run `exp`, `log`, `tanh`, `sigmoid`, `gelu`,
+/// `silu`, `erf`, `gelu_erf`, `sin` and `cos` through the chunked AVX-512 math (`tdsl-cpu`'s
+/// `vmath.rs`: `exp` 2.0 cycles per element over 4 lanes, `tanh` 2.5, `gelu` 4.1, `gelu_erf`
+/// 6.8; the inline f32x4 code a CPU without FMA runs takes 1.3–3.4× as long); f64 lanes cost
+/// twice as much per element; scalar code calls a helper per transcendental (about 20
+/// cycles). Good to a factor of ~1.5, which is what a time prediction needs (bench/predict.py
+/// checks it within 2×).
 pub fn op_cycles(op: Op, lanes: u32) -> f64 {
     use BinOp as B;
     use UnOp as U;
@@ -45,16 +48,15 @@ pub fn op_cycles(op: Op, lanes: u32) -> f64 {
         Op::Unary(U::Neg | U::Abs | U::Relu | U::Square | U::Sign) => 0.1,
         Op::Unary(U::Floor | U::Ceil | U::Round) => 0.15,
         Op::Unary(U::Sqrt | U::Rsqrt) => 0.8,
-        Op::Unary(U::Exp) => 2.6,
-        Op::Unary(U::Sigmoid) => 4.3,
-        Op::Unary(U::Tanh) => 5.1,
-        Op::Unary(U::Log) => 5.6,
-        Op::Unary(U::Silu) => 7.5,
-        Op::Unary(U::Sin | U::Cos) => 9.7,
+        Op::Unary(U::Exp) => 2.0,
+        Op::Unary(U::Sigmoid) => 2.2,
+        Op::Unary(U::Tanh) => 2.5,
+        Op::Unary(U::Log) => 2.75,
+        Op::Unary(U::Silu | U::Sin | U::Cos) => 3.5,
         Op::Unary(U::Log1p | U::Expm1 | U::Softplus) => 10.0,
-        Op::Unary(U::Gelu) => 10.9,
-        Op::Unary(U::Erf) => 20.0,
-        Op::Unary(U::GeluErf) => 23.0,
+        Op::Unary(U::Gelu) => 4.1,
+        Op::Unary(U::Erf) => 5.9,
+        Op::Unary(U::GeluErf) => 6.8,
         Op::Binary(B::Div) => 0.8,
         Op::Binary(B::Pow) => 15.0,
         Op::Binary(B::Max | B::Min) => 0.4,
