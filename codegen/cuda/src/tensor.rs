@@ -311,13 +311,7 @@ fn dense(
         (am.row_stride, an.row_stride, an.col_stride)
     };
     // B(k, j) at k·b_rows + j·b_cols.
-    let (b_kn, b_ld) = if b_rows == 1 {
-        (false, b_cols)
-    } else if b_cols == 1 {
-        (true, b_rows)
-    } else {
-        return None;
-    };
+    let (b_kn, b_ld) = b_layout(b_rows, b_cols)?;
     if !aligned(&[a_ld, b_ld, am.offset, an.offset]) || (b_kn && !nn.is_multiple_of(8)) {
         return None;
     }
@@ -408,38 +402,50 @@ fn two_four(
     if axis != k_axis || !k.is_multiple_of(64) || m.max(n).max(k) >= 1 << 30 {
         return None;
     }
-    // Left: C = S·D, B = D (k, n). Right: Cᵀ = Sᵀ·Dᵀ, B(k, j) = D(j, k).
+    let kind = Kind::TwoFour {
+        meta: Operand {
+            buf: s.idx,
+            offset: 0,
+            ld: (k / 32) as i64,
+        },
+    };
+    let values = Operand {
+        buf: s.values,
+        offset: 0,
+        ld: (k / 2) as i64,
+    };
+    sparse_left(kind, tv, values, (m, n, k), side, d, c, accumulate)
+}
+
+/// The launch of a product whose sparse operand, stored as `values` (+ `kind`'s arrays), is A:
+/// `C = S·D` on the left, or, on the right, `Cᵀ = S'·Dᵀ` with `S'` the stored operand read as
+/// the left one (the caller checked the stored layout fits), so B(k, j) = D(j, k).
+#[allow(clippy::too_many_arguments)]
+fn sparse_left(
+    kind: Kind,
+    input: ElemType,
+    values: Operand,
+    (m, n, k): (u64, u64, u64),
+    side: Side,
+    d: &MatView,
+    c: &MatView,
+    accumulate: bool,
+) -> Option<TensorCore> {
     let (mm, nn, b_rows, b_cols, cm, cn) = match side {
         Side::Left => (m, n, d.row_stride, d.col_stride, c.row_stride, c.col_stride),
         Side::Right => (n, m, d.col_stride, d.row_stride, c.col_stride, c.row_stride),
     };
-    let (b_kn, b_ld) = if b_rows == 1 {
-        (false, b_cols)
-    } else if b_cols == 1 {
-        (true, b_rows)
-    } else {
-        return None;
-    };
+    let (b_kn, b_ld) = b_layout(b_rows, b_cols)?;
     if !aligned(&[b_ld, d.offset]) || (b_kn && !nn.is_multiple_of(8)) {
         return None;
     }
     Some(TensorCore {
-        kind: Kind::TwoFour {
-            meta: Operand {
-                buf: s.idx,
-                offset: 0,
-                ld: (k / 32) as i64,
-            },
-        },
-        input: tv,
+        kind,
+        input,
         m: mm,
         n: nn,
         k,
-        a: Operand {
-            buf: s.values,
-            offset: 0,
-            ld: (k / 2) as i64,
-        },
+        a: values,
         b: Operand {
             buf: d.buf,
             offset: d.offset,
@@ -453,6 +459,18 @@ fn two_four(
         accumulate,
         batch: Vec::new(),
     })
+}
+
+/// B(k, n) at `k·b_rows + n·b_cols`: k-contiguous (`b_kn` false, leading dimension `b_cols`)
+/// or n-contiguous (`b_kn`, `b_rows`); `None` when neither stride is 1.
+fn b_layout(b_rows: i64, b_cols: i64) -> Option<(bool, i64)> {
+    if b_rows == 1 {
+        Some((false, b_cols))
+    } else if b_cols == 1 {
+        Some((true, b_rows))
+    } else {
+        None
+    }
 }
 
 /// A BSR product whose block rows are the output's rows (`S·D`, or `D·Sᵀ` computed as
@@ -482,55 +500,29 @@ fn bsr(
     if ![16, 32, 64].contains(&r) || ![16, 32, 64].contains(&cb) || m.max(n).max(k) >= 1 << 30 {
         return None;
     }
-    // Left: C = S·D, B = D (k, n). Right (S stored n × k): Cᵀ = S·Dᵀ, B(k, j) = D(j, k).
-    let (mm, nn, b_rows, b_cols, cm, cn) = match (side, transposed) {
-        (Side::Left, false) => (m, n, d.row_stride, d.col_stride, c.row_stride, c.col_stride),
-        (Side::Right, true) => (n, m, d.col_stride, d.row_stride, c.col_stride, c.row_stride),
+    // Block rows must be the output's rows: S on the left as stored (S·D), or on the right
+    // transposed (D·Sᵀ, S stored n × k, computed as Cᵀ = S·Dᵀ).
+    let mm = match (side, transposed) {
+        (Side::Left, false) => m,
+        (Side::Right, true) => n,
         _ => return None,
     };
     if s.shape != [mm, k] || !mm.is_multiple_of(r) || !k.is_multiple_of(cb) {
         return None;
     }
-    let (b_kn, b_ld) = if b_rows == 1 {
-        (false, b_cols)
-    } else if b_cols == 1 {
-        (true, b_rows)
-    } else {
-        return None;
+    let kind = Kind::Bsr {
+        ptr,
+        idx: s.idx,
+        r,
+        c: cb,
+        wn: bsr_warp_columns(r),
     };
-    if !aligned(&[b_ld, d.offset]) || (b_kn && !nn.is_multiple_of(8)) {
-        return None;
-    }
-    Some(TensorCore {
-        kind: Kind::Bsr {
-            ptr,
-            idx: s.idx,
-            r,
-            c: cb,
-            wn: bsr_warp_columns(r),
-        },
-        input: tv,
-        m: mm,
-        n: nn,
-        k,
-        a: Operand {
-            buf: s.values,
-            offset: 0,
-            ld: cb as i64,
-        },
-        b: Operand {
-            buf: d.buf,
-            offset: d.offset,
-            ld: b_ld,
-        },
-        b_kn,
-        c: c.buf,
-        c_offset: c.offset,
-        ldm: cm,
-        ldn: cn,
-        accumulate,
-        batch: Vec::new(),
-    })
+    let values = Operand {
+        buf: s.values,
+        offset: 0,
+        ld: cb as i64,
+    };
+    sparse_left(kind, tv, values, (m, n, k), side, d, c, accumulate)
 }
 
 /// A kernel that is one perfect nest of range loops around `dst[ix] = src[is]`: the loop

@@ -27,6 +27,7 @@
 use cranelift_codegen::ir::{ConstantData, Immediate};
 
 use super::*;
+use crate::vmath::{COS_P, ERFC_P, ERF_SMALL, EXPF_P, LOGF_P, PIO2_PARTS, SIN_P, TANHF_P};
 
 /// 1.5·2^52: adding it to an f64 of magnitude below 2^51 rounds to an integer, which then sits in
 /// the low mantissa bits.
@@ -476,25 +477,7 @@ impl<M: Module> Lower<'_, '_, M> {
     fn erf_parts(&mut self, a: Value) -> (Value, Value) {
         let one = self.kd(1.0);
         let a2 = self.b.ins().fmul(a, a);
-        let q = self.estrin(
-            a2,
-            &[
-                std::f64::consts::FRAC_2_SQRT_PI,
-                -0.376_126_389_031_837_54,
-                0.112_837_916_709_551_26,
-                -0.026_866_170_645_131_252,
-                0.005_223_977_625_442_188,
-                -0.000_854_832_702_345_085_2,
-                0.000_120_553_329_817_896_64,
-                -1.492_565_035_840_625e-5,
-                1.646_211_436_588_924_6e-6,
-                -1.636_584_469_123_492_4e-7,
-                1.480_719_281_587_921_8e-8,
-                -1.229_055_530_171_792_6e-9,
-                9.422_759_064_650_411e-11,
-                -6.711_366_855_164_110_5e-12,
-            ],
-        );
+        let q = self.estrin(a2, &ERF_SMALL);
         let e_small = self.b.ins().fmul(a, q);
         let c_small = self.b.ins().fsub(one, e_small);
         let half = self.kd(0.5);
@@ -503,24 +486,7 @@ impl<M: Module> Lower<'_, '_, M> {
         let k1 = self.kd(3.9);
         let k0 = self.kd(-1.6);
         let u = self.mul_add(t, k1, k0);
-        let pu = self.estrin(
-            u,
-            &[
-                0.453_508_903_293_486_8,
-                0.151_492_326_728_924,
-                0.033_676_574_756_834_68,
-                0.003_336_413_716_318_687,
-                -0.000_498_591_085_342_534_2,
-                -0.000_160_277_104_890_168,
-                1.355_679_218_315_978_6e-5,
-                7.656_087_409_966_068e-6,
-                -9.080_527_937_943_43e-7,
-                -3.857_525_925_950_405e-7,
-                8.559_411_552_547_531e-8,
-                1.547_812_987_201_143_2e-8,
-                -6.217_850_641_770_843e-9,
-            ],
-        );
+        let pu = self.estrin(u, &ERFC_P);
         let na2 = self.b.ins().fneg(a2);
         let g = self.exp_d(na2, false);
         let c_big = self.b.ins().fmul(g, t);
@@ -600,13 +566,8 @@ impl<M: Module> Lower<'_, '_, M> {
         let q = self.b.ins().fdiv(two, d);
         let big = self.b.ins().fsub(one, q);
         let z = self.b.ins().fmul(a, a);
-        let mut p = self.fconst(ty, -5.704_988_727_45e-3);
-        for k in [
-            2.063_908_879_54e-2,
-            -5.373_971_555_31e-2,
-            1.333_144_220_36e-1,
-            -3.333_328_194_22e-1,
-        ] {
+        let mut p = self.fconst(ty, TANHF_P[0]);
+        for &k in &TANHF_P[1..] {
             let kk = self.fconst(ty, k);
             p = self.mul_add(p, z, kk);
         }
@@ -661,17 +622,8 @@ impl<M: Module> Lower<'_, '_, M> {
         let e1 = self.b.ins().fsub(e, one);
         let e = self.b.ins().bitselect(lowm, e1, e);
         let z = self.b.ins().fmul(f, f);
-        let mut p = self.fconst(ty, 7.037_683_629_2e-2);
-        for k in [
-            -1.151_461_031_0e-1,
-            1.167_699_874_0e-1,
-            -1.242_014_084_6e-1,
-            1.424_932_278_7e-1,
-            -1.666_805_766_5e-1,
-            2.000_071_476_5e-1,
-            -2.499_999_399_3e-1,
-            3.333_333_117_4e-1,
-        ] {
+        let mut p = self.fconst(ty, LOGF_P[0]);
+        for &k in &LOGF_P[1..] {
             let kk = self.fconst(ty, k);
             p = self.mul_add(p, f, kk);
         }
@@ -733,41 +685,17 @@ impl<M: Module> Lower<'_, '_, M> {
         let (n, z) = self.round_to_int(t);
         let nz = self.b.ins().fneg(z);
         let mut r = x;
-        for part in [
-            1.570_796_326_734_125_614_17e0,
-            6.077_100_506_303_965_976_60e-11,
-            2.022_266_248_711_166_455_80e-21,
-        ] {
+        for part in PIO2_PARTS {
             let pv = self.kd(part);
             r = self.mul_add(nz, pv, r);
         }
         let z2 = self.b.ins().fmul(r, r);
         // sin r = r + r³·S(r²)
-        let sp = self.horner(
-            z2,
-            &[
-                1.589_690_995_211_550_102_21e-10,
-                -2.505_076_025_340_686_341_95e-8,
-                2.755_731_370_707_006_767_89e-6,
-                -1.984_126_982_985_794_931_34e-4,
-                8.333_333_333_322_489_461_24e-3,
-                -1.666_666_666_666_663_243_48e-1,
-            ],
-        );
+        let sp = self.horner(z2, &SIN_P);
         let r3 = self.b.ins().fmul(z2, r);
         let sin = self.mul_add(r3, sp, r);
         // cos r = 1 − r²/2 + r⁴·C(r²)
-        let cp = self.horner(
-            z2,
-            &[
-                -1.135_964_755_778_819_482_65e-11,
-                2.087_572_321_298_174_827_90e-9,
-                -2.755_731_435_139_066_330_35e-7,
-                2.480_158_728_947_672_941_78e-5,
-                -1.388_888_888_887_410_957_49e-3,
-                4.166_666_666_666_660_190_37e-2,
-            ],
-        );
+        let cp = self.horner(z2, &COS_P);
         let z4 = self.b.ins().fmul(z2, z2);
         let mhalf = self.kd(-0.5);
         let one = self.kd(1.0);
@@ -880,14 +808,8 @@ impl<M: Module> Lower<'_, '_, M> {
         let c2 = self.fconst(ty, 2.12194440e-4);
         let r = self.mul_add(z, c1, x);
         let r = self.mul_add(z, c2, r);
-        let mut p = self.fconst(ty, 1.9875691500e-4);
-        for k in [
-            1.3981999507e-3,
-            8.3334519073e-3,
-            4.1665795894e-2,
-            1.6666665459e-1,
-            5.0000001201e-1,
-        ] {
+        let mut p = self.fconst(ty, EXPF_P[0]);
+        for &k in &EXPF_P[1..] {
             let kk = self.fconst(ty, k);
             p = self.mul_add(p, r, kk);
         }
