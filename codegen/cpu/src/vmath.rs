@@ -127,23 +127,36 @@ macro_rules! variant {
 variant!(avx512, "avx512f,avx2,fma");
 variant!(avx2, "avx2,fma");
 
-/// Blocks of 16 lanes through a local array (so `x` may be read and written in place and
-/// LLVM vectorises the block); the last partial block is padded.
+/// Lanes per block: one AVX-512 vector of f32.
+const B: usize = 16;
+
+/// `f` on each block of 16 values of `x[0..n]`, through a local array (so `x` may be read and
+/// written in place, and LLVM vectorises `f`); the last partial block is padded.
 #[inline(always)]
-unsafe fn each(x: *mut f32, n: usize, f: impl Fn(f32) -> f32) {
-    const B: usize = 16;
+unsafe fn blocks(x: *mut f32, n: usize, f: impl Fn(&mut [f32; B])) {
     let mut i = 0;
     while i < n {
         let m = (n - i).min(B);
         let mut v = [0.0f32; B];
         // SAFETY: `x[i..i + m]` lies inside `x[0..n]` (the caller's contract).
         unsafe { std::ptr::copy_nonoverlapping(x.add(i), v.as_mut_ptr(), m) };
-        for e in v.iter_mut() {
-            *e = f(*e);
-        }
+        f(&mut v);
         // SAFETY: as above.
         unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), x.add(i), m) };
         i += m;
+    }
+}
+
+/// `f` on every value of `x[0..n]`, in place.
+#[inline(always)]
+unsafe fn each(x: *mut f32, n: usize, f: impl Fn(f32) -> f32) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        blocks(x, n, |v| {
+            for e in v.iter_mut() {
+                *e = f(*e);
+            }
+        })
     }
 }
 
@@ -151,28 +164,22 @@ unsafe fn each(x: *mut f32, n: usize, f: impl Fn(f32) -> f32) {
 /// by π/2 loses bits, come from the evaluator's definition (as `sin_cos_f32x4`'s guarded path).
 #[inline(always)]
 unsafe fn each_far(x: *mut f32, n: usize, f: impl Fn(f32) -> f32, op: UnOp) {
-    const B: usize = 16;
-    let mut i = 0;
-    while i < n {
-        let m = (n - i).min(B);
-        let mut v = [0.0f32; B];
-        // SAFETY: `x[i..i + m]` lies inside `x[0..n]` (the caller's contract).
-        unsafe { std::ptr::copy_nonoverlapping(x.add(i), v.as_mut_ptr(), m) };
-        let inp = v;
-        for e in v.iter_mut() {
-            *e = f(*e);
-        }
-        let far = inp.iter().fold(false, |a, e| a | (e.abs() > 262_144.0));
-        if far {
-            for (e, x) in v.iter_mut().zip(&inp) {
-                if x.abs() > 262_144.0 {
-                    *e = op.apply(*x as f64) as f32;
+    let far = |x: f32| x.abs() > 262_144.0;
+    // SAFETY: the caller's contract.
+    unsafe {
+        blocks(x, n, |v| {
+            let inp = *v;
+            for e in v.iter_mut() {
+                *e = f(*e);
+            }
+            if inp.iter().fold(false, |a, e| a | far(*e)) {
+                for (e, x) in v.iter_mut().zip(&inp) {
+                    if far(*x) {
+                        *e = op.apply(*x as f64) as f32;
+                    }
                 }
             }
-        }
-        // SAFETY: as above.
-        unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), x.add(i), m) };
-        i += m;
+        })
     }
 }
 

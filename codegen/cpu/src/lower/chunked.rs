@@ -109,19 +109,9 @@ impl<M: Module> Lower<'_, '_, M> {
             })
             .collect();
         let vmath = self.vmath_fn()?;
-        // for (c = start; c < end; c = min(c + CHUNK, end)), the exit named first (loop_begin).
-        let var = self.b.declare_var(types::I64);
-        self.b.def_var(var, start);
-        let header = self.b.create_block();
-        let body = self.b.create_block();
-        let exit = self.b.create_block();
-        self.b.ins().jump(header, &[]);
-        self.b.switch_to_block(header);
-        let c = self.b.use_var(var);
-        let done = self.b.ins().icmp(IntCC::SignedGreaterThanOrEqual, c, end);
-        self.b.ins().brif(done, exit, &[], body, &[]);
-        self.b.switch_to_block(body);
-        let c = self.b.use_var(var);
+        // for (c = start; c < end; c = min(c + CHUNK, end)).
+        let f = self.loop_begin(start, end, 1);
+        let c = self.b.use_var(f.var);
         let next = self.b.ins().iadd_imm_s(c, CHUNK);
         let cend = self.b.ins().smin(next, end);
         let len = self.b.ins().isub(cend, c);
@@ -150,9 +140,7 @@ impl<M: Module> Lower<'_, '_, M> {
             self.bases.remove(&scratch(i));
         }
         r?;
-        self.b.def_var(var, cend);
-        self.b.ins().jump(header, &[]);
-        self.b.switch_to_block(exit);
+        self.loop_end_at(f, cend);
         Ok(())
     }
 

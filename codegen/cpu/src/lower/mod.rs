@@ -370,6 +370,11 @@ impl<M: Module> Lower<'_, '_, M> {
     fn loop_end(&mut self, f: Frame) -> Value {
         let i = self.b.use_var(f.var);
         let next = self.b.ins().iadd_imm_s(i, f.step);
+        self.loop_end_at(f, next)
+    }
+
+    /// [`Lower::loop_end`] with the variable's next value given (a chunk's end).
+    fn loop_end_at(&mut self, f: Frame, next: Value) -> Value {
         self.b.def_var(f.var, next);
         self.b.ins().jump(f.header, &[]);
         self.b.switch_to_block(f.exit);
