@@ -274,6 +274,35 @@ fn tensor_cores_take_16_bit_products_and_fold_the_copies_around_them() {
 }
 
 #[test]
+fn every_product_of_the_tensor_core_corpus_runs_on_tensor_cores() {
+    // The GPU tests compare values only, so a product that silently fell back to the generic
+    // kernel would pass them (2:4 on the left did, for a session): the tc_* scripts are
+    // written so that every gemm and spmm qualifies.
+    let mut products = 0;
+    for (name, text) in scripts_in("tests/corpus") {
+        if !name.contains("/tc_") {
+            continue;
+        }
+        let plan = plan(&text).expect("plans");
+        let sel = tdsl_cuda::tensor::select(&plan.loops);
+        for (ki, k) in plan.loops.kernels.iter().enumerate() {
+            if let [tdsl_loop::Stmt::Call(
+                tdsl_loop::LibCall::Gemm { .. } | tdsl_loop::LibCall::SpMM { .. },
+            )] = k.body.as_slice()
+            {
+                products += 1;
+                assert!(
+                    sel.calls.contains_key(&ki),
+                    "{name}: kernel {ki} ({}) is not on tensor cores",
+                    k.origin
+                );
+            }
+        }
+    }
+    assert!(products >= 9, "only {products} products in the tc_* corpus");
+}
+
+#[test]
 fn snapshot_two_four_torch_layout_on_tensor_cores() {
     let script = "input x: bf16[m=100, k=128] = randn(seed=0)\n\
                   input w: bf16[n=72, k] @ 2:4(k) = randn(seed=1)\n\
