@@ -201,6 +201,119 @@ TDSL_FN void tdsl_tc_gemm(const unsigned short *__restrict__ A, const unsigned s
   tdsl_tc_epilogue<OUT>(acc, C, M, N, ldm, ldn, accumulate, m0 + wm * 64, n0 + wn * (BN / 4));
 }
 
+// Dense on sm_90a (H100, H200): `wgmma.mma_async` m64nBNk16, both operands read by the tensor
+// cores from shared memory through descriptors. Block tile 128 x BN x 64 (BN 256, or 128 when
+// 256 would leave SMs idle): two warpgroups, each 64 x BN (BN / 2 f32 accumulators per thread).
+// A [128][64] and B [BN][64] halves per stage, both k-contiguous (B_KN = false only), in the
+// 128-byte swizzle wgmma's descriptors name (16-byte chunk c of row r at chunk c ^ (r mod 8);
+// 8-row atoms 1024 bytes apart), loaded by cp.async (zero-filled past M, N and K as in
+// tdsl_tc_gemm). TDSL_TC_WG_STAGES stages, loads issued TDSL_TC_WG_STAGES - 2 tiles ahead: one
+// wgmma group stays in flight while the next is issued, so the stage a load overwrites was read
+// two tiles ago, and every warpgroup has waited for it before the barrier that precedes the load.
+#define TDSL_TC_WG_STAGES 4
+#define TDSL_TC_WG_STAGE_BYTES(BN) ((TDSL_TC_BM + (BN)) * 64 * 2)
+#define TDSL_TC_WG_SMEM(BN) (TDSL_TC_WG_STAGES * TDSL_TC_WG_STAGE_BYTES(BN) + 1024)
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// A shared-memory matrix descriptor: start address, leading byte offset 16 (unused for swizzled
+// k-major), stride byte offset 1024 (one 8-row atom), 128-byte swizzle.
+TDSL_FN unsigned long long tdsl_wg_desc(unsigned addr) {
+  return (unsigned long long)((addr & 0x3FFFFu) >> 4) | (1ull << 16) | ((unsigned long long)(1024 >> 4) << 32) |
+         (1ull << 62);
+}
+template <int IN, int BN> TDSL_FN void tdsl_wgmma(float *d, unsigned long long da, unsigned long long db) {
+  if constexpr (BN == 256 && IN == 1)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+                 : "l"(da), "l"(db), "r"(1));
+  else if constexpr (BN == 256)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+                 : "l"(da), "l"(db), "r"(1));
+  else if constexpr (IN == 1)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "l"(da), "l"(db), "r"(1));
+  else
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "l"(da), "l"(db), "r"(1));
+}
+TDSL_FN void tdsl_wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+TDSL_FN void tdsl_wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> TDSL_FN void tdsl_wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+TDSL_FN void tdsl_fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+template <int IN, int OUT, int BN, typename CT>
+TDSL_FN void tdsl_tc_wgmma(const unsigned short *__restrict__ A, const unsigned short *__restrict__ B, CT *__restrict__ C,
+                           long long tile, int M, int N, int K, long long lda, long long ldb, long long ldm, long long ldn,
+                           bool accumulate) {
+  static_assert(BN == 128 || BN == 256, "wgmma tiles 128 or 256 wide");
+  constexpr int STAGES = TDSL_TC_WG_STAGES, AHEAD = STAGES - 2;
+  constexpr unsigned A_BYTES = TDSL_TC_BM * 128, STAGE = TDSL_TC_WG_STAGE_BYTES(BN);
+  extern __shared__ __align__(128) uint4 tdsl_smem_dyn[];
+  const unsigned base = (tdsl_smem(tdsl_smem_dyn) + 1023u) & ~1023u;
+  int m0, n0;
+  tdsl_tc_tile<BN>(tile, M, N, m0, n0);
+  const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, w = (tid >> 5) & 3;
+  const int KT = (K + 63) / 64;
+
+  auto load = [&](int stage, int kt) {
+    const int k0 = kt * 64;
+    const unsigned a_st = base + stage * STAGE, b_st = a_st + A_BYTES;
+#pragma unroll
+    for (int j = 0; j < TDSL_TC_BM * 8 / TDSL_TC_THREADS; j++) {  // A: 128 rows x 8 chunks
+      const int q = tid + j * TDSL_TC_THREADS, r = q >> 3, c = q & 7;
+      const bool ok = m0 + r < M && k0 + c * 8 < K;
+      const unsigned short *src = ok ? A + (long long)(m0 + r) * lda + k0 + c * 8 : A;
+      tdsl_cp16(a_st + r * 128 + ((c ^ (r & 7)) << 4), src, ok);
+    }
+#pragma unroll
+    for (int j = 0; j < BN * 8 / TDSL_TC_THREADS; j++) {  // B: BN rows (n) x 8 chunks
+      const int q = tid + j * TDSL_TC_THREADS, r = q >> 3, c = q & 7;
+      const bool ok = n0 + r < N && k0 + c * 8 < K;
+      const unsigned short *src = ok ? B + (long long)(n0 + r) * ldb + k0 + c * 8 : B;
+      tdsl_cp16(b_st + r * 128 + ((c ^ (r & 7)) << 4), src, ok);
+    }
+  };
+
+  float d[BN / 2];
+#pragma unroll
+  for (int i = 0; i < BN / 2; i++) d[i] = 0.0f;
+#pragma unroll
+  for (int s = 0; s < AHEAD; s++) {
+    if (s < KT) load(s, s);
+    tdsl_cp_commit();
+  }
+  for (int kt = 0; kt < KT; kt++) {
+    tdsl_cp_wait<AHEAD - 1>();  // tile kt has landed (this thread's copies)
+    tdsl_fence_async_smem();    // ... and is visible to the tensor cores' proxy
+    __syncthreads();            // every thread's copies; every warpgroup done with tile kt - 2
+    if (kt + AHEAD < KT) load((kt + AHEAD) % STAGES, kt + AHEAD);
+    tdsl_cp_commit();
+    const unsigned st = base + (kt % STAGES) * STAGE, a_st = st + wg * 64 * 128, b_st = st + A_BYTES;
+    tdsl_wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) tdsl_wgmma<IN, BN>(d, tdsl_wg_desc(a_st + kk * 32), tdsl_wg_desc(b_st + kk * 32));
+    tdsl_wg_commit();
+    tdsl_wg_wait<1>();
+  }
+  tdsl_wg_wait<0>();
+  tdsl_cp_wait<0>();
+  // d[4j + i]: row 16w + lane / 4 (+ 8 for i >= 2), column 8j + 2 (lane mod 4) + (i mod 2).
+  const int row0 = m0 + wg * 64 + w * 16 + (lane >> 2), col0 = n0 + 2 * (lane & 3);
+#pragma unroll
+  for (int j = 0; j < BN / 8; j++)
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      const int m = row0 + 8 * (i >> 1), n = col0 + 8 * j + (i & 1);
+      if (m < M && n < N) tdsl_tc_put<OUT>(C + (long long)m * ldm + (long long)n * ldn, d[4 * j + i], accumulate);
+    }
+}
+#endif
+
 // 2:4 on the left: A is the compressed values (m, j) at Av[m * ldv + j], j < K / 2, with tdsl's
 // metadata words (spec/formats.md: group g of a row at bits 4(g mod 8) of word g / 8, lower index
 // first) at Am[m * ldmeta + k / 32]; a 16-column chunk of a row is one 16-bit half-word, which is

@@ -12,9 +12,9 @@ mkdir -p target/release && cp .dev/tdsl target/release/tdsl
 if [ "${PROBE:-1}" = 1 ] && command -v nvcc >/dev/null; then
   nvcc -arch=sm_90 -o /tmp/probe_mma bench/gpu/probe_mma.cu && /tmp/probe_mma 2>&1 | tee "$OUT/probe.txt"
 fi
-timeout "${TEST_S:-150}" env TDSL_REQUIRE_GPU=1 .dev/it gpu diff --test-threads 8 2>&1 | tee "$OUT/tests.txt" | tail -40
+timeout "${TEST_S:-150}" env TDSL_REQUIRE_GPU=1 .dev/it ${TESTS:-gpu diff} --test-threads 8 2>&1 | tee "$OUT/tests.txt" | tail -40
 .dev/tdsl run --device cuda examples/quickstart.tdsl 2>&1 | tail -5
-timeout "${BENCH_S:-120}" python3 bench/gpu/run.py --tdsl .dev/tdsl --runs 10 --no-compile 2>&1 | tee "$OUT/bench.txt"
+timeout "${BENCH_S:-120}" python3 bench/gpu/run.py --tdsl .dev/tdsl --runs 10 --no-compile --only "${ONLY:-.}" 2>&1 | tee "$OUT/bench.txt"
 # The previous commit's binary on the same device, for before/after figures (optional).
 if [ -x .dev/tdsl-base ]; then
   echo "## baseline: .dev/tdsl-base" | tee -a "$OUT/bench.txt"

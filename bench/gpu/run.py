@@ -26,7 +26,13 @@ def torch_cases(torch):
     x = randn(8192, 4096)
     w, b = randn(4096), randn(4096)
     xb, bb = randn(16384, 4096, dtype=torch.bfloat16), randn(4096, dtype=torch.bfloat16)
+    xt = randn(8192, 8192)
+    img = randn(128, 64, 56, 56)
+    proj = randn(32, 1024, 2048)
     return {
+        "transpose": lambda: xt.t().contiguous(),
+        "permute_nhwc": lambda: img.permute(0, 2, 3, 1).contiguous(),
+        "split_heads": lambda: proj.view(32, 16, 64, 2048).transpose(2, 3).contiguous(),
         "layernorm": lambda: F.layer_norm(x, (4096,), w, b, eps=1e-5),
         "softmax": lambda: torch.softmax(x, dim=-1),
         "scale_bias_gelu": lambda: F.gelu(xb * 0.5 + bb, approximate="tanh"),

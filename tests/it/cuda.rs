@@ -58,8 +58,8 @@ fn nvrtc_compiles_every_kernel_shape_for_sm80_and_sm90_without_spills() {
     let (mut units, mut kernels, mut max_regs) = (0, 0, 0);
     for (name, script) in &programs {
         let Some(plan) = plan(script) else { continue };
-        let unit = tdsl_cuda::cuda_unit(&plan.loops);
         for sm in [80, 90] {
+            let unit = tdsl_cuda::cuda_unit_for(&plan.loops, sm);
             let c = tdsl_cuda::nvrtc::compile(&unit, sm, true)
                 .unwrap_or_else(|e| panic!("{name} does not compile for sm_{sm}:\n{e}\n{unit}"));
             for k in tdsl_cuda::nvrtc::resources(&c.log) {
@@ -192,10 +192,18 @@ fn cli_emit_prints_one_unit_with_every_kernel_and_plan_shows_the_gpu_mapping() {
     }
 }
 
-/// The tensor-core launches of `script`: (kernel, description) of each, and the folded kernels.
+/// The tensor-core launches of `script` on an H100 or H200: (kernel, description) of each, and
+/// the folded kernels.
 fn tensor_cores(script: &str) -> (Vec<(usize, String)>, Vec<usize>) {
+    tensor_cores_on(script, tdsl_cuda::tensor::TensorCores::Wgmma)
+}
+
+fn tensor_cores_on(
+    script: &str,
+    tc: tdsl_cuda::tensor::TensorCores,
+) -> (Vec<(usize, String)>, Vec<usize>) {
     let plan = plan(script).expect("plans");
-    let sel = tdsl_cuda::tensor::select(&plan.loops);
+    let sel = tdsl_cuda::tensor::select(&plan.loops, tc);
     (
         sel.calls.iter().map(|(k, t)| (*k, t.describe())).collect(),
         sel.dead.into_iter().collect(),
@@ -204,17 +212,31 @@ fn tensor_cores(script: &str) -> (Vec<(usize, String)>, Vec<usize>) {
 
 #[test]
 fn tensor_cores_take_16_bit_products_and_fold_the_copies_around_them() {
-    // torch layout, bf16: one launch, B read k-contiguous straight from the weight.
-    let (calls, dead) = tensor_cores(
-        "input x: bf16[n=200, i=264] = randn(seed=0)\n\
+    // torch layout, bf16: one launch, B read k-contiguous straight from the weight; `wgmma` on
+    // sm_90a (128-wide tiles: too few for 256), `mma.sync` before.
+    let linear = "input x: bf16[n=200, i=264] = randn(seed=0)\n\
          input w: bf16[o=136, i] = randn(seed=1)\n\
+         y = einsum(x, w, 'n i, o i -> n o')\n\
+         output y\n";
+    let (calls, dead) = tensor_cores(linear);
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert!(
+        calls[0].1.contains("wgmma.mma_async m64n128k16 bf16"),
+        "{calls:?}"
+    );
+    assert!(calls[0].1.contains("B k-contiguous"), "{calls:?}");
+    assert!(dead.is_empty());
+    let (calls, _) = tensor_cores_on(linear, tdsl_cuda::tensor::TensorCores::Mma);
+    assert!(calls[0].1.contains("mma.sync m16n8k16 bf16"), "{calls:?}");
+    // Enough tiles for every SM: 128 × 256.
+    let (calls, _) = tensor_cores(
+        "input x: bf16[n=4096, i=64] = randn(seed=0)\n\
+         input w: bf16[o=4096, i] = randn(seed=1)\n\
          y = einsum(x, w, 'n i, o i -> n o')\n\
          output y\n",
     );
-    assert_eq!(calls.len(), 1, "{calls:?}");
-    assert!(calls[0].1.contains("mma.sync m16n8k16 bf16"), "{calls:?}");
-    assert!(calls[0].1.contains("B k-contiguous"), "{calls:?}");
-    assert!(dead.is_empty());
+    assert!(calls[0].1.contains("m64n256k16"), "{calls:?}");
+    assert!(calls[0].1.contains("tiles 128x256x64"), "{calls:?}");
     // 2:4 in torch layout: the CPU planner's widening copy of x and the transposing copy of the
     // result are folded into the launch.
     let (calls, dead) = tensor_cores(
@@ -284,22 +306,30 @@ fn every_product_of_the_tensor_core_corpus_runs_on_tensor_cores() {
             continue;
         }
         let plan = plan(&text).expect("plans");
-        let sel = tdsl_cuda::tensor::select(&plan.loops);
-        for (ki, k) in plan.loops.kernels.iter().enumerate() {
-            if let [tdsl_loop::Stmt::Call(
-                tdsl_loop::LibCall::Gemm { .. } | tdsl_loop::LibCall::SpMM { .. },
-            )] = k.body.as_slice()
-            {
-                products += 1;
-                assert!(
-                    sel.calls.contains_key(&ki),
-                    "{name}: kernel {ki} ({}) is not on tensor cores",
-                    k.origin
-                );
+        for tc in [
+            tdsl_cuda::tensor::TensorCores::Mma,
+            tdsl_cuda::tensor::TensorCores::Wgmma,
+        ] {
+            let sel = tdsl_cuda::tensor::select(&plan.loops, tc);
+            for (ki, k) in plan.loops.kernels.iter().enumerate() {
+                if let [tdsl_loop::Stmt::Call(
+                    tdsl_loop::LibCall::Gemm { .. } | tdsl_loop::LibCall::SpMM { .. },
+                )] = k.body.as_slice()
+                {
+                    products += 1;
+                    assert!(
+                        sel.calls.contains_key(&ki),
+                        "{name}: kernel {ki} ({}) is not on tensor cores",
+                        k.origin
+                    );
+                }
             }
         }
     }
-    assert!(products >= 9, "only {products} products in the tc_* corpus");
+    assert!(
+        products >= 18,
+        "only {products} products in the tc_* corpus"
+    );
 }
 
 #[test]
@@ -315,4 +345,52 @@ fn snapshot_two_four_torch_layout_on_tensor_cores() {
         .or_else(|| unit.find("\n// k1_0"))
         .unwrap();
     insta::assert_snapshot!(&unit[from..]);
+}
+
+/// Every corpus script's kernels, run by the host emulation (the text NVRTC compiles, one
+/// thread at a time), agree with the interpreter: the corpus names the kernel shapes the
+/// mapping pass makes (block rows, transposing tiles), which random programs reach rarely.
+#[test]
+fn emulation_runs_every_corpus_script_like_the_interpreter() {
+    if crate::diff::cxx().is_none() {
+        return;
+    }
+    let mut ran = 0;
+    for (name, text) in scripts_in("tests/corpus") {
+        let Ok(p) = tdsl::compile(&text, &Default::default()) else {
+            continue;
+        };
+        let Ok(inputs) = tdsl::bind::bind_inputs(&p, Default::default()) else {
+            continue;
+        };
+        let shapes = crate::diff::output_shapes(&p);
+        let want = tdsl::interp::run(&p, &inputs);
+        let got = crate::diff::cuda_emulated(&p, &inputs, &shapes)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        for (o, (g, w)) in got.iter().zip(&want).enumerate() {
+            // A 16-bit intermediate rounds where accumulation orders differ: a 16-bit ulp.
+            let tol = if text.contains("f16") { 2e-2 } else { 1e-4 };
+            let (g, w) = (g.to_f64(), w.to_f64());
+            let scale = w.iter().fold(1e-30f64, |m, x| m.max(x.abs()));
+            for (i, (a, b)) in g.iter().zip(&w).enumerate() {
+                assert!(
+                    (a - b).abs() <= tol * scale || (a.is_nan() && b.is_nan()),
+                    "{name}: output {o} element {i} is {a} emulated, {b} in the interpreter"
+                );
+            }
+        }
+        ran += 1;
+    }
+    assert!(ran >= 20, "only {ran} corpus scripts ran");
+}
+
+#[test]
+fn snapshot_transpose_through_a_shared_memory_tile() {
+    // Sides that are not multiples of the tile: the tile's edges are guarded.
+    insta::assert_snapshot!(kernel_text(
+        "input x: f32[a=40, b=70] = randn(seed=0)\n\
+         y = rearrange(x, 'a b -> b a')\n\
+         output y\n",
+        0
+    ));
 }

@@ -73,7 +73,7 @@ fn cuda(p: &Program, inputs: &[Tensor], shapes: &[Vec<usize>]) -> Result<Vec<Ten
 }
 
 /// The host's C++ compiler, found once (`None`: the CUDA emulation is skipped, and said so).
-fn cxx() -> Option<&'static std::path::PathBuf> {
+pub(crate) fn cxx() -> Option<&'static std::path::PathBuf> {
     static CXX: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
     CXX.get_or_init(|| {
         let c = tdsl_cuda::emulate::compiler();
@@ -87,7 +87,7 @@ fn cxx() -> Option<&'static std::path::PathBuf> {
 
 /// The CUDA backend's generated kernels (the text NVRTC compiles), compiled for the host with
 /// the emulation prelude and run thread by thread (`tdsl_cuda::emulate`).
-fn cuda_emulated(
+pub(crate) fn cuda_emulated(
     p: &Program,
     inputs: &[Tensor],
     shapes: &[Vec<usize>],

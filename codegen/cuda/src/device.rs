@@ -282,7 +282,7 @@ impl seam::Backend for CudaBackend {
     }
 
     fn compile(&mut self, p: &LoopProgram) -> Result<Arc<dyn seam::Executable>, BackendError> {
-        let (mapped, steps) = map_program_with(p, self.sm >= 80);
+        let (mapped, steps) = map_program_with(p, crate::tensor::TensorCores::of(self.sm));
         let unit = render_unit(&mapped, &steps, CUDA_PRELUDE);
         drop(mapped);
         let cubin = crate::nvrtc::compile(&unit, self.sm, false).map_err(|log| {
@@ -362,11 +362,13 @@ impl CudaExecutable {
                 .alloc_zeros::<u8>(n)
                 .map_err(|e| driver_error(&format!("allocating {n} bytes on the device"), e))?;
             if b.role.is_input() {
-                let bytes = d.to_le_bytes();
-                if !bytes.is_empty() {
-                    let mut view = slice.slice_mut(0..bytes.len());
+                // Straight from the typed vector: no byte copy on the host.
+                let bytes = d.as_bytes();
+                let n = bytes.len().min(slice.len());
+                if n > 0 {
+                    let mut view = slice.slice_mut(0..n);
                     self.stream
-                        .memcpy_htod(&bytes, &mut view)
+                        .memcpy_htod(&bytes[..n], &mut view)
                         .map_err(|e| driver_error("copying an input to the device", e))?;
                 }
             }
@@ -375,13 +377,15 @@ impl CudaExecutable {
         Ok(dev)
     }
 
+    /// Copies `dev` into `into`'s elements in place (no byte vector in between).
     fn download(&self, dev: &CudaSlice<u8>, into: &mut Data) -> Result<(), BackendError> {
-        let bytes = self
-            .stream
-            .clone_dtoh(dev)
-            .map_err(|e| driver_error("copying a buffer from the device", e))?;
-        let n = into.len() * into.ty().size_bytes() as usize;
-        *into = Data::from_le_bytes(into.ty(), &bytes[..n.min(bytes.len())]);
+        let bytes = into.as_bytes_mut();
+        let n = bytes.len().min(dev.len());
+        if n > 0 {
+            self.stream
+                .memcpy_dtoh(&dev.slice(0..n), &mut bytes[..n])
+                .map_err(|e| driver_error("copying a buffer from the device", e))?;
+        }
         Ok(())
     }
 }
@@ -454,9 +458,11 @@ impl seam::Executable for CudaExecutable {
                     crate::host_call(call, &mut host)
                         .map_err(|m| BackendError::new(ErrorKind::Run, m).in_kernel(*kernel))?;
                     for id in call.writes() {
-                        let bytes = host[id.0 as usize].to_le_bytes();
+                        let bytes = host[id.0 as usize].as_bytes();
+                        let d = &mut dev[id.0 as usize];
+                        let n = bytes.len().min(d.len());
                         self.stream
-                            .memcpy_htod(&bytes, &mut dev[id.0 as usize].slice_mut(0..bytes.len()))
+                            .memcpy_htod(&bytes[..n], &mut d.slice_mut(0..n))
                             .map_err(|e| driver_error("copying a host result to the device", e))?;
                     }
                     host_time[*kernel] += t.elapsed();

@@ -107,7 +107,7 @@ static RUNS: AtomicUsize = AtomicUsize::new(0);
 impl Emulator {
     /// Maps `p` for the GPU, renders it with the host prelude and compiles it with `cxx`.
     pub fn compile(p: &LoopProgram, cxx: &Path) -> Result<Emulator, String> {
-        let (program, steps) = map_program_with(p, false);
+        let (program, steps) = map_program_with(p, crate::tensor::TensorCores::None);
         let src = emulator_source(&program, &steps);
         let dir = std::env::temp_dir().join(format!(
             "tdsl-emulate-{}-{}",

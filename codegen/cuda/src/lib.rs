@@ -29,6 +29,13 @@ pub fn cuda_unit(p: &LoopProgram) -> String {
     render::render_unit(&mapped, &steps, render::CUDA_PRELUDE)
 }
 
+/// [`cuda_unit`] for a device of compute capability `sm` (86 for 8.6): its tensor-core
+/// instructions only ([`tensor::TensorCores::of`]).
+pub fn cuda_unit_for(p: &LoopProgram, sm: u32) -> String {
+    let (mapped, steps) = map_program_with(p, tensor::TensorCores::of(sm));
+    render::render_unit(&mapped, &steps, render::CUDA_PRELUDE)
+}
+
 /// The launches of kernel `kernel` of `p`, as CUDA C++ (no prelude).
 pub fn cuda_kernel(p: &LoopProgram, kernel: usize) -> String {
     let (mapped, steps) = map_program(p);

@@ -144,10 +144,20 @@ pub struct KernelResources {
     pub spill_loads: u32,
 }
 
+/// The architecture tdsl compiles a device of compute capability `sm` for: its exact `sm_XX`,
+/// with the architecture-specific features of sm_90 (`sm_90a`: `wgmma`), which run on that
+/// capability only, as a CUBIN does anyway.
+pub fn arch(sm: u32) -> String {
+    match sm {
+        90 => "sm_90a".to_string(),
+        s => format!("sm_{s}"),
+    }
+}
+
 /// The options every compile uses, for architecture `sm`.
 pub fn options(sm: u32, verbose: bool) -> Vec<String> {
     let mut o = vec![
-        format!("--gpu-architecture=sm_{sm}"),
+        format!("--gpu-architecture={}", arch(sm)),
         "--std=c++17".to_string(),
         // No contraction of `a*b + c` into one FMA: spec/loop-ir.md §2 rounds every `+ - * /`,
         // as the evaluator, the CPU JIT and the emulation do.

@@ -14,7 +14,7 @@ use std::fmt::Write;
 
 use tdsl_loop::{AccId, AccOp, BinOp, ElemType, Expr, Index, Iter, LoopProgram, Stmt, UnOp};
 
-use crate::map::{Launch, Split, Step};
+use crate::map::{Launch, Split, Step, TILE};
 
 /// The device prelude (no CUDA headers needed).
 pub const CUDA_PRELUDE: &str = include_str!("../../../kernels/cuda.cuh");
@@ -83,6 +83,7 @@ pub fn render_launch(p: &LoopProgram, l: &Launch) -> String {
         out: String::new(),
         depth: 1,
         accs: Vec::new(),
+        staged: None,
     };
     let (blocks, threads) = l.shape();
     let mut head = String::new();
@@ -109,6 +110,7 @@ pub fn render_launch(p: &LoopProgram, l: &Launch) -> String {
                 Split::Thread => "",
                 Split::Warp => ", one warp each",
                 Split::Block => ", one block each",
+                Split::Tile => ", one 32x32 tile per block through shared memory",
             }
         );
     }
@@ -126,10 +128,13 @@ pub fn render_launch(p: &LoopProgram, l: &Launch) -> String {
     if l.grid.is_empty() {
         r.line("if (TDSL_THREAD != 0) return;");
         r.stmts(&l.body);
+    } else if let (Split::Tile, Some(tile)) = (l.split, &l.tile) {
+        r.tile(l, tile);
     } else {
         let n = l.iterations();
         match l.split {
-            Split::Thread => r.line(&format!(
+            // (A tile launch always has its tile; without one it is a thread's grid loop.)
+            Split::Thread | Split::Tile => r.line(&format!(
                 "for (long long gi = TDSL_THREAD; gi < {n}LL; gi += TDSL_STRIDE) {{"
             )),
             Split::Warp => {
@@ -158,7 +163,7 @@ pub fn render_launch(p: &LoopProgram, l: &Launch) -> String {
             inner = inner.saturating_mul(e);
         }
         match l.split {
-            Split::Thread => r.stmts(&l.body),
+            Split::Thread | Split::Tile => r.stmts(&l.body),
             Split::Warp | Split::Block => r.split_stmts(&l.body, l.split),
         }
         r.depth -= 1;
@@ -187,6 +192,9 @@ struct Renderer<'a> {
     depth: usize,
     /// Accumulators in scope and their types.
     accs: Vec<(AccId, ElemType)>,
+    /// A load read from shared memory instead ([`Split::Tile`]): its buffer, index and the
+    /// element of the tile that holds it.
+    staged: Option<(tdsl_loop::BufId, Index, String)>,
 }
 
 impl Renderer<'_> {
@@ -302,6 +310,85 @@ impl Renderer<'_> {
             }
             Stmt::Call(_) => self.line("// (library call: not part of a launch)"),
         }
+    }
+
+    /// A [`Split::Tile`] launch: each block takes one [`TILE`]² tile of the grid's last two
+    /// variables (`a`, contiguous in the staged load, then `o`, contiguous in the store) per
+    /// grid-stride step. Threads read the staged load with consecutive threads along `a` into
+    /// shared memory, meet, then compute and store with consecutive threads along `o`, reading
+    /// the staged value from the tile's transposed element. A row of 33 puts a column's 32
+    /// elements in distinct banks.
+    fn tile(&mut self, l: &Launch, tile: &crate::map::Tile) {
+        let n = l.grid.len();
+        let ((a, ea), (o, eo)) = (l.grid[n - 2], l.grid[n - 1]);
+        let (a, o) = (a.0, o.0);
+        let t = c_type(self.p.buffer(tile.buf).ty);
+        self.line(&format!("__shared__ {t} tdsl_tile[{TILE}][{}];", TILE + 1));
+        self.line(&format!(
+            "for (long long gi = blockIdx.x; gi < {}LL; gi += gridDim.x) {{",
+            l.tiles()
+        ));
+        self.depth += 1;
+        let mut inner = 1u64;
+        for (i, &(v, e)) in l.grid.iter().enumerate().rev() {
+            let div = if inner == 1 {
+                "gi".to_string()
+            } else {
+                format!("(gi / {inner}LL)")
+            };
+            let (name, e) = match i + 2 >= n {
+                true => (format!("t{}", v.0), e.div_ceil(TILE)),
+                false => (format!("v{}", v.0), e),
+            };
+            self.line(&format!("const long long {name} = {div} % {e}LL;"));
+            inner = inner.saturating_mul(e);
+        }
+        let guard = match (ea % TILE, eo % TILE) {
+            (0, 0) => None,
+            _ => Some(format!("v{a} < {ea}LL && v{o} < {eo}LL")),
+        };
+        for (fast, slow, phase) in [(a, o, 0), (o, a, 1)] {
+            self.line("#pragma unroll 4");
+            self.line(&format!(
+                "for (long long e = TDSL_ROW_THREAD; e < {}LL; e += TDSL_ROW_THREADS) {{",
+                TILE * TILE
+            ));
+            self.depth += 1;
+            self.line(&format!(
+                "const long long v{fast} = {TILE}LL * t{fast} + e % {TILE}LL;"
+            ));
+            self.line(&format!(
+                "const long long v{slow} = {TILE}LL * t{slow} + e / {TILE}LL;"
+            ));
+            if let Some(g) = &guard {
+                self.line(&format!("if ({g}) {{"));
+                self.depth += 1;
+            }
+            if phase == 0 {
+                self.line(&format!(
+                    "tdsl_tile[e / {TILE}LL][e % {TILE}LL] = b{}[{}];",
+                    tile.buf.0,
+                    index(&tile.index)
+                ));
+            } else {
+                self.staged = Some((
+                    tile.buf,
+                    tile.index.clone(),
+                    format!("tdsl_tile[e % {TILE}LL][e / {TILE}LL]"),
+                ));
+                self.stmts(&l.body);
+                self.staged = None;
+            }
+            if guard.is_some() {
+                self.depth -= 1;
+                self.line("}");
+            }
+            self.depth -= 1;
+            self.line("}");
+            self.line("tdsl_syncblock();");
+        }
+        self.depth -= 1;
+        self.line("}");
     }
 
     /// The body of a grid iteration run by a whole warp or block (`Launch::split`): top-level
@@ -421,7 +508,10 @@ impl Renderer<'_> {
             Expr::Const(c) => constant(*c, t),
             Expr::Load { buf, index: ix } => {
                 let b = self.p.buffer(*buf);
-                let at = format!("b{}[{}]", buf.0, index(ix));
+                let at = match &self.staged {
+                    Some((sb, si, at)) if sb == buf && si == ix => at.clone(),
+                    _ => format!("b{}[{}]", buf.0, index(ix)),
+                };
                 match b.ty {
                     ElemType::F16 => format!("tdsl_f16_to_f32({at})"),
                     ElemType::BF16 => format!("tdsl_bf16_to_f32({at})"),

@@ -35,6 +35,9 @@ pub struct Operand {
 pub enum Kind {
     /// Dense (`mma.sync`), `bk` (32 or 64) of K per pipeline stage, `stages` stages.
     Dense { bk: u64, stages: u64 },
+    /// Dense on sm_90a (`wgmma.mma_async` m64n`bn`k16 from shared-memory descriptors): tiles
+    /// 128 × `bn` (256, or 128 when 256-wide tiles would leave SMs idle), B k-contiguous.
+    Wgmma { bn: u64 },
     /// 2:4 (`mma.sp`): `a` holds the compressed values, `meta` the metadata words.
     TwoFour { meta: Operand },
     /// Block-sparse rows of `r × c` blocks (`mma.sync` over the stored blocks): `a` holds the
@@ -81,6 +84,7 @@ impl TensorCore {
     pub fn bn(&self) -> u64 {
         match self.kind {
             Kind::Bsr { .. } => 256,
+            Kind::Wgmma { bn } => bn,
             _ => 128,
         }
     }
@@ -117,6 +121,9 @@ impl TensorCore {
         match self.kind {
             // 3 stages of A (128 x 32) and B (BN x 32) halves.
             Kind::Dense { bk, stages } => stages * (128 + self.bn()) * bk * 2,
+            // `TDSL_TC_WG_SMEM`: 4 stages of A (128 x 64) and B (BN x 64) halves, and room to
+            // align the first to the 1024 bytes of a swizzle atom.
+            Kind::Wgmma { bn } => 4 * (128 + bn) * 64 * 2 + 1024,
             // 3 stages of A values (128 x 32 halves), B (64 x 128 halves), 128 x 2 metadata words.
             Kind::TwoFour { .. } => 3 * (128 * 4 + 128 * 8 + 64) * 16,
             // 3 stages of one stored block (r x c halves) and its c x 256 strip of B.
@@ -128,7 +135,7 @@ impl TensorCore {
     pub fn params(&self) -> Vec<BufId> {
         let mut v: BTreeSet<BufId> = [self.a.buf, self.b.buf, self.c].into();
         match &self.kind {
-            Kind::Dense { .. } => {}
+            Kind::Dense { .. } | Kind::Wgmma { .. } => {}
             Kind::TwoFour { meta } => {
                 v.insert(meta.buf);
             }
@@ -149,6 +156,7 @@ impl TensorCore {
         let (instr, bk, stages) = match self.kind {
             Kind::TwoFour { .. } => ("mma.sp::ordered_metadata m16n8k32".to_string(), 64, 3),
             Kind::Dense { bk, stages } => ("mma.sync m16n8k16".to_string(), bk, stages),
+            Kind::Wgmma { bn } => (format!("wgmma.mma_async m64n{bn}k16"), 64, 4),
             Kind::Bsr { r, c, wn, .. } => (
                 format!("BSR {r}x{c} blocks, {r}x{wn} warp tiles, mma.sync m16n8k16"),
                 c,
@@ -176,8 +184,31 @@ pub struct Selection {
     pub dead: BTreeSet<usize>,
 }
 
-/// Chooses the calls of `p` that run on tensor cores (module docs).
-pub fn select(p: &LoopProgram) -> Selection {
+/// The tensor-core instructions a device has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum TensorCores {
+    /// None (before sm_80, and the host emulation): every product keeps its generic kernel.
+    None,
+    /// `mma.sync` and `mma.sp` (sm_80 and later).
+    Mma,
+    /// Also `wgmma.mma_async` (sm_90a: H100, H200), for dense products.
+    Wgmma,
+}
+
+impl TensorCores {
+    /// What a device of compute capability `sm` (86 for 8.6) has, as tdsl compiles for it
+    /// (`sm_90a` for sm 90: [`crate::nvrtc::arch`]).
+    pub fn of(sm: u32) -> TensorCores {
+        match sm {
+            90 => TensorCores::Wgmma,
+            s if s >= 80 => TensorCores::Mma,
+            _ => TensorCores::None,
+        }
+    }
+}
+
+/// Chooses the calls of `p` that run on tensor cores (module docs), with the instructions `tc`.
+pub fn select(p: &LoopProgram, tc: TensorCores) -> Selection {
     let mut sel = Selection::default();
     for (ki, k) in p.kernels.iter().enumerate() {
         let [Stmt::Call(call)] = k.body.as_slice() else {
@@ -207,7 +238,7 @@ pub fn select(p: &LoopProgram) -> Selection {
                     &sel.dead,
                     &mut dead,
                 );
-                dense(p, *m, *n, *k, batch, &a, &b, &c, *accumulate)
+                dense(p, *m, *n, *k, batch, &a, &b, &c, *accumulate, tc)
             }
             LibCall::SpMM {
                 m,
@@ -266,6 +297,7 @@ fn dense(
     b: &MatView,
     c: &MatView,
     accumulate: bool,
+    tc: TensorCores,
 ) -> Option<TensorCore> {
     let ta = p.buffer(a.buf).ty;
     if !is16(ta) || p.buffer(b.buf).ty != ta || !out_ok(p.buffer(c.buf).ty) {
@@ -315,8 +347,9 @@ fn dense(
     if !aligned(&[a_ld, b_ld, am.offset, an.offset]) || (b_kn && !nn.is_multiple_of(8)) {
         return None;
     }
+    let blocks = batch.iter().product::<u64>().max(1) * mm.div_ceil(128);
     Some(TensorCore {
-        kind: dense_kind(),
+        kind: dense_kind(tc, b_kn, blocks * nn.div_ceil(256), nn),
         input: ta,
         m: mm,
         n: nn,
@@ -341,12 +374,23 @@ fn dense(
     })
 }
 
-/// The dense template's K step and stage count: 64 × 3 (96 KiB, 2 blocks per SM; on an H200 it
-/// matched 32 × 3 at 8192³ and beat it by 24% with 256 rows: bench/RESULTS.md), or
-/// `TDSL_TC_GEMM=BKxSTAGES` (BK 32 or 64, 2 to 5 stages within 200 KiB of shared memory), the
-/// knob the GPU benchmark compares them with.
-fn dense_kind() -> Kind {
-    let parsed = std::env::var("TDSL_TC_GEMM").ok().and_then(|v| {
+/// The dense template: on sm_90a with B k-contiguous, `wgmma` with 128 × 256 tiles, or 128 × 128
+/// when the wide tiles (`wide_tiles` of them) would not give every SM of an H100 or H200 (132)
+/// two, or N is at most 128. Else `mma.sync`, with its K step and stage count: 64 × 3 (96 KiB,
+/// 2 blocks per SM; on an H200 it matched 32 × 3 at 8192³ and beat it by 24% with 256 rows:
+/// bench/RESULTS.md), or `TDSL_TC_GEMM=BKxSTAGES` (BK 32 or 64, 2 to 5 stages within 200 KiB
+/// of shared memory), the knob the GPU benchmark compares them with (it also turns `wgmma` off).
+fn dense_kind(tc: TensorCores, b_kn: bool, wide_tiles: u64, n: u64) -> Kind {
+    let knob = std::env::var("TDSL_TC_GEMM").ok();
+    if tc == TensorCores::Wgmma && !b_kn && knob.is_none() {
+        let bn = if wide_tiles >= 2 * 132 && n > 128 {
+            256
+        } else {
+            128
+        };
+        return Kind::Wgmma { bn };
+    }
+    let parsed = knob.and_then(|v| {
         let (bk, st) = v.split_once('x')?;
         let (bk, stages) = (bk.parse::<u64>().ok()?, st.parse::<u64>().ok()?);
         let fits = stages * (128 + 128) * bk * 2 <= 200 * 1024;
@@ -870,6 +914,22 @@ pub fn render(p: &LoopProgram, name: &str, tc: &TensorCore) -> String {
                 ldm = tc.ldm,
                 ldn = tc.ldn,
                 bn = tc.bn(),
+            );
+        }
+        Kind::Wgmma { bn } => {
+            let _ = writeln!(
+                out,
+                "  tdsl_tc_wgmma<{input}, {out_kind}, {bn}>(b{a} + oa, b{b} + ob, b{c} + oc, tile, {m}, {n}, {k}, {lda}LL, {ldb}LL, {ldm}LL, {ldn}LL, {acc});",
+                a = tc.a.buf.0,
+                b = tc.b.buf.0,
+                c = tc.c.0,
+                m = tc.m,
+                n = tc.n,
+                k = tc.k,
+                lda = tc.a.ld,
+                ldb = tc.b.ld,
+                ldm = tc.ldm,
+                ldn = tc.ldn,
             );
         }
         Kind::TwoFour { meta } => {

@@ -67,6 +67,29 @@ impl Data {
         self.len() == 0
     }
 
+    /// The elements' bytes as they lie in memory (host byte order; every host a CUDA device
+    /// runs with is little-endian, as is the device): a device copy reads them in place.
+    pub fn as_bytes(&self) -> &[u8] {
+        match self {
+            Data::F32(v) => bytemuck::cast_slice(v),
+            Data::F64(v) => bytemuck::cast_slice(v),
+            Data::F16(v) => bytemuck::cast_slice(v),
+            Data::BF16(v) => bytemuck::cast_slice(v),
+            Data::I32(v) => bytemuck::cast_slice(v),
+        }
+    }
+
+    /// The elements' bytes, writable in place (see [`Data::as_bytes`]).
+    pub fn as_bytes_mut(&mut self) -> &mut [u8] {
+        match self {
+            Data::F32(v) => bytemuck::cast_slice_mut(v),
+            Data::F64(v) => bytemuck::cast_slice_mut(v),
+            Data::F16(v) => bytemuck::cast_slice_mut(v),
+            Data::BF16(v) => bytemuck::cast_slice_mut(v),
+            Data::I32(v) => bytemuck::cast_slice_mut(v),
+        }
+    }
+
     /// Element `i` widened to f64.
     pub fn get(&self, i: usize) -> f64 {
         match self {
