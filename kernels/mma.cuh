@@ -103,12 +103,70 @@ TDSL_FN void tdsl_tc_epilogue(float (&acc)[MI][NI][4], CT *C, int M, int N, long
       }
 }
 
+// The cp.async pipeline of the mma.sync templates: `n` steps through STAGES stages of shared
+// memory, loads issued STAGES - 1 steps ahead; `load(stage, i)` issues step i's copies,
+// `step(stage)` computes on a landed stage. Accumulators start at zero (tdsl_zero).
+template <int STAGES, typename Load, typename Step> TDSL_FN void tdsl_cp_pipeline(int n, Load load, Step step) {
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; s++) {
+    if (s < n) load(s, s);
+    tdsl_cp_commit();
+  }
+  for (int i = 0; i < n; i++) {
+    tdsl_cp_wait<STAGES - 2>();
+    __syncthreads();
+    if (i + STAGES - 1 < n) load((i + STAGES - 1) % STAGES, i + STAGES - 1);
+    tdsl_cp_commit();
+    step(i % STAGES);
+  }
+  tdsl_cp_wait<0>();
+}
+template <int MI, int NI> TDSL_FN void tdsl_zero(float (&acc)[MI][NI][4]) {
+#pragma unroll
+  for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+    for (int ni = 0; ni < NI; ni++)
+#pragma unroll
+      for (int i = 0; i < 4; i++) acc[mi][ni][i] = 0.0f;
+}
+
+// One k16 step of a warp's MI x NI tile of m16n8 accumulators: A's rows a_row0 .. a_row0 + 16 MI
+// and B's columns b_col0 .. b_col0 + 8 NI from one pipeline stage (A as CH chunks per row,
+// swizzled by tdsl_sw; B k-contiguous likewise, or n-contiguous as BCH chunks per k row,
+// swizzled by k mod 8), through ldmatrix, then the MI x NI mma.
+template <int CH> TDSL_FN int tdsl_sw(int r, int c) { return r * CH + (c ^ ((r / (8 / CH)) & (CH - 1))); }
+template <int IN, bool B_KN, int MI, int NI, int CH, int BCH>
+TDSL_FN void tdsl_warp_k16(float (&acc)[MI][NI][4], const uint4 *a_st, const uint4 *b_st, int kk, int a_row0,
+                           int b_col0) {
+  const int lane = threadIdx.x & 31;
+  unsigned a[MI][4], b[NI][2];
+#pragma unroll
+  for (int mi = 0; mi < MI; mi++) {
+    const int r = a_row0 + mi * 16 + (lane & 15), c = kk * 2 + (lane >> 4);
+    tdsl_ldm_x4(tdsl_smem(&a_st[tdsl_sw<CH>(r, c)]), a[mi][0], a[mi][1], a[mi][2], a[mi][3]);
+  }
+#pragma unroll
+  for (int np = 0; np < NI / 2; np++) {  // pairs of n8 tiles
+    if (!B_KN) {
+      const int r = b_col0 + np * 16 + (lane & 7) + ((lane >> 4) << 3), c = kk * 2 + ((lane >> 3) & 1);
+      tdsl_ldm_x4(tdsl_smem(&b_st[tdsl_sw<CH>(r, c)]), b[2 * np][0], b[2 * np][1], b[2 * np + 1][0], b[2 * np + 1][1]);
+    } else {
+      const int r = kk * 16 + (lane & 15), c = b_col0 / 8 + np * 2 + (lane >> 4);
+      tdsl_ldm_x4_t(tdsl_smem(&b_st[r * BCH + (c ^ (r & 7))]), b[2 * np][0], b[2 * np][1], b[2 * np + 1][0],
+                    b[2 * np + 1][1]);
+    }
+  }
+#pragma unroll
+  for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+    for (int ni = 0; ni < NI; ni++) tdsl_mma16816<IN>(acc[mi][ni], a[mi], b[ni]);
+}
+
 // Dense: BK of 32 or 64, STAGES in dynamic shared memory (TDSL_TC_GEMM_SMEM bytes): A 128 x BK
 // and B BN x BK halves per stage. 8 warps as 2 x 4, each 64 x (BN / 4). The mapping pass uses
 // BN = 128 (64 x 32 warp tiles, 2 blocks per SM); BN = 256 (64 x 64 warp tiles, 212 registers,
 // 1 block per SM) measured slower on an H200 (bench/RESULTS.md) and is kept as a parameter.
 #define TDSL_TC_GEMM_SMEM(BN, BK, STAGES) ((STAGES) * (TDSL_TC_BM + (BN)) * (BK) * 2)
-template <int CH> TDSL_FN int tdsl_sw(int r, int c) { return r * CH + (c ^ ((r / (8 / CH)) & (CH - 1))); }
 template <int IN, bool B_KN, int OUT, int BN, int BK, int STAGES, typename CT>
 TDSL_FN void tdsl_tc_gemm(const unsigned short *__restrict__ A, const unsigned short *__restrict__ B, CT *__restrict__ C,
                           long long tile, int M, int N, int K, long long lda, long long ldb, long long ldm, long long ldn,
@@ -120,7 +178,7 @@ TDSL_FN void tdsl_tc_gemm(const unsigned short *__restrict__ A, const unsigned s
   uint4 *sA = tdsl_smem_dyn, *sB = tdsl_smem_dyn + STAGES * TDSL_TC_BM * CH;
   int m0, n0;
   tdsl_tc_tile<BN>(tile, M, N, m0, n0);
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int tid = threadIdx.x, warp = tid >> 5;
   const int wm = warp >> 2, wn = warp & 3;
   const int KT = (K + BK - 1) / BK;
 
@@ -153,51 +211,13 @@ TDSL_FN void tdsl_tc_gemm(const unsigned short *__restrict__ A, const unsigned s
   };
 
   float acc[4][NI][4];
+  tdsl_zero(acc);
+  tdsl_cp_pipeline<STAGES>(KT, load, [&](int st) {
+    const uint4 *a_st = sA + st * TDSL_TC_BM * CH, *b_st = sB + st * BN * CH;
 #pragma unroll
-  for (int mi = 0; mi < 4; mi++)
-#pragma unroll
-    for (int ni = 0; ni < NI; ni++)
-#pragma unroll
-      for (int i = 0; i < 4; i++) acc[mi][ni][i] = 0.0f;
-
-#pragma unroll
-  for (int s = 0; s < STAGES - 1; s++) {
-    if (s < KT) load(s, s);
-    tdsl_cp_commit();
-  }
-  for (int kt = 0; kt < KT; kt++) {
-    tdsl_cp_wait<STAGES - 2>();
-    __syncthreads();
-    if (kt + STAGES - 1 < KT) load((kt + STAGES - 1) % STAGES, kt + STAGES - 1);
-    tdsl_cp_commit();
-    const uint4 *a_st = sA + (kt % STAGES) * TDSL_TC_BM * CH, *b_st = sB + (kt % STAGES) * BN * CH;
-#pragma unroll
-    for (int kk = 0; kk < BK / 16; kk++) {  // k16 steps
-      unsigned a[4][4], b[NI][2];
-#pragma unroll
-      for (int mi = 0; mi < 4; mi++) {
-        const int r = wm * 64 + mi * 16 + (lane & 15), c = kk * 2 + (lane >> 4);
-        tdsl_ldm_x4(tdsl_smem(&a_st[tdsl_sw<CH>(r, c)]), a[mi][0], a[mi][1], a[mi][2], a[mi][3]);
-      }
-#pragma unroll
-      for (int np = 0; np < NI / 2; np++) {  // pairs of n8 tiles
-        if (!B_KN) {
-          const int r = wn * (BN / 4) + np * 16 + (lane & 7) + ((lane >> 4) << 3), c = kk * 2 + ((lane >> 3) & 1);
-          tdsl_ldm_x4(tdsl_smem(&b_st[tdsl_sw<CH>(r, c)]), b[2 * np][0], b[2 * np][1], b[2 * np + 1][0],
-                      b[2 * np + 1][1]);
-        } else {
-          const int r = kk * 16 + (lane & 15), c = wn * (BN / 32) + np * 2 + (lane >> 4);
-          tdsl_ldm_x4_t(tdsl_smem(&b_st[r * BCH + (c ^ (r & 7))]), b[2 * np][0], b[2 * np][1], b[2 * np + 1][0],
-                        b[2 * np + 1][1]);
-        }
-      }
-#pragma unroll
-      for (int mi = 0; mi < 4; mi++)
-#pragma unroll
-        for (int ni = 0; ni < NI; ni++) tdsl_mma16816<IN>(acc[mi][ni], a[mi], b[ni]);
-    }
-  }
-  tdsl_cp_wait<0>();
+    for (int kk = 0; kk < BK / 16; kk++)  // k16 steps
+      tdsl_warp_k16<IN, B_KN, 4, NI, CH, BCH>(acc, a_st, b_st, kk, wm * 64, wn * (BN / 4));
+  });
   tdsl_tc_epilogue<OUT>(acc, C, M, N, ldm, ldn, accumulate, m0 + wm * 64, n0 + wn * (BN / 4));
 }
 
@@ -373,24 +393,8 @@ TDSL_FN void tdsl_tc_sp24(const unsigned short *__restrict__ Av, const int *__re
   };
 
   float acc[4][4][4];
-#pragma unroll
-  for (int mi = 0; mi < 4; mi++)
-#pragma unroll
-    for (int ni = 0; ni < 4; ni++)
-#pragma unroll
-      for (int i = 0; i < 4; i++) acc[mi][ni][i] = 0.0f;
-
-#pragma unroll
-  for (int s = 0; s < STAGES - 1; s++) {
-    if (s < KT) load(s, s);
-    tdsl_cp_commit();
-  }
-  for (int kt = 0; kt < KT; kt++) {
-    tdsl_cp_wait<STAGES - 2>();
-    __syncthreads();
-    if (kt + STAGES - 1 < KT) load((kt + STAGES - 1) % STAGES, kt + STAGES - 1);
-    tdsl_cp_commit();
-    const int st = kt % STAGES;
+  tdsl_zero(acc);
+  tdsl_cp_pipeline<STAGES>(KT, load, [&](int st) {
     const uint4 *a_st = sA + st * TDSL_TC_BM * 4, *b_st = sB + st * TDSL_TC_BN * 8;
     const uint2 *e_st = sE + st * TDSL_TC_BM;
 #pragma unroll
@@ -424,8 +428,7 @@ TDSL_FN void tdsl_tc_sp24(const unsigned short *__restrict__ Av, const int *__re
 #pragma unroll
         for (int ni = 0; ni < 4; ni++) tdsl_mma_sp16832<IN>(acc[mi][ni], a[mi], b[ni], e[mi]);
     }
-  }
-  tdsl_cp_wait<0>();
+  });
   tdsl_tc_epilogue<OUT>(acc, C, M, N, ldm, ldn, accumulate, m0 + wm * 64, n0 + wn * 32);
 }
 
@@ -455,7 +458,7 @@ TDSL_FN void tdsl_tc_bsr(const unsigned short *__restrict__ Av, const int *__res
   uint4 *sA = tdsl_smem_dyn, *sB = sA + STAGES * R * CH;
   const int block_rows = M / R;
   const int br = (int)(tile % block_rows), n0 = (int)(tile / block_rows) * BN;
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int tid = threadIdx.x, warp = tid >> 5;
   const int p0 = ptr[br], nb = ptr[br + 1] - p0;
   (void)K;
 
@@ -490,50 +493,11 @@ TDSL_FN void tdsl_tc_bsr(const unsigned short *__restrict__ Av, const int *__res
   };
 
   float acc[MI][NI][4];
+  tdsl_zero(acc);
+  tdsl_cp_pipeline<STAGES>(nb, load, [&](int st) {
+    const uint4 *a_st = sA + st * R * CH, *b_st = sB + st * BN * CH;
 #pragma unroll
-  for (int mi = 0; mi < MI; mi++)
-#pragma unroll
-    for (int ni = 0; ni < NI; ni++)
-#pragma unroll
-      for (int i = 0; i < 4; i++) acc[mi][ni][i] = 0.0f;
-
-#pragma unroll
-  for (int s = 0; s < STAGES - 1; s++) {
-    if (s < nb) load(s, s);
-    tdsl_cp_commit();
-  }
-  for (int i = 0; i < nb; i++) {
-    tdsl_cp_wait<STAGES - 2>();
-    __syncthreads();
-    if (i + STAGES - 1 < nb) load((i + STAGES - 1) % STAGES, i + STAGES - 1);
-    tdsl_cp_commit();
-    const uint4 *a_st = sA + (i % STAGES) * R * CH, *b_st = sB + (i % STAGES) * BN * CH;
-#pragma unroll
-    for (int kk = 0; kk < C / 16; kk++) {
-      unsigned a[MI][4], b[NI][2];
-#pragma unroll
-      for (int mi = 0; mi < MI; mi++) {
-        const int r = mi * 16 + (lane & 15), c = kk * 2 + (lane >> 4);
-        tdsl_ldm_x4(tdsl_smem(&a_st[tdsl_sw<CH>(r, c)]), a[mi][0], a[mi][1], a[mi][2], a[mi][3]);
-      }
-#pragma unroll
-      for (int np = 0; np < NI / 2; np++) {  // pairs of n8 tiles
-        if (!B_KN) {
-          const int r = warp * WN + np * 16 + (lane & 7) + ((lane >> 4) << 3), c = kk * 2 + ((lane >> 3) & 1);
-          tdsl_ldm_x4(tdsl_smem(&b_st[tdsl_sw<CH>(r, c)]), b[2 * np][0], b[2 * np][1], b[2 * np + 1][0],
-                      b[2 * np + 1][1]);
-        } else {
-          const int r = kk * 16 + (lane & 15), c = warp * (WN / 8) + np * 2 + (lane >> 4);
-          tdsl_ldm_x4_t(tdsl_smem(&b_st[r * BCH + (c ^ (r & 7))]), b[2 * np][0], b[2 * np][1], b[2 * np + 1][0],
-                        b[2 * np + 1][1]);
-        }
-      }
-#pragma unroll
-      for (int mi = 0; mi < MI; mi++)
-#pragma unroll
-        for (int ni = 0; ni < NI; ni++) tdsl_mma16816<IN>(acc[mi][ni], a[mi], b[ni]);
-    }
-  }
-  tdsl_cp_wait<0>();
+    for (int kk = 0; kk < C / 16; kk++) tdsl_warp_k16<IN, B_KN, MI, NI, CH, BCH>(acc, a_st, b_st, kk, 0, warp * WN);
+  });
   tdsl_tc_epilogue<OUT>(acc, Cm, M, N, ldm, ldn, accumulate, br * R, n0 + warp * WN);
 }

@@ -899,27 +899,19 @@ pub fn render(p: &LoopProgram, name: &str, tc: &TensorCore) -> String {
     let b_kn = if tc.b_kn { "true" } else { "false" };
     let acc = if tc.accumulate { "true" } else { "false" };
     match &tc.kind {
-        Kind::Dense { bk, stages } => {
+        Kind::Dense { .. } | Kind::Wgmma { .. } => {
+            let template = match tc.kind {
+                Kind::Dense { bk, stages } => {
+                    format!(
+                        "tdsl_tc_gemm<{input}, {b_kn}, {out_kind}, {}, {bk}, {stages}>",
+                        tc.bn()
+                    )
+                }
+                _ => format!("tdsl_tc_wgmma<{input}, {out_kind}, {}>", tc.bn()),
+            };
             let _ = writeln!(
                 out,
-                "  tdsl_tc_gemm<{input}, {b_kn}, {out_kind}, {bn}, {bk}, {stages}>(b{a} + oa, b{b} + ob, b{c} + oc, tile, {m}, {n}, {k}, {lda}LL, {ldb}LL, {ldm}LL, {ldn}LL, {acc});",
-                a = tc.a.buf.0,
-                b = tc.b.buf.0,
-                c = tc.c.0,
-                m = tc.m,
-                n = tc.n,
-                k = tc.k,
-                lda = tc.a.ld,
-                ldb = tc.b.ld,
-                ldm = tc.ldm,
-                ldn = tc.ldn,
-                bn = tc.bn(),
-            );
-        }
-        Kind::Wgmma { bn } => {
-            let _ = writeln!(
-                out,
-                "  tdsl_tc_wgmma<{input}, {out_kind}, {bn}>(b{a} + oa, b{b} + ob, b{c} + oc, tile, {m}, {n}, {k}, {lda}LL, {ldb}LL, {ldm}LL, {ldn}LL, {acc});",
+                "  {template}(b{a} + oa, b{b} + ob, b{c} + oc, tile, {m}, {n}, {k}, {lda}LL, {ldb}LL, {ldm}LL, {ldn}LL, {acc});",
                 a = tc.a.buf.0,
                 b = tc.b.buf.0,
                 c = tc.c.0,
