@@ -133,6 +133,9 @@ pub struct ContractionPath {
     pub largest_result_elems: u128,
     /// false when the greedy heuristic (or an explicit path) was used.
     pub optimal: bool,
+    /// The planner chose this path over the fewest-FLOP one because it needs fewer relayout
+    /// copies (`plan::cost::einsum_path`).
+    pub for_layout: bool,
     /// Number of distinct input labels (numpy's "Naive scaling").
     pub naive_scaling: usize,
     /// Largest step `scaling` (numpy's "Optimized scaling").
@@ -419,6 +422,7 @@ impl Problem {
 
     fn empty_path(&self) -> ContractionPath {
         ContractionPath {
+            for_layout: false,
             steps: Vec::new(),
             naive_flops: 0,
             opt_flops: 0,
@@ -515,6 +519,7 @@ impl Problem {
             return None;
         }
         Some(ContractionPath {
+            for_layout: false,
             steps,
             naive_flops,
             opt_flops,
@@ -810,7 +815,11 @@ pub fn format_path(
         "  Largest intermediate:  {} elements",
         path.largest_intermediate_elems
     );
-    let search = if path.optimal { "optimal" } else { "greedy" };
+    let search = match (path.for_layout, path.optimal) {
+        (true, _) => "layout (near the fewest FLOPs, without relayout copies)",
+        (false, true) => "optimal",
+        (false, false) => "greedy",
+    };
     let _ = writeln!(s, "           Path search:  {search}");
     if path.overflow {
         let _ = writeln!(s, "              Overflow:  counts saturated at u128::MAX");
