@@ -70,6 +70,10 @@ pub(crate) fn new_module(target: &Target) -> JITModule {
         crate::vmath::SYMBOL,
         crate::vmath::tdsl_vmath_f32 as *const u8,
     );
+    b.symbol(
+        crate::transpose::SYMBOL,
+        crate::transpose::tdsl_transpose_f32 as *const u8,
+    );
     JITModule::new(b)
 }
 

@@ -41,6 +41,8 @@ mod sgemm;
 mod sparse;
 pub mod spmm;
 #[allow(unsafe_code)]
+mod transpose;
+#[allow(unsafe_code)]
 mod vmath;
 
 use std::collections::HashMap;
@@ -181,6 +183,7 @@ impl CpuBackend {
             use_fma: o.fma && target.has_fma,
             vectorize: o.vectorize,
             vmath: o.vmath && o.vectorize && target.has_fma && crate::vmath::available(),
+            transpose: o.vectorize && crate::transpose::available(),
         };
         Ok(CpuBackend {
             target,

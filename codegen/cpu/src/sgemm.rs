@@ -748,6 +748,9 @@ fn pack_two_four(
 }
 
 #[cfg(target_arch = "x86_64")]
+pub(crate) use x86::transpose8_into_panel;
+
+#[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::*;
 
@@ -759,6 +762,7 @@ mod x86 {
     /// AVX2 is present; the 8 lines of `steps` values and the panel's `steps` rows are in
     /// bounds.
     #[target_feature(enable = "avx2")]
+    #[inline]
     pub unsafe fn transpose8_into_panel(
         src: *const f32,
         line_stride: isize,

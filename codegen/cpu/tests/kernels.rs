@@ -176,6 +176,59 @@ fn transpose() {
     }
 }
 
+/// The two inner loops of a batched transposing copy run as one register-transpose call
+/// (`lower/transpose.rs`) when the CPU has AVX2: blocks of 21 × 13 and 16 × 19 (edges past the
+/// 8 × 8 blocks both ways), and 8 × 8 exactly.
+#[test]
+fn batched_transposing_copies() {
+    for (u, v) in [(21u64, 13u64), (16, 19), (8, 8)] {
+        let (nb, n) = (3u64, u * v);
+        let p = program(
+            vec![input("a", F32, nb * n, 0), output("out", F32, nb * n)],
+            vec![kernel(
+                "t",
+                vec![range(
+                    0,
+                    nb,
+                    true,
+                    1,
+                    vec![range(
+                        1,
+                        u,
+                        false,
+                        1,
+                        vec![range(
+                            2,
+                            v,
+                            false,
+                            4,
+                            vec![store(
+                                1,
+                                ix(0, &[(0, n as i64), (1, v as i64), (2, 1)]),
+                                load(0, ix(0, &[(0, n as i64), (2, u as i64), (1, 1)])),
+                            )],
+                        )],
+                    )],
+                )],
+            )],
+        );
+        let mut bufs = vec![
+            data(F32, &values((nb * n) as usize, 5)),
+            Data::zeros(F32, (nb * n) as usize),
+        ];
+        let a = bufs[0].to_f64();
+        run(&p, &mut bufs, 2);
+        let (u, v, n) = (u as usize, v as usize, n as usize);
+        let want: Vec<f64> = (0..nb as usize * n)
+            .map(|k| {
+                let (b, i, j) = (k / n, k % n / v, k % v);
+                a[b * n + j * u + i]
+            })
+            .collect();
+        assert_close(&bufs[1], &want, 0.0);
+    }
+}
+
 /// `y[i] = op_j x[i, j]` with accumulator init `init`.
 fn row_reduce(r: u64, c: u64, op: AccOp, init: f64, vector: u32, ty: ElemType) -> LoopProgram {
     let acc_ty = ty.compute();

@@ -37,6 +37,7 @@ mod chunked;
 mod expr;
 mod math;
 mod memory;
+mod transpose;
 mod vector;
 
 /// Code generation choices (part of the kernel cache key).
@@ -50,6 +51,9 @@ pub(crate) struct LowerOptions {
     /// Run f32 vector loops that call a function of `vmath::VOp` (`exp`, `log`, `tanh`, …) in
     /// chunks around the ahead-of-time vector math (`chunked.rs`, `vmath.rs`).
     pub vmath: bool,
+    /// Run the two innermost loops of a transposing f32 copy as one call to the register
+    /// transposes (`lower/transpose.rs`, `transpose.rs`).
+    pub transpose: bool,
 }
 
 /// The compute type of a value.
@@ -408,6 +412,8 @@ impl<M: Module> Lower<'_, '_, M> {
                     };
                     self.partials = None;
                     r
+                } else if let Some(block) = self.transpose_block(l).filter(|_| split.is_none()) {
+                    self.transpose_call(&block)
                 } else {
                     self.scalar_range(l, start, end)
                 }
