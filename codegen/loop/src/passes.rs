@@ -110,7 +110,24 @@ pub fn tile_transpose(body: Vec<Stmt>, first_free_var: u32) -> Vec<Stmt> {
             .find(|(w, _)| *w != v && ix.stride_of(*w) == 1)
             .copied()
     });
-    let Some((u, u_ext)) = u else { return body };
+    let Some((u, mut u_ext)) = u else { return body };
+    // Loops that continue `u` in every index (`h` outside `w` in `b c h w -> b h w c`: strides
+    // 56 and 1 in the source, 56·64 and 64 in the result) merge into it, so the tile runs
+    // along the whole contiguous span (3136) rather than one short row (56).
+    let mut merged: Vec<VarId> = Vec::new();
+    let mut indices: Vec<&Index> = loads.clone();
+    indices.push(&index);
+    while let Some(&(w, e)) = loops.iter().find(|(w, _)| {
+        *w != u
+            && *w != v
+            && !merged.contains(w)
+            && indices
+                .iter()
+                .all(|ix| ix.stride_of(*w) == ix.stride_of(u) * u_ext as i64)
+    }) {
+        merged.push(w);
+        u_ext *= e;
+    }
     // Tile edges, measured on transpose 4096² and NHWC permutes (bench/RESULTS.md): long runs
     // along `u`, whose loads are contiguous, and short runs along `v` when `v`'s load stride is
     // a multiple of 4 KiB — then every row of a tile maps to the same L1 set, and more than 8
@@ -144,7 +161,9 @@ pub fn tile_transpose(body: Vec<Stmt>, first_free_var: u32) -> Vec<Stmt> {
     let split = |ix: &Index| -> Index {
         let mut terms = Vec::new();
         for &(w, s) in &ix.terms {
-            if w == u {
+            if merged.contains(&w) {
+                // Folded into `u`'s span.
+            } else if w == u {
                 terms.push((uo, s * tu as i64));
                 terms.push((ui, s));
             } else if w == v {
@@ -167,7 +186,7 @@ pub fn tile_transpose(body: Vec<Stmt>, first_free_var: u32) -> Vec<Stmt> {
     let mut order: Vec<(VarId, u64)> = loops
         .iter()
         .copied()
-        .filter(|(w, _)| *w != u && *w != v)
+        .filter(|(w, _)| *w != u && *w != v && !merged.contains(w))
         .collect();
     order.extend([(uo, u_ext / tu), (vo, v_ext / tv), (ui, tu), (vi, tv)]);
     let mut out = vec![store];
