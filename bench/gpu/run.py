@@ -56,7 +56,7 @@ def gemm_cases(torch):
     except Exception as e:  # noqa: BLE001
         w24s = None
         print(f"(no semi-structured sparse anchor: {e})", file=sys.stderr)
-    for rows in (8192, 256):
+    for rows in (8192, 256, 16):
         x = torch.randn(rows, 8192, generator=g, device=dev, dtype=torch.bfloat16)
         flop = 2 * rows * 8192 * 8192
         suffix = "" if rows == 8192 else f"_{rows}"
@@ -81,7 +81,7 @@ def gemm_cases(torch):
             from torch.sparse._triton_ops import bsr_dense_mm
         except Exception:  # noqa: BLE001
             bsr_dense_mm = None
-        for rows in (8192, 256):
+        for rows in (8192, 256, 16):
             x = torch.randn(rows, 8192, generator=g, device=dev, dtype=torch.bfloat16)
             flop = 2 * rows * 8192 * 8192
             suffix = "" if rows == 8192 else f"_{rows}"
@@ -93,6 +93,20 @@ def gemm_cases(torch):
                 anchors["torch BSR (w @ x^T)"] = lambda xt=xt: w_bsr @ xt
             out[f"bsr_bf16_d{d}{suffix}"] = (flop, anchors)
     return out
+
+
+def cost_verdict(tdsl, script):
+    """The sparse-or-dense verdict `tdsl cost --device cuda` gives before anything runs (its
+    predicted times for the nominal H200), or "" for a dense product."""
+    r = subprocess.run([tdsl, "cost", script, "--device", "cuda"], capture_output=True, text=True)
+    for line in r.stdout.splitlines():
+        if line.startswith("y ") and ("sparse," in line or "dense," in line):
+            cells = line.split()
+            i = next((k for k, c in enumerate(cells) if c in ("sparse,", "dense,")), None)
+            if i is not None:
+                return (f"sparse {cells[i - 4]} {cells[i - 3]}, dense {cells[i - 2]} {cells[i - 1]}: "
+                        + " ".join(cells[i:i + 3]))
+    return ""
 
 
 def time_torch(torch, f, runs):
@@ -150,8 +164,8 @@ def main():
               f"{j['gbps']:.0f} | {j['pct_bandwidth']:.0f}% | {j.get('transfer_ms_median') or 0:.1f} |")
 
     print()
-    print("| product (bf16, FLOP of the dense product) | tdsl ms | tdsl TFLOP/s | anchor | anchor ms | anchor TFLOP/s | tdsl speedup |")
-    print("|---|---|---|---|---|---|---|")
+    print("| product (bf16, FLOP of the dense product) | tdsl ms | tdsl TFLOP/s | anchor | anchor ms | anchor TFLOP/s | tdsl speedup | cost model's verdict (before running) |")
+    print("|---|---|---|---|---|---|---|---|")
     for name, (flop, anchors) in gemm_cases(torch).items():
         if not re.search(a.only, name):
             continue
@@ -164,8 +178,9 @@ def main():
             print(f"| {name} | failed: {r.stderr.strip()[:300]} |")
             continue
         t = json.loads(r.stdout)["run_ms_median"]
+        verdict = cost_verdict(a.tdsl, script)
         if not anchors:
-            print(f"| {name} | {t:.3f} | {flop / t / 1e9:.0f} | | | | |")
+            print(f"| {name} | {t:.3f} | {flop / t / 1e9:.0f} | | | | | {verdict} |")
         for an, f in anchors.items():
             try:
                 at = time_torch(torch, f, a.runs)
@@ -173,7 +188,7 @@ def main():
                 print(f"| {name} | {t:.3f} | {flop / t / 1e9:.0f} | {an} | failed: {str(e)[:120]} | | |")
                 continue
             print(f"| {name} | {t:.3f} | {flop / t / 1e9:.0f} | {an} | {at:.3f} | "
-                  f"{flop / at / 1e9:.0f} | {at / t:.2f}x |")
+                  f"{flop / at / 1e9:.0f} | {at / t:.2f}x | {verdict} |")
 
 
 if __name__ == "__main__":
