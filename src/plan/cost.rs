@@ -282,6 +282,14 @@ pub mod gpu_efficiency {
     /// estimate, not measured; it scales dense and sparse alike, so their verdicts follow the
     /// FLOP ratio.
     pub const GENERIC: f64 = 0.002;
+
+    /// Fractions of the HBM bandwidth the tensor-core products reach when a small batch makes
+    /// them read-bound (16 rows × 8192 × 8192 bf16 on an H200: dense 90 µs for its 128 MiB
+    /// weight, 2:4 124 µs for 72 MiB of values and metadata).
+    pub const DENSE_BANDWIDTH: f64 = 0.30;
+    pub const TWO_FOUR_BANDWIDTH: f64 = 0.12;
+    /// BSR's: not measured at small batches; taken as dense's.
+    pub const BSR_BANDWIDTH: f64 = 0.30;
 }
 
 /// The GPU `--device cuda` predicts for: an H200 (and H100 SXM), 989 TFLOP/s dense bf16 on
@@ -310,6 +318,22 @@ pub fn product_efficiency(f: Format, sixteen: bool, m: &Machine) -> f64 {
         Format::Bsr { rows, cols } if tc_block(rows) && tc_block(cols) => BSR,
         Format::TwoFour { .. } => TWO_FOUR,
         _ => GENERIC,
+    }
+}
+
+/// The fraction of machine `m`'s bandwidth a product in format `f` reaches when memory bounds
+/// it: 1 on the CPU (its ceilings are what the kernels measured), the tensor-core kernels'
+/// small-batch figures on the GPU ([`gpu_efficiency::DENSE_BANDWIDTH`] and the others).
+pub fn product_bandwidth(f: Format, sixteen: bool, m: &Machine) -> f64 {
+    if m.target == crate::machine::Target::Cpu || !sixteen {
+        return 1.0;
+    }
+    use gpu_efficiency::*;
+    match f {
+        Format::Dense => DENSE_BANDWIDTH,
+        Format::TwoFour { .. } => TWO_FOUR_BANDWIDTH,
+        Format::Bsr { .. } => BSR_BANDWIDTH,
+        _ => 1.0,
     }
 }
 
@@ -347,8 +371,14 @@ pub fn format_efficiency(f: Format) -> f64 {
 
 /// Predicted seconds of a kernel doing `flops` at `eff` of the GEMM ceiling and moving `bytes`.
 pub fn predict_secs(flops: f64, bytes: f64, eff: f64, m: &Machine) -> f64 {
+    predict_product_secs(flops, bytes, (eff, 1.0), m)
+}
+
+/// [`predict_secs`] with the fraction of the bandwidth the kernel reaches as well:
+/// `(compute efficiency, bandwidth efficiency)`.
+pub fn predict_product_secs(flops: f64, bytes: f64, (eff, bw_eff): (f64, f64), m: &Machine) -> f64 {
     let compute = flops / (gemm_ceiling_gflops(m) * 1e9 * eff);
-    let memory = bytes / (m.bandwidth_gbps * 1e9);
+    let memory = bytes / (m.bandwidth_gbps * 1e9 * bw_eff);
     compute.max(memory)
 }
 
@@ -508,11 +538,15 @@ pub fn sparse_op_cost(
     let d_ty = &program.node(d_node).ty;
     let sixteen = s_ty.dtype == d_ty.dtype && s_ty.dtype.size_bytes() == 2;
     let eff = product_efficiency(s_ty.format, sixteen, m);
-    let sparse_secs = predict_secs(flops as f64, bytes as f64, eff, m);
-    let dense_secs = predict_secs(
+    let bw_eff = product_bandwidth(s_ty.format, sixteen, m);
+    let sparse_secs = predict_product_secs(flops as f64, bytes as f64, (eff, bw_eff), m);
+    let dense_secs = predict_product_secs(
         dense_flops as f64,
         dense_bytes as f64,
-        product_efficiency(Format::Dense, sixteen, m),
+        (
+            product_efficiency(Format::Dense, sixteen, m),
+            product_bandwidth(Format::Dense, sixteen, m),
+        ),
         m,
     );
     // t_sparse(ρ) = max(a1·ρ, a2·ρ + b2) is increasing in ρ; it equals t_dense where the
@@ -520,7 +554,7 @@ pub fn sparse_op_cost(
     let full = stored_count(s_ty, n_s, true);
     let fixed = (full.bytes as f64 - full.values as f64 * per_value_bytes(s_ty)).max(0.0);
     let a1 = 2.0 * n_s as f64 * n as f64 / (gemm_ceiling_gflops(m) * 1e9 * eff);
-    let bw = m.bandwidth_gbps * 1e9;
+    let bw = m.bandwidth_gbps * 1e9 * bw_eff;
     let a2 = n_s as f64 * per_value_bytes(s_ty) / bw;
     let b2 = (fixed + other as f64) / bw;
     let rho = (dense_secs / a1).min((dense_secs - b2) / a2);
