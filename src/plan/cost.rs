@@ -719,6 +719,46 @@ pub fn layout_aware_path(
     path
 }
 
+/// The label groups of a pairwise contraction `a, b -> out` as a batched GEMM (labels of extent
+/// 1 dropped): batch (in both and kept) and m (only in `a`) and n (only in `b`), each in
+/// `out`'s order, and k (in both and summed) in `a`'s order. `None` when a label is summed in
+/// only one operand (that needs a pass of its own: not a GEMM).
+pub struct GemmGroups {
+    pub batch: Vec<usize>,
+    pub m: Vec<usize>,
+    pub n: Vec<usize>,
+    pub k: Vec<usize>,
+}
+
+impl GemmGroups {
+    pub fn of(a: &[usize], b: &[usize], out: &[usize], ext: &[u64]) -> Option<GemmGroups> {
+        let (la, lb, lo): (BTreeSet<usize>, BTreeSet<usize>, BTreeSet<usize>) = (
+            a.iter().copied().collect(),
+            b.iter().copied().collect(),
+            out.iter().copied().collect(),
+        );
+        if la
+            .iter()
+            .chain(lb.iter())
+            .any(|l| !(lo.contains(l) || (la.contains(l) && lb.contains(l))))
+        {
+            return None;
+        }
+        let group = |from: &[usize], keep: &dyn Fn(&usize) -> bool| -> Vec<usize> {
+            from.iter()
+                .copied()
+                .filter(|l| keep(l) && ext.get(*l).copied().unwrap_or(1) > 1)
+                .collect()
+        };
+        Some(GemmGroups {
+            batch: group(out, &|l| la.contains(l) && lb.contains(l)),
+            m: group(out, &|l| la.contains(l) && !lb.contains(l)),
+            n: group(out, &|l| lb.contains(l) && !la.contains(l)),
+            k: group(a, &|l| lb.contains(l) && !lo.contains(l)),
+        })
+    }
+}
+
 /// Elements the planner copies into another layout along `path` (`plan::lower::einsum`'s
 /// `gemm_step`): for each pairwise step it would run as a GEMM, each operand whose m (or n) and k
 /// labels do not each flatten to one stride in its row-major layout, and a result whose m and n
@@ -746,27 +786,10 @@ fn relayout_elems(path: &ContractionPath, inputs: &[Vec<usize>], extents: &[u64]
             .collect();
         if let [a, b] = taken.as_slice() {
             let out = &step.result_labels;
-            let (la, lb, lo): (BTreeSet<usize>, BTreeSet<usize>, BTreeSet<usize>) = (
-                a.iter().copied().collect(),
-                b.iter().copied().collect(),
-                out.iter().copied().collect(),
-            );
-            let summed_alone = la
-                .iter()
-                .chain(lb.iter())
-                .any(|l| !(lo.contains(l) || (la.contains(l) && lb.contains(l))));
-            let group = |from: &[usize], keep: &dyn Fn(usize) -> bool| -> Vec<usize> {
-                from.iter()
-                    .copied()
-                    .filter(|&l| keep(l) && ext(l) > 1)
-                    .collect()
-            };
-            let m = group(out, &|l| la.contains(&l) && !lb.contains(&l));
-            let n = group(out, &|l| lb.contains(&l) && !la.contains(&l));
-            let k = group(a, &|l| lb.contains(&l) && !lo.contains(&l));
-            let size = |g: &[usize]| g.iter().map(|&l| ext(l) as u128).product::<u128>();
-            let gemm = !summed_alone && size(&m) > 1 && size(&n) > 1;
-            if gemm {
+            let groups = GemmGroups::of(a, b, out, extents);
+            if let Some(GemmGroups { m, n, k, .. }) =
+                groups.filter(|g| elems(&g.m) > 1 && elems(&g.n) > 1)
+            {
                 if !(flat(a, &m) && flat(a, &k)) {
                     total += elems(a);
                 }

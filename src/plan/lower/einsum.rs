@@ -3,6 +3,7 @@
 //! accumulator otherwise.
 
 use super::*;
+use crate::plan::cost::GemmGroups;
 
 impl Planner<'_> {
     pub(super) fn lower_einsum(
@@ -142,45 +143,8 @@ impl Planner<'_> {
         if out.dtype != DType::promote(a.dtype, b.dtype) {
             return None;
         }
-        let (la, lb, lo): (BTreeSet<usize>, BTreeSet<usize>, BTreeSet<usize>) = (
-            a.labels.iter().copied().collect(),
-            b.labels.iter().copied().collect(),
-            out.labels.iter().copied().collect(),
-        );
         // Labels summed in only one operand need a separate pass: not a GEMM.
-        if la
-            .iter()
-            .chain(lb.iter())
-            .any(|l| !(lo.contains(l) || (la.contains(l) && lb.contains(l))))
-        {
-            return None;
-        }
-        let big =
-            |g: &[usize]| -> Vec<usize> { g.iter().copied().filter(|&l| ext[l] > 1).collect() };
-        let batch = big(&out
-            .labels
-            .iter()
-            .copied()
-            .filter(|l| la.contains(l) && lb.contains(l))
-            .collect::<Vec<_>>());
-        let m = big(&out
-            .labels
-            .iter()
-            .copied()
-            .filter(|l| la.contains(l) && !lb.contains(l))
-            .collect::<Vec<_>>());
-        let n = big(&out
-            .labels
-            .iter()
-            .copied()
-            .filter(|l| lb.contains(l) && !la.contains(l))
-            .collect::<Vec<_>>());
-        let k = big(&a
-            .labels
-            .iter()
-            .copied()
-            .filter(|l| lb.contains(l) && !lo.contains(l))
-            .collect::<Vec<_>>());
+        let GemmGroups { batch, m, n, k } = GemmGroups::of(&a.labels, &b.labels, &out.labels, ext)?;
         let prod = |g: &[usize]| -> u64 { g.iter().map(|&l| ext[l]).product() };
         let (mm, nn, kk, bb) = (prod(&m), prod(&n), prod(&k), prod(&batch));
         // Small products run faster as plain loops than through a library call.
