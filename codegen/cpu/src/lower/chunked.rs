@@ -146,21 +146,11 @@ impl<M: Module> Lower<'_, '_, M> {
 
     /// `tdsl_vmath_f32(op: u32, x: *mut f32, n: u64)`, declared once per function.
     fn vmath_fn(&mut self) -> Result<FuncRef, CodegenError> {
-        let name = crate::vmath::SYMBOL;
-        if let Some(f) = self.helpers.get(name) {
-            return Ok(*f);
-        }
-        let mut sig = self.module.make_signature();
-        for t in [types::I32, types::I64, types::I64] {
-            sig.params.push(AbiParam::new(t));
-        }
-        let id = self
-            .module
-            .declare_function(name, Linkage::Import, &sig)
-            .map_err(|e| bad(format!("declaring {name}: {e}")))?;
-        let f = self.module.declare_func_in_func(id, self.b.func);
-        self.helpers.insert(name, f);
-        Ok(f)
+        self.import(
+            crate::vmath::SYMBOL,
+            &[types::I32, types::I64, types::I64],
+            None,
+        )
     }
 
     /// A buffer's element type, the chunk buffers (f32) included.

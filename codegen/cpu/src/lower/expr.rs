@@ -229,14 +229,23 @@ impl<M: Module> Lower<'_, '_, M> {
         arg: Type,
         ret: Type,
     ) -> Result<FuncRef, CodegenError> {
+        self.import(name, &vec![arg; n_args], Some(ret))
+    }
+
+    /// The function `name` the JIT module resolves (`helpers.rs`, `vmath.rs`, `transpose.rs`),
+    /// declared once per generated function.
+    pub(super) fn import(
+        &mut self,
+        name: &'static str,
+        params: &[Type],
+        ret: Option<Type>,
+    ) -> Result<FuncRef, CodegenError> {
         if let Some(f) = self.helpers.get(name) {
             return Ok(*f);
         }
         let mut sig = self.module.make_signature();
-        for _ in 0..n_args {
-            sig.params.push(AbiParam::new(arg));
-        }
-        sig.returns.push(AbiParam::new(ret));
+        sig.params.extend(params.iter().map(|&t| AbiParam::new(t)));
+        sig.returns.extend(ret.map(AbiParam::new));
         let id = self
             .module
             .declare_function(name, Linkage::Import, &sig)

@@ -87,20 +87,6 @@ impl<M: Module> Lower<'_, '_, M> {
 
     /// `tdsl_transpose_f32(src, dst, rows, cols, ls, ld)`, declared once per function.
     fn transpose_fn(&mut self) -> Result<FuncRef, CodegenError> {
-        let name = crate::transpose::SYMBOL;
-        if let Some(f) = self.helpers.get(name) {
-            return Ok(*f);
-        }
-        let mut sig = self.module.make_signature();
-        for _ in 0..6 {
-            sig.params.push(AbiParam::new(types::I64));
-        }
-        let id = self
-            .module
-            .declare_function(name, Linkage::Import, &sig)
-            .map_err(|e| bad(format!("declaring {name}: {e}")))?;
-        let f = self.module.declare_func_in_func(id, self.b.func);
-        self.helpers.insert(name, f);
-        Ok(f)
+        self.import(crate::transpose::SYMBOL, &[types::I64; 6], None)
     }
 }
