@@ -675,8 +675,9 @@ pub fn einsum_path(
 /// copy of 8-byte round trips, about 150; 100 keeps the FLOP count the first concern.
 const RELAYOUT_FLOPS: u128 = 100;
 
-/// The fewest-FLOP contraction order of three operands, unless another order costs less once
-/// its relayout copies are counted ([`relayout_elems`], [`RELAYOUT_FLOPS`] per element): a
+/// The fewest-FLOP contraction order of three operands, unless another order within 10% of its
+/// FLOPs costs less once its relayout copies are counted ([`relayout_elems`], [`RELAYOUT_FLOPS`]
+/// per element): a
 /// bilinear form `b i, i j k, b k -> b j` ties on FLOPs between contracting `x` with `z` first
 /// (whose second GEMM needs `w` as `[j, (i k)]`, a copy of all of `w`) and `x` with `w` first
 /// (`w` read in place as `[i, (j k)]`, numpy's order); the second is the faster one. Other
@@ -707,7 +708,9 @@ pub fn layout_aware_path(
             continue;
         };
         let s = score(&p);
-        if s < chosen.0 {
+        // Never more than 10% over the fewest FLOPs: copies matter only near a tie.
+        let near = p.opt_flops.saturating_mul(10) <= best.opt_flops.saturating_mul(11);
+        if near && s < chosen.0 {
             chosen = (s, p);
         }
     }
@@ -786,10 +789,14 @@ fn relayout_elems(path: &ContractionPath, inputs: &[Vec<usize>], extents: &[u64]
             .collect();
         if let [a, b] = taken.as_slice() {
             let out = &step.result_labels;
+            // Only steps the planner runs as a GEMM (`gemm_step`'s size rule): smaller ones
+            // are loop nests, which take any layout.
+            let gemm = |g: &GemmGroups| {
+                let (m, n, k, b) = (elems(&g.m), elems(&g.n), elems(&g.k), elems(&g.batch));
+                m > 1 && n > 1 && m * n * k * b >= 16 * 16 * 16 && m * n * k >= 8 * 8 * 8
+            };
             let groups = GemmGroups::of(a, b, out, extents);
-            if let Some(GemmGroups { m, n, k, .. }) =
-                groups.filter(|g| elems(&g.m) > 1 && elems(&g.n) > 1)
-            {
+            if let Some(GemmGroups { m, n, k, .. }) = groups.filter(gemm) {
                 if !(flat(a, &m) && flat(a, &k)) {
                     total += elems(a);
                 }
