@@ -227,3 +227,57 @@ fn every_example_checks_and_runs() {
         assert!(!program.outputs.is_empty(), "{} has outputs", p.display());
     }
 }
+
+/// Every output of `got` agrees with the interpreter's `want` for corpus script `name` (`text`):
+/// within 1e-4 of the output's largest magnitude, or 2e-2 when the script has a 16-bit type
+/// (an intermediate rounded where two accumulation orders differ moves by a 16-bit ulp).
+pub(crate) fn assert_agrees(name: &str, text: &str, engine: &str, got: &[Tensor], want: &[Tensor]) {
+    let tol = if text.contains("f16") { 2e-2 } else { 1e-4 };
+    assert_eq!(
+        got.len(),
+        want.len(),
+        "{name}: {engine} gave another number of outputs"
+    );
+    for (o, (g, w)) in got.iter().zip(want).enumerate() {
+        assert_eq!(g.shape(), w.shape(), "{name}: output {o} on {engine}");
+        let (g, w) = (g.to_f64(), w.to_f64());
+        let scale = w.iter().fold(1e-30f64, |m, x| m.max(x.abs()));
+        for (i, (a, b)) in g.iter().zip(&w).enumerate() {
+            assert!(
+                (a - b).abs() <= tol * scale || (a.is_nan() && b.is_nan()),
+                "{name}: output {o} element {i} is {a} on {engine}, {b} in the interpreter"
+            );
+        }
+    }
+}
+
+/// Every corpus script the planner takes, run by the CPU JIT, agrees with the interpreter on
+/// every output (the `# expect:` lines check only what they name).
+#[test]
+fn jit_runs_every_corpus_script_like_the_interpreter() {
+    let dir = repo().join("tests/corpus");
+    let mut ran = 0;
+    let mut paths: Vec<_> = std::fs::read_dir(&dir)
+        .expect("tests/corpus exists")
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "tdsl"))
+        .collect();
+    paths.sort();
+    for path in paths {
+        let text = std::fs::read_to_string(&path).expect("readable");
+        let Ok(p) = tdsl::compile(&text, &Default::default()) else {
+            continue;
+        };
+        let Ok(inputs) = tdsl::bind::bind_inputs(&p, Default::default()) else {
+            continue;
+        };
+        let plan = tdsl::plan::lower::plan_program(&p).expect("the program plans");
+        let shapes = crate::diff::output_shapes(&p);
+        let want = tdsl::interp::run(&p, &inputs);
+        let got = tdsl::runtime::run_jit(&plan, &inputs, &shapes)
+            .unwrap_or_else(|d| panic!("{}: {d}", path.display()));
+        assert_agrees(&path.display().to_string(), &text, "the JIT", &got, &want);
+        ran += 1;
+    }
+    assert!(ran >= 20, "only {ran} corpus scripts ran");
+}

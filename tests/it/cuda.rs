@@ -367,18 +367,7 @@ fn emulation_runs_every_corpus_script_like_the_interpreter() {
         let want = tdsl::interp::run(&p, &inputs);
         let got = crate::diff::cuda_emulated(&p, &inputs, &shapes)
             .unwrap_or_else(|e| panic!("{name}: {e}"));
-        for (o, (g, w)) in got.iter().zip(&want).enumerate() {
-            // A 16-bit intermediate rounds where accumulation orders differ: a 16-bit ulp.
-            let tol = if text.contains("f16") { 2e-2 } else { 1e-4 };
-            let (g, w) = (g.to_f64(), w.to_f64());
-            let scale = w.iter().fold(1e-30f64, |m, x| m.max(x.abs()));
-            for (i, (a, b)) in g.iter().zip(&w).enumerate() {
-                assert!(
-                    (a - b).abs() <= tol * scale || (a.is_nan() && b.is_nan()),
-                    "{name}: output {o} element {i} is {a} emulated, {b} in the interpreter"
-                );
-            }
-        }
+        crate::corpus::assert_agrees(&name, &text, "the CUDA emulation", &got, &want);
         ran += 1;
     }
     assert!(ran >= 20, "only {ran} corpus scripts ran");
