@@ -2,7 +2,10 @@
 # One device session's checks, in the order GPU time is worth spending (README "GPU"):
 # the fragment probe, the GPU tests against the interpreter, the example, then the bench.
 # Expects the release binaries in .dev/ (tdsl and the `it` test binary, built on a CPU machine);
-# writes logs to $OUT (or /tmp/out).
+# writes logs to $OUT (or /tmp/out). Knobs (environment): PROBE=0 skips the probe; TESTS picks
+# the test filter (default "gpu diff"), TEST_S and BENCH_S cap their seconds; ONLY restricts the
+# bench to workloads matching a regex; .dev/tdsl-base, if present, is benched on BASE_ONLY for
+# before/after; VARIANTS lists TDSL_TC_GEMM=BKxSTAGES settings (mma.sync) to bench besides.
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv,noheader | tee "$OUT/device.txt"
