@@ -13,8 +13,13 @@ pub(crate) const SYMBOL: &str = "tdsl_transpose_f32";
 /// Whether this CPU runs the register transposes (AVX2), unless `TDSL_TRANSPOSE=0` keeps the
 /// JIT's own loops (to compare the two).
 pub(crate) fn available() -> bool {
+    avx2() && std::env::var("TDSL_TRANSPOSE").map_or(true, |v| v != "0")
+}
+
+/// Whether the CPU has AVX2 (detected once).
+fn avx2() -> bool {
     static AVX2: OnceLock<bool> = OnceLock::new();
-    let has = *AVX2.get_or_init(|| {
+    *AVX2.get_or_init(|| {
         #[cfg(target_arch = "x86_64")]
         {
             std::arch::is_x86_feature_detected!("avx2")
@@ -23,8 +28,7 @@ pub(crate) fn available() -> bool {
         {
             false
         }
-    });
-    has && std::env::var("TDSL_TRANSPOSE").map_or(true, |v| v != "0")
+    })
 }
 
 /// `dst[c·ld + r] = src[r·ls + c]` for `r < rows`, `c < cols`: 8 rows at a time through 8×8
@@ -47,7 +51,7 @@ pub(crate) unsafe extern "C" fn tdsl_transpose_f32(
     let (wide, tall) = (cols / 8 * 8, rows / 8 * 8);
     let mut r = 0;
     #[cfg(target_arch = "x86_64")]
-    if available() && wide > 0 && tall > 0 {
+    if avx2() && wide > 0 && tall > 0 {
         // SAFETY: AVX2 is present; the blocks are inside the caller's bounds.
         unsafe { blocks(src, dst, tall, wide, ls, ld) };
         r = tall;
