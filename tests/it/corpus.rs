@@ -191,15 +191,20 @@ fn run_case(path: &std::path::Path) -> Result<(), String> {
     Ok(())
 }
 
-#[test]
-fn corpus() {
-    let dir = repo().join("tests/corpus");
-    let mut paths: Vec<_> = std::fs::read_dir(&dir)
+/// The `.tdsl` files of `tests/corpus/`, sorted.
+fn corpus_paths() -> Vec<std::path::PathBuf> {
+    let mut paths: Vec<_> = std::fs::read_dir(repo().join("tests/corpus"))
         .expect("tests/corpus exists")
         .map(|e| e.expect("dir entry").path())
         .filter(|p| p.extension().is_some_and(|e| e == "tdsl"))
         .collect();
     paths.sort();
+    paths
+}
+
+#[test]
+fn corpus() {
+    let paths = corpus_paths();
     assert!(paths.len() >= 20, "the corpus should not shrink");
     let failures: Vec<String> = paths
         .iter()
@@ -255,14 +260,8 @@ pub(crate) fn assert_agrees(name: &str, text: &str, engine: &str, got: &[Tensor]
 /// every output (the `# expect:` lines check only what they name).
 #[test]
 fn jit_runs_every_corpus_script_like_the_interpreter() {
-    let dir = repo().join("tests/corpus");
     let mut ran = 0;
-    let mut paths: Vec<_> = std::fs::read_dir(&dir)
-        .expect("tests/corpus exists")
-        .map(|e| e.expect("dir entry").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "tdsl"))
-        .collect();
-    paths.sort();
+    let paths = corpus_paths();
     for path in paths {
         let text = std::fs::read_to_string(&path).expect("readable");
         let Ok(p) = tdsl::compile(&text, &Default::default()) else {

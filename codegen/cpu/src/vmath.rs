@@ -379,21 +379,11 @@ fn log_f32(x: f32) -> f32 {
 /// `c[0] + c[1]·x + …` by Estrin's scheme, paired as `lower/math.rs`'s `estrin`.
 #[inline(always)]
 fn estrin<const N: usize>(x: f64, c: [f64; N]) -> f64 {
-    let mut terms = [0.0f64; N];
-    let mut len = 0;
-    let mut i = 0;
-    while i < N {
-        terms[len] = if i + 1 < N {
-            c[i + 1].mul_add(x, c[i])
-        } else {
-            c[i]
-        };
-        len += 1;
-        i += 2;
-    }
+    // Pairs `t[j] + t[j+1]·p` with p = x, then x², x⁴, … until one term is left.
+    let mut terms = c;
+    let mut len = N;
     let mut pw = x;
     while len > 1 {
-        pw *= pw;
         let mut out = 0;
         let mut j = 0;
         while j < len {
@@ -406,6 +396,7 @@ fn estrin<const N: usize>(x: f64, c: [f64; N]) -> f64 {
             j += 2;
         }
         len = out;
+        pw *= pw;
     }
     terms[0]
 }
