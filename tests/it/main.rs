@@ -7,6 +7,7 @@ mod cuda;
 mod diff;
 mod draw;
 mod errors;
+mod filetests;
 mod gpu;
 mod language;
 mod plan;

@@ -7,6 +7,7 @@
 //! - [`passes`]: the program-free rewrites the planner runs on each kernel, listed in order
 //!   ([`passes::KERNEL_PASSES`]); [`walk`]: queries over statements.
 //! - [`print`](mod@print): the stable text form (`tdsl plan`, snapshots, the kernel cache key).
+//! - [`read`]: the reader of that text form, for tests written as text files.
 //! - [`verify`]: well-formedness and bounds, run after planning in debug builds and tests.
 //! - [`backend`]: the seam every backend implements ([`Backend`], [`Executable`], [`Target`]),
 //!   and the evaluator behind it ([`EvalBackend`]).
@@ -26,6 +27,7 @@ pub mod ir;
 pub mod launch;
 pub mod passes;
 pub mod print;
+pub mod read;
 pub mod scalar;
 pub mod stats;
 pub mod verify;

@@ -451,18 +451,7 @@ fn expr(out: &mut String, e: &Expr) {
                     operand(out, b, prec(b) <= p);
                 }
                 None => {
-                    let f = match op {
-                        BinOp::Max => "max",
-                        BinOp::Min => "min",
-                        BinOp::Lt => "lt",
-                        BinOp::Le => "le",
-                        BinOp::Gt => "gt",
-                        BinOp::Ge => "ge",
-                        BinOp::Eq => "eq",
-                        BinOp::Ne => "ne",
-                        _ => "pow",
-                    };
-                    out.push_str(f);
+                    out.push_str(binary_name(*op).unwrap_or("pow"));
                     out.push('(');
                     expr(out, a);
                     out.push_str(", ");
@@ -501,7 +490,23 @@ fn operand(out: &mut String, e: &Expr, paren: bool) {
     }
 }
 
-fn unary_name(op: UnOp) -> &'static str {
+/// The call name of a binary operation that is not infix (`None` for `+ - * /`).
+pub(crate) fn binary_name(op: BinOp) -> Option<&'static str> {
+    Some(match op {
+        BinOp::Max => "max",
+        BinOp::Min => "min",
+        BinOp::Lt => "lt",
+        BinOp::Le => "le",
+        BinOp::Gt => "gt",
+        BinOp::Ge => "ge",
+        BinOp::Eq => "eq",
+        BinOp::Ne => "ne",
+        BinOp::Pow => "pow",
+        BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div => return None,
+    })
+}
+
+pub(crate) fn unary_name(op: UnOp) -> &'static str {
     match op {
         UnOp::Neg => "neg",
         UnOp::Exp => "exp",
