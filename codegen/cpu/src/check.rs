@@ -1,5 +1,7 @@
-//! Checks that make running generated code safe: well-formedness of a kernel (every buffer, loop
-//! variable and accumulator is known where it is used), and bounds of every access.
+//! Checks that make running generated code safe. Well-formedness and the bounds of every access
+//! that does not depend on sparse data are the verifier's (`tdsl_loop::verify::verify_kernel`,
+//! run on every kernel before it compiles); here are the limits of this backend (`supported`)
+//! and the run-time proof of bounds on the data a kernel is about to run on (`check_bounds`).
 //!
 //! Bounds are computed by interval arithmetic in `i128` over the values each loop variable can
 //! take. A `Range` variable takes `0..extent`; a compressed position runs between the smallest
@@ -12,8 +14,7 @@
 use std::collections::{HashMap, HashSet};
 
 use tdsl_loop::{
-    AccId, BufId, Data, ElemType, Expr, Index, Iter, Kernel, LibCall, LoopProgram, MatView, Stmt,
-    VarId,
+    BufId, Data, ElemType, Expr, Index, Iter, Kernel, LibCall, LoopProgram, MatView, Stmt, VarId,
 };
 
 use crate::error::CodegenError;
@@ -28,264 +29,101 @@ enum Iv {
     Unknown,
 }
 
-/// Well-formedness: ids, scoping, types, and what this backend supports.
-pub(crate) fn validate_kernel(p: &LoopProgram, k: &Kernel) -> Result<(), CodegenError> {
-    let mut v = Validator {
-        p,
-        vars: HashSet::new(),
-        accs: HashSet::new(),
-        sparse: HashSet::new(),
-        stored: HashSet::new(),
-    };
-    v.block(&k.body, 0)?;
-    if let Some(b) = v.sparse.intersection(&v.stored).next() {
-        return Err(CodegenError::Unsupported(format!(
+/// What this backend supports beyond what the verifier (`tdsl_loop::verify`, which runs
+/// first) accepts: ids and extents that fit its code, library calls only at a kernel's top
+/// level, f32/f64 dense sides of sparse products, call destinations that map every element to
+/// its own place, and no store into a buffer the kernel also reads as sparse index data (run-time
+/// bounds are proved from that data before the kernel runs).
+pub(crate) fn supported(p: &LoopProgram, k: &Kernel) -> Result<(), CodegenError> {
+    let unsupported = |m: String| Err(CodegenError::Unsupported(m));
+    let mut sparse = HashSet::new();
+    let mut stored = HashSet::new();
+    let mut result = Ok(());
+    for (depth, s) in walk_depth(&k.body) {
+        let r = match s {
+            Stmt::Loop(l) => match &l.iter {
+                Iter::Range { extent } if *extent > i64::MAX as u64 => {
+                    unsupported(format!("loop extent {extent} above 2^63"))
+                }
+                Iter::TwoFour { groups, .. } if *groups > (i64::MAX / 4) as u64 => {
+                    unsupported(format!("{groups} 2:4 groups"))
+                }
+                Iter::Range { .. } => Ok(()),
+                Iter::Compressed { ptr, crd, .. } => {
+                    sparse.extend([*ptr, *crd]);
+                    Ok(())
+                }
+                Iter::Singleton { crd, .. } => {
+                    sparse.insert(*crd);
+                    Ok(())
+                }
+                Iter::TwoFour { meta, .. } => {
+                    sparse.insert(*meta);
+                    Ok(())
+                }
+            },
+            Stmt::Store { buf, .. } => {
+                stored.insert(*buf);
+                Ok(())
+            }
+            Stmt::Call(_) if depth > 0 => unsupported("a library call inside a loop".into()),
+            Stmt::Call(call) => {
+                stored.extend(call.writes());
+                supported_call(p, call)
+            }
+            Stmt::Let { .. } | Stmt::Update { .. } => Ok(()),
+        };
+        result = result.and(r);
+    }
+    result?;
+    if p.buffers.len() > 1 << 28 {
+        return unsupported(format!("{} buffers (at most 2^28)", p.buffers.len()));
+    }
+    if let Some(b) = sparse.intersection(&stored).next() {
+        return unsupported(format!(
             "kernel `{}` stores into buffer `{}` that it also reads as sparse index data",
             k.name,
             p.buffer(*b).name
-        )));
+        ));
     }
     Ok(())
 }
 
-struct Validator<'a> {
-    p: &'a LoopProgram,
-    vars: HashSet<VarId>,
-    accs: HashSet<AccId>,
-    sparse: HashSet<BufId>,
-    stored: HashSet<BufId>,
+/// Every statement of `stmts` and the loops inside, pre-order, with its loop depth.
+fn walk_depth(stmts: &[Stmt]) -> Vec<(usize, &Stmt)> {
+    let mut out = Vec::new();
+    let mut stack: Vec<(usize, &Stmt)> = stmts.iter().rev().map(|s| (0, s)).collect();
+    while let Some((d, s)) = stack.pop() {
+        out.push((d, s));
+        if let Stmt::Loop(l) = s {
+            stack.extend(l.body.iter().rev().map(|s| (d + 1, s)));
+        }
+    }
+    out
 }
 
-impl Validator<'_> {
-    fn buf(&self, b: BufId) -> Result<ElemType, CodegenError> {
-        if b.0 >= 1 << 28 {
-            return Err(CodegenError::Unsupported(format!("buffer id {}", b.0)));
-        }
-        self.p
-            .buffers
-            .get(b.0 as usize)
-            .map(|x| x.ty)
-            .ok_or_else(|| CodegenError::Invalid(format!("unknown buffer b{}", b.0)))
-    }
-
-    fn index(&self, ix: &Index) -> Result<(), CodegenError> {
-        for (v, _) in &ix.terms {
-            if !self.vars.contains(v) {
-                return Err(CodegenError::Invalid(format!(
-                    "loop variable v{} used outside its loop",
-                    v.0
-                )));
+fn supported_call(p: &LoopProgram, call: &LibCall) -> Result<(), CodegenError> {
+    let (c, batch, m, n): (&MatView, &[u64], u64, u64) = match call {
+        LibCall::Gemm { m, n, batch, c, .. } => (c, batch, *m, *n),
+        LibCall::SpMM { m, n, d, c, .. } => {
+            for (view, name) in [(d, "d"), (c, "c")] {
+                let ty = p.buffer(view.buf).ty;
+                if !matches!(ty, ElemType::F32 | ElemType::F64) {
+                    return Err(CodegenError::Unsupported(format!(
+                        "spmm operand {name} of type {ty}"
+                    )));
+                }
             }
+            (c, &[], *m, *n)
         }
+        LibCall::Sparsify { .. } | LibCall::Densify { .. } => return Ok(()),
+    };
+    if view_injective(c, batch, m, n) {
         Ok(())
-    }
-
-    fn i32_buf(&mut self, b: BufId, what: &str) -> Result<(), CodegenError> {
-        if self.buf(b)? != ElemType::I32 {
-            return Err(CodegenError::Invalid(format!(
-                "{what} buffer `{}` must be i32",
-                self.p.buffer(b).name
-            )));
-        }
-        self.sparse.insert(b);
-        Ok(())
-    }
-
-    fn bind(&mut self, v: VarId) -> Result<(), CodegenError> {
-        if !self.vars.insert(v) {
-            return Err(CodegenError::Invalid(format!(
-                "loop variable v{} bound twice in one nest",
-                v.0
-            )));
-        }
-        Ok(())
-    }
-
-    fn block(&mut self, stmts: &[Stmt], depth: usize) -> Result<(), CodegenError> {
-        let mut declared = Vec::new();
-        for s in stmts {
-            match s {
-                Stmt::Loop(l) => {
-                    let mut bound = vec![l.var];
-                    match &l.iter {
-                        Iter::Range { extent } => {
-                            if *extent > i64::MAX as u64 {
-                                return Err(CodegenError::Unsupported(format!(
-                                    "loop extent {extent} above 2^63"
-                                )));
-                            }
-                        }
-                        Iter::Compressed {
-                            ptr,
-                            ptr_index,
-                            crd,
-                            coord,
-                        } => {
-                            self.index(ptr_index)?;
-                            self.i32_buf(*ptr, "position")?;
-                            self.i32_buf(*crd, "coordinate")?;
-                            bound.push(*coord);
-                        }
-                        Iter::Singleton { crd, pos_index } => {
-                            self.index(pos_index)?;
-                            self.i32_buf(*crd, "coordinate")?;
-                        }
-                        Iter::TwoFour {
-                            groups,
-                            meta,
-                            meta_index,
-                            coord,
-                        } => {
-                            if *groups > (i64::MAX / 4) as u64 {
-                                return Err(CodegenError::Unsupported(format!(
-                                    "{groups} 2:4 groups"
-                                )));
-                            }
-                            self.index(meta_index)?;
-                            self.i32_buf(*meta, "2:4 metadata")?;
-                            bound.push(*coord);
-                        }
-                    }
-                    for v in &bound {
-                        self.bind(*v)?;
-                    }
-                    self.block(&l.body, depth + 1)?;
-                    for v in &bound {
-                        self.vars.remove(v);
-                    }
-                }
-                Stmt::Let { acc, ty, init } => {
-                    if !matches!(ty, ElemType::F32 | ElemType::F64) {
-                        return Err(CodegenError::Invalid(format!(
-                            "accumulator a{} has type {ty}; accumulators are f32 or f64",
-                            acc.0
-                        )));
-                    }
-                    self.expr(init)?;
-                    if !self.accs.insert(*acc) {
-                        return Err(CodegenError::Invalid(format!(
-                            "accumulator a{} declared twice in one scope",
-                            acc.0
-                        )));
-                    }
-                    declared.push(*acc);
-                }
-                Stmt::Update { acc, value, .. } => {
-                    if !self.accs.contains(acc) {
-                        return Err(CodegenError::Invalid(format!(
-                            "accumulator a{} updated outside its block",
-                            acc.0
-                        )));
-                    }
-                    self.expr(value)?;
-                }
-                Stmt::Store { buf, index, value } => {
-                    self.buf(*buf)?;
-                    self.index(index)?;
-                    self.expr(value)?;
-                    self.stored.insert(*buf);
-                }
-                Stmt::Call(call) => {
-                    if depth > 0 {
-                        return Err(CodegenError::Unsupported(
-                            "a library call inside a loop".into(),
-                        ));
-                    }
-                    self.call(call)?;
-                }
-            }
-        }
-        for a in declared {
-            self.accs.remove(&a);
-        }
-        Ok(())
-    }
-
-    fn call(&mut self, call: &LibCall) -> Result<(), CodegenError> {
-        match call {
-            LibCall::Gemm {
-                m,
-                n,
-                batch,
-                a,
-                b,
-                c,
-                ..
-            } => {
-                for (view, name) in [(a, "a"), (b, "b"), (c, "c")] {
-                    let ty = self.buf(view.buf)?;
-                    if ty == ElemType::I32 {
-                        return Err(CodegenError::Unsupported(format!(
-                            "gemm operand {name} of type i32"
-                        )));
-                    }
-                    if view.batch_strides.len() != batch.len() {
-                        return Err(CodegenError::Invalid(format!(
-                            "gemm operand {name} has {} batch strides for {} batch axes",
-                            view.batch_strides.len(),
-                            batch.len()
-                        )));
-                    }
-                }
-                if !view_injective(c, batch, *m, *n) {
-                    return Err(CodegenError::Unsupported(
-                        "a gemm destination view that maps two elements to one place".into(),
-                    ));
-                }
-                self.stored.insert(c.buf);
-            }
-            LibCall::SpMM { m, n, d, c, .. } => {
-                for (view, name) in [(d, "d"), (c, "c")] {
-                    let ty = self.buf(view.buf)?;
-                    if !matches!(ty, ElemType::F32 | ElemType::F64) {
-                        return Err(CodegenError::Unsupported(format!(
-                            "spmm operand {name} of type {ty}"
-                        )));
-                    }
-                    if !view.batch_strides.is_empty() {
-                        return Err(CodegenError::Invalid(format!(
-                            "spmm operand {name} has batch strides"
-                        )));
-                    }
-                }
-                if !view_injective(c, &[], *m, *n) {
-                    return Err(CodegenError::Unsupported(
-                        "an spmm destination view that maps two elements to one place".into(),
-                    ));
-                }
-                self.stored.insert(c.buf);
-            }
-            LibCall::Sparsify { .. } | LibCall::Densify { .. } => {}
-        }
-        for b in call.buffers() {
-            self.buf(b)?;
-        }
-        self.stored.extend(call.writes());
-        Ok(())
-    }
-
-    fn expr(&mut self, e: &Expr) -> Result<(), CodegenError> {
-        match e {
-            Expr::Const(_) => Ok(()),
-            Expr::Load { buf, index } => {
-                self.buf(*buf)?;
-                self.index(index)
-            }
-            Expr::Acc(a) => {
-                if self.accs.contains(a) {
-                    Ok(())
-                } else {
-                    Err(CodegenError::Invalid(format!(
-                        "accumulator a{} read outside its block",
-                        a.0
-                    )))
-                }
-            }
-            Expr::Iota(index) => self.index(index),
-            Expr::Unary(..) | Expr::Binary(..) | Expr::Cast(..) | Expr::Select(..) => {
-                e.children().into_iter().try_for_each(|x| self.expr(x))
-            }
-        }
+    } else {
+        Err(CodegenError::Unsupported(
+            "a call destination view that maps two elements to one place".into(),
+        ))
     }
 }
 
@@ -324,17 +162,6 @@ pub(crate) struct Violation {
 /// `jit::KernelFn::call` requires one. Only this module creates it.
 pub(crate) struct Checked {
     _private: (),
-}
-
-/// Bounds of every access of `k` that does not depend on sparse index data (compile time).
-pub(crate) fn check_static_bounds(p: &LoopProgram, k: &Kernel) -> Result<(), Violation> {
-    let mut b = Bounds {
-        p,
-        data: None,
-        facts: HashMap::new(),
-        vars: HashMap::new(),
-    };
-    b.block(&k.body)
 }
 
 /// Bounds of every access of `k` on `data`, the run's buffers. The caller has checked that

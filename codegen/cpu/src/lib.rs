@@ -203,10 +203,22 @@ impl CpuBackend {
         self.n_compiled
     }
 
+    /// The verifier's checks of `k` (ids, scopes, types, races, static bounds), then this
+    /// backend's limits: nothing reaches code generation unchecked, in every build.
     fn validate(&self, p: &LoopProgram, k: &Kernel) -> Result<(), CodegenError> {
-        check::validate_kernel(p, k)?;
-        check::check_static_bounds(p, k)
-            .map_err(|v| CodegenError::OutOfBounds(format!("kernel `{}`: {}", k.name, v.message)))
+        tdsl_loop::verify::verify_kernel(p, k).map_err(|errs| {
+            let all: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
+            let all = all.join("; ");
+            if errs
+                .iter()
+                .any(|e| e.kind == tdsl_loop::verify::Problem::Bounds)
+            {
+                CodegenError::OutOfBounds(all)
+            } else {
+                CodegenError::Invalid(all)
+            }
+        })?;
+        check::supported(p, k)
     }
 
     /// Compiles every kernel of `p` that is not in the cache yet (one JIT module for all of

@@ -779,7 +779,7 @@ fn mat(buf: u32, offset: i64, rs: i64, cs: i64, bs: &[i64]) -> MatView {
 /// broadcast over the first batch axis, `c` has its rows reversed.
 #[test]
 fn batched_strided_gemm() {
-    for (m, n, k) in [(5u64, 7u64, 9u64), (64, 48, 80), (1, 1, 1), (3, 2, 0)] {
+    for (m, n, k) in [(5u64, 7u64, 9u64), (64, 48, 80), (1, 1, 1)] {
         for ty in [F32, F64, F16, BF16] {
             for accumulate in [false, true] {
                 for threads in [1, 2] {
@@ -1225,7 +1225,14 @@ fn row_invariants_stay_out_of_inner_loops() {
 
 #[test]
 fn dot_product_every_option() {
-    for n in [0u64, 1, 5, 15, 16, 17, 33, 1000] {
+    // The loop IR has no empty loops: the verifier, which every backend runs first, says so.
+    let empty = CpuBackend::new().unwrap().compile(&dot_program(0));
+    assert!(
+        matches!(&empty, Err(CodegenError::Invalid(m)) if m.contains("extent 0")),
+        "{:?}",
+        empty.err()
+    );
+    for n in [1u64, 5, 15, 16, 17, 33, 1000] {
         for opt_level in [OptLevel::None, OptLevel::Speed] {
             for n_acc in [1, 2, 4] {
                 let mut be = CpuBackend::with_options(CpuOptions {
@@ -1391,7 +1398,8 @@ fn out_of_bounds_programs_do_not_compile() {
         )],
     );
     assert!(matches!(be.compile(&p), Err(CodegenError::OutOfBounds(_))));
-    // Storing into a buffer the kernel reads as sparse index data.
+    // Storing into a buffer the kernel reads as sparse index data (an i32 buffer: the verifier
+    // rejects the store before the backend's own check would).
     let p = program(
         vec![buffer("meta", I32, 4, Role::Temp), output("y", F32, 8)],
         vec![kernel(
@@ -1411,7 +1419,7 @@ fn out_of_bounds_programs_do_not_compile() {
             })],
         )],
     );
-    assert!(matches!(be.compile(&p), Err(CodegenError::Unsupported(_))));
+    assert!(matches!(be.compile(&p), Err(CodegenError::Invalid(m)) if m.contains("i32")));
     assert_eq!(be.n_compiled(), 0);
 }
 

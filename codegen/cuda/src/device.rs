@@ -282,6 +282,7 @@ impl seam::Backend for CudaBackend {
     }
 
     fn compile(&mut self, p: &LoopProgram) -> Result<Arc<dyn seam::Executable>, BackendError> {
+        seam::verified(p)?;
         let (mapped, steps) = map_program_with(p, crate::tensor::TensorCores::of(self.sm));
         let unit = render_unit(&mapped, &steps, CUDA_PRELUDE);
         drop(mapped);

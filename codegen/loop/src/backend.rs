@@ -143,6 +143,23 @@ pub trait Backend {
     }
 }
 
+/// Runs the verifier on every kernel of `p` ([`crate::verify::verify_kernel`]): what a backend
+/// calls first in `compile`, so that no program reaches code generation unchecked, in any
+/// build. The error blames the first kernel that fails.
+pub fn verified(p: &LoopProgram) -> Result<(), BackendError> {
+    for (i, k) in p.kernels.iter().enumerate() {
+        crate::verify::verify_kernel(p, k).map_err(|errs| {
+            let all: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
+            BackendError::new(
+                ErrorKind::Compile,
+                format!("the loop IR does not verify: {}", all.join("; ")),
+            )
+            .in_kernel(i)
+        })?;
+    }
+    Ok(())
+}
+
 /// The host buffers of `p` that are not inputs, zeroed: outputs and temporaries. Index `i` is
 /// `None` for input buffers (the caller binds them).
 pub fn allocate(p: &LoopProgram) -> Vec<Option<Data>> {
@@ -189,6 +206,7 @@ impl Backend for EvalBackend {
     }
 
     fn compile(&mut self, p: &LoopProgram) -> Result<Arc<dyn Executable>, BackendError> {
+        verified(p)?;
         Ok(Arc::new(EvalExecutable { program: p.clone() }))
     }
 

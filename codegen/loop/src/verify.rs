@@ -55,7 +55,19 @@ pub struct VerifyError {
     /// The kernel the problem is in; empty for problems of the program as a whole (buffer
     /// roles, kernel names).
     pub kernel: String,
+    pub kind: Problem,
     pub message: String,
+}
+
+/// What kind of problem a [`VerifyError`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Problem {
+    /// Ids, scopes, types, roles, extents: the program is not well formed.
+    Malformed,
+    /// Iterations of a parallel loop would write the same place.
+    Race,
+    /// An access or a call's view reaches outside its buffer.
+    Bounds,
 }
 
 impl fmt::Display for VerifyError {
@@ -79,20 +91,37 @@ pub fn verify(p: &LoopProgram) -> Result<(), Vec<VerifyError>> {
         if !names.insert(k.name.as_str()) {
             errors.push(VerifyError {
                 kernel: String::new(),
+                kind: Problem::Malformed,
                 message: format!("two kernels are named `{}`", k.name),
             });
         }
     }
     for k in &p.kernels {
-        let mut c = Checker::new(p, k);
-        c.block(&k.body);
-        errors.extend(c.errors);
+        errors.extend(kernel_errors(p, k));
     }
     if errors.is_empty() {
         Ok(())
     } else {
         Err(errors)
     }
+}
+
+/// Checks one kernel of `p` (everything [`verify`] checks but the program's buffer roles and
+/// kernel names): what every backend runs before it compiles a kernel, so a hand-built or
+/// rewritten program never reaches code generation unchecked.
+pub fn verify_kernel(p: &LoopProgram, k: &Kernel) -> Result<(), Vec<VerifyError>> {
+    let errors = kernel_errors(p, k);
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors)
+    }
+}
+
+fn kernel_errors(p: &LoopProgram, k: &Kernel) -> Vec<VerifyError> {
+    let mut c = Checker::new(p, k);
+    c.block(&k.body);
+    c.errors
 }
 
 fn check_roles(p: &LoopProgram, errors: &mut Vec<VerifyError>) {
@@ -113,6 +142,7 @@ fn check_roles(p: &LoopProgram, errors: &mut Vec<VerifyError>) {
                 if list.contains(&part) {
                     errors.push(VerifyError {
                         kernel: String::new(),
+                        kind: Problem::Malformed,
                         message: format!("input {input}.{} is bound twice", part.name()),
                     });
                 }
@@ -126,6 +156,7 @@ fn check_roles(p: &LoopProgram, errors: &mut Vec<VerifyError>) {
             if w[0].0 == w[1].0 {
                 errors.push(VerifyError {
                     kernel: String::new(),
+                    kind: Problem::Malformed,
                     message: format!("{what} {} is both %{} and %{}", w[0].0, w[0].1, w[1].1),
                 });
             }
@@ -136,6 +167,7 @@ fn check_roles(p: &LoopProgram, errors: &mut Vec<VerifyError>) {
             let shown: Vec<String> = numbers.iter().map(|n| n.to_string()).collect();
             errors.push(VerifyError {
                 kernel: String::new(),
+                kind: Problem::Malformed,
                 message: format!(
                     "{what}s are numbered {}, not 0..{}",
                     shown.join(", "),
@@ -200,8 +232,13 @@ impl<'a> Checker<'a> {
     }
 
     fn error(&mut self, message: String) {
+        self.problem(Problem::Malformed, message);
+    }
+
+    fn problem(&mut self, kind: Problem, message: String) {
         self.errors.push(VerifyError {
             kernel: self.kernel.to_string(),
+            kind,
             message,
         });
     }
@@ -241,11 +278,14 @@ impl<'a> Checker<'a> {
                         if let Some(par) = self.parallel.last() {
                             if pos < par.n_accs_outside {
                                 let v = par.var.0;
-                                self.error(format!(
-                                    "parallel loop v{v} updates accumulator a{} declared outside \
-                                     it: iterations race",
-                                    acc.0
-                                ));
+                                self.problem(
+                                    Problem::Race,
+                                    format!(
+                                        "parallel loop v{v} updates accumulator a{} declared \
+                                         outside it: iterations race",
+                                        acc.0
+                                    ),
+                                );
                             }
                         }
                     }
@@ -259,20 +299,21 @@ impl<'a> Checker<'a> {
                     self.error(format!("{what} writes input {n}; inputs are read-only"));
                 }
                 self.access(*buf, index, &what, b.is_some());
-                for par in &self.parallel {
-                    let depends = index.stride_of(par.var) != 0
-                        || par.coord.is_some_and(|c| index.stride_of(c) != 0)
-                        || par.owned.iter().any(|&p| index.stride_of(p) != 0);
-                    if !depends {
-                        let message = format!(
+                let races: Vec<String> = (self.parallel.iter())
+                    .filter(|par| {
+                        index.stride_of(par.var) == 0
+                            && par.coord.is_none_or(|c| index.stride_of(c) == 0)
+                            && par.owned.iter().all(|&p| index.stride_of(p) == 0)
+                    })
+                    .map(|par| {
+                        format!(
                             "{what} does not depend on parallel loop v{}: iterations race",
                             par.var.0
-                        );
-                        self.errors.push(VerifyError {
-                            kernel: self.kernel.to_string(),
-                            message,
-                        });
-                    }
+                        )
+                    })
+                    .collect();
+                for message in races {
+                    self.problem(Problem::Race, message);
                 }
             }
             Stmt::Call(call) => self.call(call),
@@ -413,9 +454,10 @@ impl<'a> Checker<'a> {
                 LibCall::Sparsify { .. } => "sparsify",
                 LibCall::Densify { .. } => "densify",
             };
-            self.error(format!(
-                "{name} inside parallel loop v{v}: every iteration writes the same output"
-            ));
+            self.problem(
+                Problem::Race,
+                format!("{name} inside parallel loop v{v}: every iteration writes the same output"),
+            );
         }
         let (m, n, k, batch, a, b, c) = match call {
             LibCall::Gemm {
@@ -775,11 +817,14 @@ impl<'a> Checker<'a> {
             return;
         };
         if lo < 0 || hi >= b.elems as i128 {
-            self.error(format!(
-                "{what} reaches elements {lo}..={hi} of {}, outside 0..{}",
-                buffer_text(buf.0, b),
-                b.elems
-            ));
+            self.problem(
+                Problem::Bounds,
+                format!(
+                    "{what} reaches elements {lo}..={hi} of {}, outside 0..{}",
+                    buffer_text(buf.0, b),
+                    b.elems
+                ),
+            );
         }
     }
 }
@@ -1375,11 +1420,13 @@ mod tests {
     fn errors_display_their_kernel() {
         let e = VerifyError {
             kernel: "k0".into(),
+            kind: Problem::Malformed,
             message: "m".into(),
         };
         assert_eq!(e.to_string(), "kernel k0: m");
         let e = VerifyError {
             kernel: String::new(),
+            kind: Problem::Malformed,
             message: "m".into(),
         };
         assert_eq!(e.to_string(), "program: m");
