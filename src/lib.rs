@@ -129,7 +129,13 @@ pub fn syntax_diagnostic(e: SyntaxError) -> Diagnostic {
 
 /// Parses a script into its AST.
 pub fn parse(text: &str) -> Result<tdsl_syntax::ast::Script, Diagnostic> {
-    tdsl_syntax::parse_script(text).map_err(syntax_diagnostic)
+    parse_at(text, 0)
+}
+
+/// Parses a script that lies at offset `base` of a session's `tdsl_syntax::SourceMap`: every
+/// span, of the AST and of the diagnostic, points there.
+pub fn parse_at(text: &str, base: u32) -> Result<tdsl_syntax::ast::Script, Diagnostic> {
+    tdsl_syntax::parse_script_at(text, base).map_err(syntax_diagnostic)
 }
 
 /// Parses and checks a script: the front half of [`session::Pipeline`]. `bound` describes data

@@ -20,7 +20,7 @@ pub mod span;
 pub mod suggest;
 
 pub use error::{SyntaxError, SyntaxErrorKind};
-pub use span::{line_col, Span};
+pub use span::{line_col, SourceFile, SourceMap, Span};
 
 use pest::Parser;
 
@@ -31,27 +31,44 @@ pub struct TdslParser;
 
 /// Parses a whole script.
 pub fn parse_script(text: &str) -> Result<ast::Script, SyntaxError> {
-    let mut pairs = parse_with_detail(Rule::script, text)?;
+    parse_script_at(text, 0)
+}
+
+/// Parses a whole script that lies at offset `base` of a session's source space (a
+/// [`SourceMap`]): every span of the AST and of the error is `base` plus its offset in `text`.
+pub fn parse_script_at(text: &str, base: u32) -> Result<ast::Script, SyntaxError> {
+    let lower = lower::Lower {
+        base: base as usize,
+    };
+    let mut pairs = parse_with_detail(Rule::script, text, base)?;
     match pairs.next() {
-        Some(p) => lower::lower_script(p),
+        Some(p) => lower.lower_script(p),
         None => Ok(ast::Script::default()),
     }
 }
 
 /// Parses one REPL line: a statement, a bare expression, or nothing.
 pub fn parse_repl_line(text: &str) -> Result<ast::ReplLine, SyntaxError> {
-    let mut pairs = parse_with_detail(Rule::repl_line, text)?;
+    parse_repl_line_at(text, 0)
+}
+
+/// Parses one REPL line that lies at offset `base` of a session's source space.
+pub fn parse_repl_line_at(text: &str, base: u32) -> Result<ast::ReplLine, SyntaxError> {
+    let lower = lower::Lower {
+        base: base as usize,
+    };
+    let mut pairs = parse_with_detail(Rule::repl_line, text, base)?;
     match pairs.next() {
-        Some(p) => lower::lower_repl_line(p),
+        Some(p) => lower.lower_repl_line(p),
         None => Ok(ast::ReplLine::Empty),
     }
 }
 
 /// Parses a lone expression such as `einsum(a, b, "i j, j k -> i k")`.
 pub fn parse_expr(text: &str) -> Result<ast::Expr, SyntaxError> {
-    let mut pairs = parse_with_detail(Rule::expr_only, text)?;
+    let mut pairs = parse_with_detail(Rule::expr_only, text, 0)?;
     match pairs.next() {
-        Some(p) => lower::lower_expr_only(p),
+        Some(p) => lower::Lower { base: 0 }.lower_expr_only(p),
         None => Err(SyntaxError {
             kind: SyntaxErrorKind::Unexpected,
             message: "expected an expression".into(),
@@ -88,13 +105,21 @@ fn rule_words(rule: Rule) -> Option<&'static str> {
 fn parse_with_detail(
     rule: Rule,
     text: &str,
+    base: u32,
 ) -> Result<pest::iterators::Pairs<'_, Rule>, SyntaxError> {
     // Detailed attempts let errors point at the furthest position any rule reached and name the
     // literal tokens expected there (`,` or `]`), not just the last rule tried.
     static DETAIL: std::sync::Once = std::sync::Once::new();
     DETAIL.call_once(|| pest::set_error_detail(true));
-    depth::check(text)?;
-    TdslParser::parse(rule, text).map_err(|e| convert(e, text))
+    let at_base = |mut e: SyntaxError| {
+        e.span = Span::new(
+            base as usize + e.span.start as usize,
+            base as usize + e.span.end as usize,
+        );
+        e
+    };
+    depth::check(text).map_err(at_base)?;
+    TdslParser::parse(rule, text).map_err(|e| at_base(convert(e, text)))
 }
 
 fn convert(e: pest::error::Error<Rule>, text: &str) -> SyntaxError {

@@ -263,3 +263,29 @@ proptest! {
         let _ = parse_expr(&s);
     }
 }
+
+#[test]
+fn texts_parsed_at_a_base_have_spans_and_errors_there() {
+    let Ok(crate::ast::ReplLine::Stmt(s)) =
+        crate::parse_repl_line_at("y = einsum(a, b, \"i, i ->\")", 10)
+    else {
+        panic!("a statement")
+    };
+    assert_eq!(s.span.start, 10);
+    let crate::ast::StmtKind::Assign { value, .. } = &s.kind else {
+        panic!()
+    };
+    let crate::ast::ExprKind::Call { func, .. } = &value.kind else {
+        panic!()
+    };
+    assert_eq!(func.span, Span::new(14, 20));
+    let err = crate::parse_script_at("x = (1 +", 100).unwrap_err();
+    let at = crate::parse_script("x = (1 +").unwrap_err();
+    assert_eq!(
+        err.span,
+        Span::new(at.span.start as usize + 100, at.span.end as usize + 100)
+    );
+    let deep = format!("x = {}1", "(".repeat(10_000));
+    let err = crate::parse_script_at(&deep, 7).unwrap_err();
+    assert!(err.span.start >= 7);
+}

@@ -17,27 +17,17 @@ impl Session {
                 return;
             }
         };
-        let base = self.next_file_base;
-        if (base as u64) + text.len() as u64 + 1 > u32::MAX as u64 {
+        let Some(id) = self.sources.add(file, &text) else {
             self.error("too much text has been loaded in this session: :reset first");
             return;
-        }
-        self.next_file_base = base + text.len() as u32 + 1;
-        self.files.push(Source {
-            name: file.to_string(),
-            text: text.clone(),
-            base,
-        });
-        let mut script = match crate::parse(&text) {
+        };
+        let script = match crate::parse_at(&text, self.sources.file(id).base) {
             Ok(s) => s,
             Err(d) => {
-                self.diags(&shift_diag(d, base).into());
+                self.diags(&d.into());
                 return;
             }
         };
-        for s in &mut script.stmts {
-            shift_stmt(s, base);
-        }
         // Extents first, for the whole file, as for a script: declaration order does not matter.
         let before = self.checker.clone();
         self.checker.collect_extents(&script.stmts);

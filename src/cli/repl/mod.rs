@@ -6,8 +6,8 @@
 //! the clone replaces it only if the line had no errors, so a failed line leaves no trace (no
 //! half-declared input, no poisoned name) and an error never ends the session.
 //!
-//! Spans: every line is parsed on its own and its AST is then shifted into one session-wide
-//! offset space. Lines typed at the prompt (or piped in) form one transcript named `<repl>`, one
+//! Spans: every text lives at its own offsets of one `SourceMap`, and is parsed at its base
+//! (`parse_repl_line_at`), so every span in the session points into exactly one text. Lines typed at the prompt (or piped in) form one transcript named `<repl>`, one
 //! transcript line per input line (commands included), so a diagnostic's
 //! `<repl>:LINE:COL` is the input line number and labels can point at earlier lines ("first
 //! defined here"). Files read with `:load` get their own region and are rendered under their
@@ -43,18 +43,16 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
-use tdsl_syntax::ast::{Arg, AxisDecl, Expr, ExprKind, FormatArg, Ident, ReplLine, Stmt, StmtKind};
-use tdsl_syntax::Span;
+use tdsl_syntax::ast::{Expr, ReplLine, Stmt, StmtKind};
+use tdsl_syntax::{span::FileId, SourceMap, Span};
 
 mod complete;
 mod files;
 mod model;
 mod plans;
-mod shift;
 mod timing;
 
 use complete::ReplHelper;
-use shift::{shift_diag, shift_expr, shift_stmt};
 use timing::g6;
 
 /// Offsets at and above this belong to `:load`ed files; below, to the `<repl>` transcript.
@@ -148,13 +146,6 @@ struct Timing {
     statements: BTreeMap<String, f64>,
 }
 
-/// A `:load`ed file: its text lives at `base..base + text.len()` in the session's offsets.
-struct Source {
-    name: String,
-    text: String,
-    base: u32,
-}
-
 /// Whether the loop goes on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Flow {
@@ -166,10 +157,10 @@ struct Session {
     checker: Checker,
     /// Accepted statements, in order, with session-wide spans (for `:save`).
     stmts: Vec<Stmt>,
-    /// Every input line so far, commands included: the `<repl>` source.
-    transcript: String,
-    files: Vec<Source>,
-    next_file_base: u32,
+    /// Every text of the session: the `<repl>` transcript (every input line so far, commands
+    /// included), then each `:load`ed file.
+    sources: SourceMap,
+    repl: FileId,
     /// Data of sparse inputs with initialisers, generated once, to count stored entries.
     sparse: BTreeMap<String, Tensor>,
     last_time: Option<Timing>,
@@ -431,12 +422,15 @@ const SPARSE_GEN_LIMIT: u64 = 1 << 26;
 
 impl Session {
     fn new(color: Color) -> Session {
+        let mut sources = SourceMap::default();
+        let repl = sources
+            .reserve("<repl>", FILE_BASE - 1)
+            .expect("an empty source map has room");
         Session {
             checker: Checker::new(BTreeMap::new()),
             stmts: Vec::new(),
-            transcript: String::new(),
-            files: Vec::new(),
-            next_file_base: FILE_BASE,
+            sources,
+            repl,
             sparse: BTreeMap::new(),
             last_time: None,
             settings: Settings {
@@ -498,21 +492,19 @@ impl Session {
     }
 
     fn render(&self, d: &Diagnostic) -> String {
-        let Some(primary) = d.span() else {
+        let file = d.span().and_then(|p| self.sources.file_at(p.start));
+        let Some(file) = file else {
             return render::render(d, "<repl>", "", self.color);
         };
-        let (name, text, base) = self.source_of(primary.start).unwrap_or(("<repl>", "", 0));
-        let end = base as u64 + text.len() as u64;
         let mut local = d.clone();
-        let inside = |s: Span| s.start >= base && (s.end as u64) <= end;
+        let inside = |s: Span| SourceMap::contains(file, s);
         // Labels in another source (a `:load`ed file, or the transcript) become a note.
         let elsewhere: Vec<String> = d
             .labels
             .iter()
             .filter(|l| !inside(l.span))
             .filter_map(|l| {
-                let (name, text, b) = self.source_of(l.span.start)?;
-                let (line, col) = tdsl_syntax::line_col(text, (l.span.start - b) as usize);
+                let (name, line, col) = self.sources.locate(l.span.start)?;
                 Some(format!("{} at {name}:{line}:{col}", l.text))
             })
             .collect();
@@ -525,22 +517,10 @@ impl Session {
         }
         local.labels.retain(|l| inside(l.span));
         for l in &mut local.labels {
-            l.span.start -= base;
-            l.span.end -= base;
+            l.span.start -= file.base;
+            l.span.end -= file.base;
         }
-        render::render(&local, name, text, self.color)
-    }
-
-    /// The source (name, text, base offset) that session offset `at` falls in.
-    fn source_of(&self, at: u32) -> Option<(&str, &str, u32)> {
-        if at < FILE_BASE {
-            return Some(("<repl>", &self.transcript, 0));
-        }
-        self.files
-            .iter()
-            .rev()
-            .find(|f| f.base <= at)
-            .map(|f| (f.name.as_str(), f.text.as_str(), f.base))
+        render::render(&local, &file.name, &file.text, self.color)
     }
 
     /// Stored entries of every input (sparse ones counted from their generated data).
@@ -577,36 +557,25 @@ impl Session {
 
     /// One complete input of code (possibly several lines).
     fn code(&mut self, text: &str) {
-        let base = self.transcript.len() as u32;
-        self.transcript.push_str(text);
-        self.transcript.push('\n');
-        if self.transcript.len() as u64 >= FILE_BASE as u64 {
+        let Some(base) = self.sources.append(self.repl, &format!("{text}\n")) else {
             self.error("the session's transcript is too long: :save it, :reset and :load it");
             return;
-        }
-        match tdsl_syntax::parse_repl_line(text) {
+        };
+        match tdsl_syntax::parse_repl_line_at(text, base) {
             Ok(ReplLine::Empty) => {}
-            Ok(ReplLine::Stmt(mut s)) => {
-                shift_stmt(&mut s, base);
+            Ok(ReplLine::Stmt(s)) => {
                 self.stmt(s, true);
             }
-            Ok(ReplLine::Expr(mut e)) => {
-                shift_expr(&mut e, base);
-                self.bare_expr(&e);
-            }
+            Ok(ReplLine::Expr(e)) => self.bare_expr(&e),
             Err(e) => {
                 // Several statements on one line (`a = x; b = a`) parse as a script.
-                match tdsl_syntax::parse_script(text) {
+                match tdsl_syntax::parse_script_at(text, base) {
                     Ok(script) if script.stmts.len() > 1 => {
-                        for mut s in script.stmts {
-                            shift_stmt(&mut s, base);
+                        for s in script.stmts {
                             self.stmt(s, true);
                         }
                     }
-                    _ => {
-                        let d = shift_diag(crate::syntax_diagnostic(e), base);
-                        self.diags(&d.into());
-                    }
+                    _ => self.diags(&crate::syntax_diagnostic(e).into()),
                 }
             }
         }
@@ -762,8 +731,8 @@ impl Session {
 
     fn command(&mut self, line: &str) -> Flow {
         // The transcript keeps the line so later line numbers stay the input's.
-        self.transcript.push_str(line.lines().next().unwrap_or(""));
-        self.transcript.push('\n');
+        let first = line.lines().next().unwrap_or("");
+        let _ = self.sources.append(self.repl, &format!("{first}\n"));
         let mut words = line.split_whitespace();
         let cmd = words.next().unwrap_or(":");
         let args: Vec<&str> = words.collect();
@@ -882,22 +851,5 @@ mod tests {
         assert!(!incomplete(":plan q"));
         assert!(!incomplete("y = x)"));
         assert!(!incomplete("y = einsum(a,\n b, \"i j, j k -> i k\")"));
-    }
-
-    #[test]
-    fn shifted_spans_point_into_the_transcript() {
-        let mut s = match tdsl_syntax::parse_repl_line("y = einsum(a, b, \"i, i ->\")") {
-            Ok(ReplLine::Stmt(s)) => s,
-            other => panic!("{other:?}"),
-        };
-        shift_stmt(&mut s, 10);
-        assert_eq!(s.span.start, 10);
-        let StmtKind::Assign { value, .. } = &s.kind else {
-            panic!()
-        };
-        let ExprKind::Call { func, .. } = &value.kind else {
-            panic!()
-        };
-        assert_eq!(func.span, Span::new(14, 20));
     }
 }
