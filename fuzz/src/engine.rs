@@ -331,6 +331,49 @@ fn save(dir: &Path, name: &str, input: &[u8], note: &str) -> PathBuf {
     path
 }
 
+/// Input number `i` of a run into `input`: the seeds first, in order, then an entry of the pool
+/// edited by the target's mutator (or the generic one) and fixed up, at most `max_len` bytes.
+fn next_input(
+    target: &Target,
+    mutator: &Mutator,
+    rng: &mut Rng,
+    pool: &[Vec<u8>],
+    n_seeds: usize,
+    i: usize,
+    input: &mut Vec<u8>,
+) {
+    input.clear();
+    if i < n_seeds {
+        input.extend_from_slice(&pool[i]);
+        return;
+    }
+    // Length control: half the time the shorter of two entries, so that inputs, which edits
+    // lengthen more often than they shorten, do not all drift to `max_len`.
+    let (a, b) = (rng.below(pool.len()), rng.below(pool.len()));
+    let k = if rng.one_in(4) {
+        // A seed: the pool fills with inputs whose outcome is a new error, and a seed one edit
+        // away reaches further than an error input.
+        rng.below(n_seeds)
+    } else if rng.one_in(2) && pool[b].len() < pool[a].len() {
+        b
+    } else {
+        a
+    };
+    input.extend_from_slice(&pool[k]);
+    let custom = target
+        .mutate
+        .is_some_and(|m| rng.one_in(2) && m(mutator, rng, input, pool));
+    if !custom {
+        mutator.mutate(rng, input, pool);
+    }
+    if let Some(fix) = target.fixup {
+        if rng.one_in(2) {
+            fix(rng, input);
+        }
+    }
+    input.truncate(mutator.max_len);
+}
+
 fn fuzz_loop(target: &'static Target, cfg: &Config) -> Summary {
     let max_len = cfg.max_len.unwrap_or(target.max_len);
     let mutator = Mutator {
@@ -369,36 +412,9 @@ fn fuzz_loop(target: &'static Target, cfg: &Config) -> Summary {
         if cfg.time_limit.is_some_and(|l| t0.elapsed() >= l) {
             break;
         }
-        input.clear();
-        if (i as usize) < n_seeds {
-            input.extend_from_slice(&pool[i as usize]);
-        } else {
-            // Length control: half the time the shorter of two entries, so that inputs, which
-            // edits lengthen more often than they shorten, do not all drift to `max_len`.
-            let (a, b) = (rng.below(pool.len()), rng.below(pool.len()));
-            let k = if rng.one_in(4) {
-                // A seed: the pool fills with inputs whose outcome is a new error, and a seed
-                // one edit away reaches further than an error input.
-                rng.below(n_seeds)
-            } else if rng.one_in(2) && pool[b].len() < pool[a].len() {
-                b
-            } else {
-                a
-            };
-            input.extend_from_slice(&pool[k]);
-            let custom = target
-                .mutate
-                .is_some_and(|m| rng.one_in(2) && m(&mutator, &mut rng, &mut input, &pool));
-            if !custom {
-                mutator.mutate(&mut rng, &mut input, &pool);
-            }
-            if let Some(fix) = target.fixup {
-                if rng.one_in(2) {
-                    fix(&mut rng, &mut input);
-                }
-            }
-            input.truncate(max_len);
-        }
+        next_input(
+            target, &mutator, &mut rng, &pool, n_seeds, i as usize, &mut input,
+        );
         ctx.heavy = cfg.heavy_every > 0 && i % cfg.heavy_every == 0;
         if cfg.trace {
             let _ = std::fs::create_dir_all(&cfg.crash_dir);
@@ -470,12 +486,12 @@ fn fuzz_loop(target: &'static Target, cfg: &Config) -> Summary {
             s.hangs += 1;
         }
         if dt > cfg.hang && s.hangs <= SAVE_MAX as u64 {
-            let name = format!("{}-{hash:016x}", target.name);
             let note = format!(
                 "took {:.2} s (limit {:.1} s)",
                 dt.as_secs_f64(),
                 cfg.hang.as_secs_f64()
             );
+            let name = format!("{}-{hash:016x}", target.name);
             let path = save(&cfg.crash_dir, &name, &input, &note);
             eprintln!("{}: hang ({}): {note}", target.name, path.display());
             s.findings.push((path, format!("hang: {note}")));

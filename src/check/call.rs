@@ -82,9 +82,9 @@ impl Checker {
         if name == "gelu" && !a.kwargs.is_empty() {
             return self.gelu_approximate(&a);
         }
-        if let Some(f) = UnaryFn::ALL
+        if let Some(f) = UnOp::ALL
             .iter()
-            .find(|f| f.name() == name && **f != UnaryFn::Neg)
+            .find(|f| f.name() == name && **f != UnOp::Neg)
         {
             a.no_kwargs(self)?;
             if a.positional.len() != 1 {
@@ -100,9 +100,9 @@ impl Checker {
                     return a.arity(self, "2 arguments");
                 }
                 let f = match name {
-                    "max" => BinaryFn::Max,
-                    "min" => BinaryFn::Min,
-                    _ => BinaryFn::Pow,
+                    "max" => BinOp::Max,
+                    "min" => BinOp::Min,
+                    _ => BinOp::Pow,
                 };
                 let (x, y) = (self.expr(a.positional[0]), self.expr(a.positional[1]));
                 self.binary(f, x?, y?, span)
@@ -168,8 +168,8 @@ impl Checker {
         let (k, v) = a.kwargs[0];
         let choice = match (&v.kind, a.kwargs.len()) {
             (ExprKind::Str { value }, 1) if k.name == "approximate" => match value.as_str() {
-                "none" => Some(UnaryFn::GeluErf),
-                "tanh" => Some(UnaryFn::Gelu),
+                "none" => Some(UnOp::GeluErf),
+                "tanh" => Some(UnOp::Gelu),
                 _ => None,
             },
             _ => None,
@@ -333,9 +333,9 @@ impl Checker {
     /// An unknown function name, with a did-you-mean or the list of functions.
     fn unknown_function(&mut self, func: &ast::Ident) -> Option<NodeId> {
         let name = func.name.as_str();
-        let mut known: Vec<&str> = UnaryFn::ALL
+        let mut known: Vec<&str> = UnOp::ALL
             .iter()
-            .filter(|f| **f != UnaryFn::Neg)
+            .filter(|f| **f != UnOp::Neg)
             .map(|f| f.name())
             .collect();
         known.extend([
@@ -416,10 +416,10 @@ impl Checker {
         let hi = bounds[1].map(|e| self.expr(e));
         let mut v = x?;
         if let Some(lo) = lo {
-            v = self.binary(BinaryFn::Max, v, lo?, span)?;
+            v = self.binary(BinOp::Max, v, lo?, span)?;
         }
         if let Some(hi) = hi {
-            v = self.binary(BinaryFn::Min, v, hi?, span)?;
+            v = self.binary(BinOp::Min, v, hi?, span)?;
         }
         Some(v)
     }

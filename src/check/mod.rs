@@ -398,21 +398,21 @@ impl Checker {
             ExprKind::Name(n) => self.name(n),
             ExprKind::Neg(x) => {
                 let x = self.expr(x)?;
-                self.unary(UnaryFn::Neg, x, e.span)
+                self.unary(UnOp::Neg, x, e.span)
             }
             ExprKind::Binary { op, lhs, rhs } => {
                 let (a, b) = (self.expr(lhs), self.expr(rhs));
                 let f = match op {
-                    ast::BinOp::Add => BinaryFn::Add,
-                    ast::BinOp::Sub => BinaryFn::Sub,
-                    ast::BinOp::Mul => BinaryFn::Mul,
-                    ast::BinOp::Div => BinaryFn::Div,
-                    ast::BinOp::Lt => BinaryFn::Lt,
-                    ast::BinOp::Le => BinaryFn::Le,
-                    ast::BinOp::Gt => BinaryFn::Gt,
-                    ast::BinOp::Ge => BinaryFn::Ge,
-                    ast::BinOp::Eq => BinaryFn::Eq,
-                    ast::BinOp::Ne => BinaryFn::Ne,
+                    ast::BinOp::Add => BinOp::Add,
+                    ast::BinOp::Sub => BinOp::Sub,
+                    ast::BinOp::Mul => BinOp::Mul,
+                    ast::BinOp::Div => BinOp::Div,
+                    ast::BinOp::Lt => BinOp::Lt,
+                    ast::BinOp::Le => BinOp::Le,
+                    ast::BinOp::Gt => BinOp::Gt,
+                    ast::BinOp::Ge => BinOp::Ge,
+                    ast::BinOp::Eq => BinOp::Eq,
+                    ast::BinOp::Ne => BinOp::Ne,
                 };
                 self.binary(f, a?, b?, e.span)
             }
@@ -520,25 +520,25 @@ pub fn sampled_operand(spec: &EinsumSpec, formats: &[Format]) -> Option<usize> {
 }
 
 /// Whether `f(0) = 0` (up to the sign of zero), so that `f` of a sparse value keeps its format.
-pub fn keeps_zero(f: UnaryFn) -> bool {
+pub fn keeps_zero(f: UnOp) -> bool {
     matches!(
         f,
-        UnaryFn::Neg
-            | UnaryFn::Abs
-            | UnaryFn::Relu
-            | UnaryFn::Sqrt
-            | UnaryFn::Square
-            | UnaryFn::Tanh
-            | UnaryFn::Sin
-            | UnaryFn::Gelu
-            | UnaryFn::Erf
-            | UnaryFn::GeluErf
-            | UnaryFn::Silu
-            | UnaryFn::Log1p
-            | UnaryFn::Expm1
-            | UnaryFn::Floor
-            | UnaryFn::Ceil
-            | UnaryFn::Round
-            | UnaryFn::Sign
+        UnOp::Neg
+            | UnOp::Abs
+            | UnOp::Relu
+            | UnOp::Sqrt
+            | UnOp::Square
+            | UnOp::Tanh
+            | UnOp::Sin
+            | UnOp::Gelu
+            | UnOp::Erf
+            | UnOp::GeluErf
+            | UnOp::Silu
+            | UnOp::Log1p
+            | UnOp::Expm1
+            | UnOp::Floor
+            | UnOp::Ceil
+            | UnOp::Round
+            | UnOp::Sign
     )
 }

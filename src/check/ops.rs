@@ -4,7 +4,7 @@
 use super::*;
 
 impl Checker {
-    pub(super) fn unary(&mut self, f: UnaryFn, x: NodeId, span: Span) -> Option<NodeId> {
+    pub(super) fn unary(&mut self, f: UnOp, x: NodeId, span: Span) -> Option<NodeId> {
         // A function with f(0) = 0 keeps a sparse operand's format: it runs on the stored
         // entries (spec/language.md §8.2).
         let xf = self.prog.node(x).ty.format;
@@ -22,13 +22,7 @@ impl Checker {
         self.push_node(NodeKind::Unary(f, x), ty, weak, span)
     }
 
-    pub(super) fn binary(
-        &mut self,
-        f: BinaryFn,
-        a: NodeId,
-        b: NodeId,
-        span: Span,
-    ) -> Option<NodeId> {
+    pub(super) fn binary(&mut self, f: BinOp, a: NodeId, b: NodeId, span: Span) -> Option<NodeId> {
         let kept = self.kept_format(f, a, b);
         for o in [a, b] {
             if kept.is_none() && self.prog.node(o).ty.format.is_sparse() {
@@ -152,7 +146,7 @@ impl Checker {
     /// operand is (`s * d`, `d * s`, `s / d`) and the sparse side does not broadcast (the result
     /// has its shape, which `binary` checks). The product of two sparse values keeps the left
     /// one's format. Otherwise `None`: the result is dense.
-    pub(super) fn kept_format(&self, f: BinaryFn, a: NodeId, b: NodeId) -> Option<Format> {
+    pub(super) fn kept_format(&self, f: BinOp, a: NodeId, b: NodeId) -> Option<Format> {
         let (ta, tb) = (&self.prog.node(a).ty, &self.prog.node(b).ty);
         // The other operand broadcasts to the sparse one's shape (right-aligned).
         let fits = |s: &TensorType, d: &TensorType| {
@@ -165,8 +159,8 @@ impl Checker {
                     .all(|(x, y)| x.extent == y.extent || x.extent == 1)
         };
         let sides: &[(&TensorType, &TensorType)] = match f {
-            BinaryFn::Mul => &[(ta, tb), (tb, ta)],
-            BinaryFn::Div => &[(ta, tb)],
+            BinOp::Mul => &[(ta, tb), (tb, ta)],
+            BinOp::Div => &[(ta, tb)],
             _ => &[],
         };
         sides

@@ -20,129 +20,11 @@ impl NodeId {
     }
 }
 
-/// Elementwise functions of one argument.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum UnaryFn {
-    Neg,
-    Exp,
-    Log,
-    Sqrt,
-    Rsqrt,
-    Abs,
-    Tanh,
-    Sigmoid,
-    Relu,
-    Gelu,
-    Sin,
-    Cos,
-    Square,
-    Erf,
-    /// The exact gelu, `0.5·x·(1 + erf(x/√2))`: `gelu_erf(x)` or `gelu(x, approximate="none")`.
-    GeluErf,
-    Silu,
-    Softplus,
-    Log1p,
-    Expm1,
-    Floor,
-    Ceil,
-    Round,
-    Sign,
-}
+/// Elementwise functions of one argument: the workspace's one vocabulary (`tdsl_sparse::ops`).
+pub use tdsl_sparse::UnOp;
 
-impl UnaryFn {
-    pub const ALL: [UnaryFn; 23] = [
-        UnaryFn::Neg,
-        UnaryFn::Exp,
-        UnaryFn::Log,
-        UnaryFn::Sqrt,
-        UnaryFn::Rsqrt,
-        UnaryFn::Abs,
-        UnaryFn::Tanh,
-        UnaryFn::Sigmoid,
-        UnaryFn::Relu,
-        UnaryFn::Gelu,
-        UnaryFn::Sin,
-        UnaryFn::Cos,
-        UnaryFn::Square,
-        UnaryFn::Erf,
-        UnaryFn::GeluErf,
-        UnaryFn::Silu,
-        UnaryFn::Softplus,
-        UnaryFn::Log1p,
-        UnaryFn::Expm1,
-        UnaryFn::Floor,
-        UnaryFn::Ceil,
-        UnaryFn::Round,
-        UnaryFn::Sign,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            UnaryFn::Neg => "neg",
-            UnaryFn::Exp => "exp",
-            UnaryFn::Log => "log",
-            UnaryFn::Sqrt => "sqrt",
-            UnaryFn::Rsqrt => "rsqrt",
-            UnaryFn::Abs => "abs",
-            UnaryFn::Tanh => "tanh",
-            UnaryFn::Sigmoid => "sigmoid",
-            UnaryFn::Relu => "relu",
-            UnaryFn::Gelu => "gelu",
-            UnaryFn::Sin => "sin",
-            UnaryFn::Cos => "cos",
-            UnaryFn::Square => "square",
-            UnaryFn::Erf => "erf",
-            UnaryFn::GeluErf => "gelu_erf",
-            UnaryFn::Silu => "silu",
-            UnaryFn::Softplus => "softplus",
-            UnaryFn::Log1p => "log1p",
-            UnaryFn::Expm1 => "expm1",
-            UnaryFn::Floor => "floor",
-            UnaryFn::Ceil => "ceil",
-            UnaryFn::Round => "round",
-            UnaryFn::Sign => "sign",
-        }
-    }
-}
-
-/// Elementwise functions of two arguments (operators and `max`, `min`, `pow`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum BinaryFn {
-    Add,
-    Sub,
-    Mul,
-    Div,
-    Max,
-    Min,
-    Pow,
-    /// Comparisons: 1 where true, 0 where false, in the operands' promoted dtype.
-    Lt,
-    Le,
-    Gt,
-    Ge,
-    Eq,
-    Ne,
-}
-
-impl BinaryFn {
-    pub fn name(self) -> &'static str {
-        match self {
-            BinaryFn::Add => "add",
-            BinaryFn::Sub => "sub",
-            BinaryFn::Mul => "mul",
-            BinaryFn::Div => "div",
-            BinaryFn::Max => "max",
-            BinaryFn::Min => "min",
-            BinaryFn::Pow => "pow",
-            BinaryFn::Lt => "<",
-            BinaryFn::Le => "<=",
-            BinaryFn::Gt => ">",
-            BinaryFn::Ge => ">=",
-            BinaryFn::Eq => "==",
-            BinaryFn::Ne => "!=",
-        }
-    }
-}
+/// Elementwise functions of two arguments: the workspace's one vocabulary (`tdsl_sparse::ops`).
+pub use tdsl_sparse::BinOp;
 
 /// How `reduce` combines values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -191,8 +73,8 @@ pub enum NodeKind {
     /// A numeric literal or a size used as a number: a rank-0 "weak" scalar whose dtype adapts
     /// to the tensor it meets.
     Scalar(f64),
-    Unary(UnaryFn, NodeId),
-    Binary(BinaryFn, NodeId, NodeId),
+    Unary(UnOp, NodeId),
+    Binary(BinOp, NodeId, NodeId),
     /// `where(cond, a, b)`: `a` where `cond` is nonzero (NaN counts as nonzero), else `b`.
     Where(NodeId, NodeId, NodeId),
     /// `index(x, AXIS)`: the position along slot `axis` of `x`. The node's shape is `x`'s with

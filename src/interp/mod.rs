@@ -8,7 +8,7 @@
 mod prune;
 
 use crate::check::{
-    BinaryFn, EinsumSpec, NodeKind, OutElem, Program, Recipe, ReduceOp, TensorRef, UnaryFn,
+    BinOp, EinsumSpec, NodeKind, OutElem, Program, Recipe, ReduceOp, TensorRef, UnOp,
 };
 use crate::dtype::DType;
 use crate::tensor::Tensor;
@@ -229,35 +229,35 @@ fn round(dtype: DType, x: f64) -> f64 {
 }
 
 /// One elementwise function of one argument, in f64.
-pub fn unary(f: UnaryFn, x: f64) -> f64 {
+pub fn unary(f: UnOp, x: f64) -> f64 {
     match f {
-        UnaryFn::Neg => -x,
-        UnaryFn::Exp => x.exp(),
-        UnaryFn::Log => x.ln(),
-        UnaryFn::Sqrt => x.sqrt(),
-        UnaryFn::Rsqrt => 1.0 / x.sqrt(),
-        UnaryFn::Abs => x.abs(),
-        UnaryFn::Tanh => x.tanh(),
-        UnaryFn::Sigmoid => 1.0 / (1.0 + (-x).exp()),
-        UnaryFn::Relu => {
+        UnOp::Neg => -x,
+        UnOp::Exp => x.exp(),
+        UnOp::Log => x.ln(),
+        UnOp::Sqrt => x.sqrt(),
+        UnOp::Rsqrt => 1.0 / x.sqrt(),
+        UnOp::Abs => x.abs(),
+        UnOp::Tanh => x.tanh(),
+        UnOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+        UnOp::Relu => {
             if x.is_nan() {
                 x
             } else {
                 x.max(0.0)
             }
         }
-        UnaryFn::Gelu => {
+        UnOp::Gelu => {
             // The tanh approximation (as GPT-2 and jax.nn.gelu's default).
             let c = (2.0 / std::f64::consts::PI).sqrt();
             0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())
         }
-        UnaryFn::Sin => x.sin(),
-        UnaryFn::Cos => x.cos(),
-        UnaryFn::Square => x * x,
-        UnaryFn::Erf => libm::erf(x),
-        UnaryFn::GeluErf => 0.5 * x * (1.0 + libm::erf(x / std::f64::consts::SQRT_2)),
-        UnaryFn::Silu => x / (1.0 + (-x).exp()),
-        UnaryFn::Softplus => {
+        UnOp::Sin => x.sin(),
+        UnOp::Cos => x.cos(),
+        UnOp::Square => x * x,
+        UnOp::Erf => libm::erf(x),
+        UnOp::GeluErf => 0.5 * x * (1.0 + libm::erf(x / std::f64::consts::SQRT_2)),
+        UnOp::Silu => x / (1.0 + (-x).exp()),
+        UnOp::Softplus => {
             // log(1 + e^x), in the form that neither overflows nor loses small results.
             if x.is_nan() {
                 x
@@ -267,12 +267,12 @@ pub fn unary(f: UnaryFn, x: f64) -> f64 {
                 x.exp().ln_1p()
             }
         }
-        UnaryFn::Log1p => x.ln_1p(),
-        UnaryFn::Expm1 => x.exp_m1(),
-        UnaryFn::Floor => x.floor(),
-        UnaryFn::Ceil => x.ceil(),
-        UnaryFn::Round => x.round_ties_even(),
-        UnaryFn::Sign => {
+        UnOp::Log1p => x.ln_1p(),
+        UnOp::Expm1 => x.exp_m1(),
+        UnOp::Floor => x.floor(),
+        UnOp::Ceil => x.ceil(),
+        UnOp::Round => x.round_ties_even(),
+        UnOp::Sign => {
             if x.is_nan() || x == 0.0 {
                 x
             } else {
@@ -283,33 +283,33 @@ pub fn unary(f: UnaryFn, x: f64) -> f64 {
 }
 
 /// One elementwise function of two arguments, in f64. `max`/`min` propagate NaN, as numpy.
-pub fn binary(f: BinaryFn, x: f64, y: f64) -> f64 {
+pub fn binary(f: BinOp, x: f64, y: f64) -> f64 {
     match f {
-        BinaryFn::Add => x + y,
-        BinaryFn::Sub => x - y,
-        BinaryFn::Mul => x * y,
-        BinaryFn::Div => x / y,
-        BinaryFn::Max => {
+        BinOp::Add => x + y,
+        BinOp::Sub => x - y,
+        BinOp::Mul => x * y,
+        BinOp::Div => x / y,
+        BinOp::Max => {
             if x.is_nan() || y.is_nan() {
                 f64::NAN
             } else {
                 x.max(y)
             }
         }
-        BinaryFn::Min => {
+        BinOp::Min => {
             if x.is_nan() || y.is_nan() {
                 f64::NAN
             } else {
                 x.min(y)
             }
         }
-        BinaryFn::Pow => x.powf(y),
-        BinaryFn::Lt => f64::from(u8::from(x < y)),
-        BinaryFn::Le => f64::from(u8::from(x <= y)),
-        BinaryFn::Gt => f64::from(u8::from(x > y)),
-        BinaryFn::Ge => f64::from(u8::from(x >= y)),
-        BinaryFn::Eq => f64::from(u8::from(x == y)),
-        BinaryFn::Ne => f64::from(u8::from(x != y)),
+        BinOp::Pow => x.powf(y),
+        BinOp::Lt => f64::from(u8::from(x < y)),
+        BinOp::Le => f64::from(u8::from(x <= y)),
+        BinOp::Gt => f64::from(u8::from(x > y)),
+        BinOp::Ge => f64::from(u8::from(x >= y)),
+        BinOp::Eq => f64::from(u8::from(x == y)),
+        BinOp::Ne => f64::from(u8::from(x != y)),
     }
 }
 
@@ -435,8 +435,8 @@ fn pattern(x: &Value, r: &Recipe, reduce: Option<ReduceOp>) -> Value {
                 None => acc = Some(v),
                 Some(ReduceOp::Sum | ReduceOp::Mean) => sum += v,
                 Some(ReduceOp::Prod) => acc = Some(acc.unwrap_or(1.0) * v),
-                Some(ReduceOp::Max) => acc = Some(acc.map_or(v, |a| binary(BinaryFn::Max, a, v))),
-                Some(ReduceOp::Min) => acc = Some(acc.map_or(v, |a| binary(BinaryFn::Min, a, v))),
+                Some(ReduceOp::Max) => acc = Some(acc.map_or(v, |a| binary(BinOp::Max, a, v))),
+                Some(ReduceOp::Min) => acc = Some(acc.map_or(v, |a| binary(BinOp::Min, a, v))),
             }
         }
         data.push(match reduce {

@@ -8,7 +8,7 @@
 //! output: `c = S·d` or `c = d·S` (`tdsl_loop::LibCall::SpMM`). Any other use of a sparse value
 //! reads its dense expansion.
 
-use crate::check::{BinaryFn, Format, NodeId, NodeKind, PatternOp, Program};
+use crate::check::{BinOp, Format, NodeId, NodeKind, PatternOp, Program};
 use tdsl_loop::Side;
 
 /// Follows `Var` references to the node that computes a value.
@@ -79,8 +79,8 @@ pub fn sparse_map_operand(p: &Program, id: NodeId) -> Option<(usize, Option<usiz
     };
     match &node.kind {
         NodeKind::Unary(_, x) | NodeKind::Cast(x) if same(*x) => Some((0, None)),
-        NodeKind::Binary(BinaryFn::Mul | BinaryFn::Div, a, _) if same(*a) => Some((0, Some(1))),
-        NodeKind::Binary(BinaryFn::Mul, _, b) if same(*b) => Some((1, Some(0))),
+        NodeKind::Binary(BinOp::Mul | BinOp::Div, a, _) if same(*a) => Some((0, Some(1))),
+        NodeKind::Binary(BinOp::Mul, _, b) if same(*b) => Some((1, Some(0))),
         NodeKind::Einsum { operands, spec } => {
             let formats: Vec<Format> = operands.iter().map(|&o| p.node(o).ty.format).collect();
             let at = crate::check::sampled_operand(spec, &formats)?;

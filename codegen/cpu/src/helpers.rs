@@ -53,10 +53,10 @@ macro_rules! shared_unary {
     ($($op:ident => $f32:ident, $f64:ident;)*) => {
         $(
             extern "C" fn $f32(x: f32) -> f32 {
-                UnOp::$op.apply(x as f64) as f32
+                tdsl_loop::scalar::unary(UnOp::$op, x as f64) as f32
             }
             extern "C" fn $f64(x: f64) -> f64 {
-                UnOp::$op.apply(x)
+                tdsl_loop::scalar::unary(UnOp::$op, x)
             }
         )*
     };
@@ -80,10 +80,10 @@ shared_unary! {
 }
 
 extern "C" fn pow_f32(x: f32, y: f32) -> f32 {
-    BinOp::Pow.apply(x as f64, y as f64) as f32
+    tdsl_loop::scalar::binary(BinOp::Pow, x as f64, y as f64) as f32
 }
 extern "C" fn pow_f64(x: f64, y: f64) -> f64 {
-    BinOp::Pow.apply(x, y)
+    tdsl_loop::scalar::binary(BinOp::Pow, x, y)
 }
 
 extern "C" fn f64_to_f16(x: f64) -> i32 {

@@ -175,7 +175,7 @@ unsafe fn each_far(x: *mut f32, n: usize, f: impl Fn(f32) -> f32, op: UnOp) {
             if inp.iter().fold(false, |a, e| a | far(*e)) {
                 for (e, x) in v.iter_mut().zip(&inp) {
                     if far(*x) {
-                        *e = op.apply(*x as f64) as f32;
+                        *e = tdsl_loop::scalar::unary(op, *x as f64) as f32;
                     }
                 }
             }

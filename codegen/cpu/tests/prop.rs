@@ -153,7 +153,7 @@ fn eval(e: &E, x: f64, w: f64, y: f64, z: f64, at: (u64, u64)) -> f64 {
                 UnOp::Square => a * a,
                 UnOp::Sigmoid => 1.0 / (1.0 + (-a).exp()),
                 UnOp::Sin => a.sin(),
-                op => op.apply(a),
+                op => tdsl_loop::scalar::unary(*op, a),
             }
         }
         E::Bin(op, a, b) => {

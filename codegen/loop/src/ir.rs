@@ -195,80 +195,13 @@ impl Index {
     }
 }
 
-/// Elementwise functions of one argument (semantics as in tdsl's spec: gelu is the tanh
-/// approximation, relu keeps NaN).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum UnOp {
-    Neg,
-    Exp,
-    Log,
-    Sqrt,
-    Rsqrt,
-    Abs,
-    Tanh,
-    Sigmoid,
-    Relu,
-    Gelu,
-    Sin,
-    Cos,
-    Square,
-    /// The error function.
-    Erf,
-    /// The exact gelu: `0.5·x·(1 + erf(x/√2))`.
-    GeluErf,
-    /// `x·sigmoid(x)`.
-    Silu,
-    /// `log(1 + e^x)`, computed as `max(x, 0) + log1p(e^(−|x|))`.
-    Softplus,
-    Log1p,
-    Expm1,
-    Floor,
-    Ceil,
-    /// To nearest, ties to even (numpy's `round`).
-    Round,
-    /// −1, 0 or 1; NaN stays NaN and ±0 stays ±0.
-    Sign,
-}
+/// Elementwise functions of one argument: the workspace's one vocabulary (`tdsl_sparse::ops`);
+/// their f64 meaning here is [`crate::scalar::unary`] (spec/loop-ir.md §2).
+pub use tdsl_sparse::UnOp;
 
-impl UnOp {
-    /// The math of each operation in f64, the one definition the evaluator and the CPU helpers
-    /// share (spec/loop-ir.md §2).
-    pub fn apply(self, x: f64) -> f64 {
-        crate::scalar::unary(self, x)
-    }
-}
-
-/// Elementwise functions of two arguments. `Max`/`Min` propagate NaN. The comparisons give 1
-/// where true and 0 where false; a NaN operand makes every comparison false except `Ne`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum BinOp {
-    Add,
-    Sub,
-    Mul,
-    Div,
-    Max,
-    Min,
-    Pow,
-    Lt,
-    Le,
-    Gt,
-    Ge,
-    Eq,
-    Ne,
-}
-
-impl BinOp {
-    pub fn apply(self, a: f64, b: f64) -> f64 {
-        crate::scalar::binary(self, a, b)
-    }
-
-    pub fn is_comparison(self) -> bool {
-        matches!(
-            self,
-            BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge | BinOp::Eq | BinOp::Ne
-        )
-    }
-}
+/// Elementwise functions of two arguments (`tdsl_sparse::ops`); their f64 meaning here is
+/// [`crate::scalar::binary`].
+pub use tdsl_sparse::BinOp;
 
 /// A pure scalar expression. Its compute type is decided bottom-up (spec/loop-ir.md §2): a load
 /// has its buffer's compute type, an accumulator its `Let` type, a cast its target's compute

@@ -430,7 +430,7 @@ fn expr(out: &mut String, e: &Expr) {
             operand(out, x, prec(x) <= 3 || matches!(**x, Expr::Const(_)));
         }
         Expr::Unary(op, x) => {
-            out.push_str(unary_name(*op));
+            out.push_str(op.name());
             out.push('(');
             expr(out, x);
             out.push(')');
@@ -504,34 +504,6 @@ pub(crate) fn binary_name(op: BinOp) -> Option<&'static str> {
         BinOp::Pow => "pow",
         BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div => return None,
     })
-}
-
-pub(crate) fn unary_name(op: UnOp) -> &'static str {
-    match op {
-        UnOp::Neg => "neg",
-        UnOp::Exp => "exp",
-        UnOp::Log => "log",
-        UnOp::Sqrt => "sqrt",
-        UnOp::Rsqrt => "rsqrt",
-        UnOp::Abs => "abs",
-        UnOp::Tanh => "tanh",
-        UnOp::Sigmoid => "sigmoid",
-        UnOp::Relu => "relu",
-        UnOp::Gelu => "gelu",
-        UnOp::Sin => "sin",
-        UnOp::Cos => "cos",
-        UnOp::Square => "square",
-        UnOp::Erf => "erf",
-        UnOp::GeluErf => "gelu_erf",
-        UnOp::Silu => "silu",
-        UnOp::Softplus => "softplus",
-        UnOp::Log1p => "log1p",
-        UnOp::Expm1 => "expm1",
-        UnOp::Floor => "floor",
-        UnOp::Ceil => "ceil",
-        UnOp::Round => "round",
-        UnOp::Sign => "sign",
-    }
 }
 
 /// A constant: integers without a fraction, others as the shortest text that reads back to the

@@ -947,7 +947,7 @@ impl<'a> Cur<'a> {
             self.pos = start;
             return Err(self.expected("an expression"));
         }
-        let e = if let Some(op) = unary_op(f) {
+        let e = if let Some(op) = UnOp::from_name(f) {
             Expr::Unary(op, Box::new(self.expr()?))
         } else if let Some(op) = binary_op(f) {
             let a = self.expr()?;
@@ -966,16 +966,6 @@ impl<'a> Cur<'a> {
         self.expect(")")?;
         Ok(e)
     }
-}
-
-fn unary_op(name: &str) -> Option<UnOp> {
-    use UnOp::*;
-    [
-        Neg, Exp, Log, Sqrt, Rsqrt, Abs, Tanh, Sigmoid, Relu, Gelu, Sin, Cos, Square, Erf, GeluErf,
-        Silu, Softplus, Log1p, Expm1, Floor, Ceil, Round, Sign,
-    ]
-    .into_iter()
-    .find(|op| crate::print::unary_name(*op) == name)
 }
 
 fn binary_op(name: &str) -> Option<BinOp> {

@@ -13,10 +13,12 @@
 
 pub mod dtype;
 pub mod error;
+pub mod ops;
 pub mod prune;
 pub mod storage;
 pub mod validate;
 
 pub use dtype::DType;
 pub use error::{SparseError, SparseErrorKind};
+pub use ops::{BinOp, UnOp};
 pub use storage::{Layout, SparseRef, SparseTensor, Values, ValuesMut, ValuesRef};

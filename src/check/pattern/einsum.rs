@@ -91,7 +91,7 @@ struct Resolver<'a> {
     ell_base: Option<usize>,
 }
 
-impl Resolver<'_> {
+impl<'a> Resolver<'a> {
     /// Each operand's slots and `...` width; the output must have `...` if operands do.
     fn lay_out(&mut self) -> Result<(), Diagnostic> {
         let Resolver {
@@ -358,35 +358,43 @@ impl Resolver<'_> {
         Ok(())
     }
 
+    /// Every composed (multi-label) group of every operand, with its label ids.
+    fn composed(&self) -> Vec<Composed<'a>> {
+        composed_groups(self.ops, &self.layouts, self.operands)
+            .into_iter()
+            .map(|(k, g, extent, slot)| Composed {
+                k,
+                g,
+                extent,
+                slot,
+                ids: group_labels(&self.names, g),
+            })
+            .collect()
+    }
+
+    /// The labels among `ids` whose extent is not known yet.
+    fn unknown(&self, ids: &[usize]) -> Vec<usize> {
+        ids.iter()
+            .copied()
+            .filter(|&l| self.seen.get(l).is_some_and(Option::is_none))
+            .collect()
+    }
+
     /// Composed groups: infer one unknown label per group, to a fixed point.
     fn infer_composed(&mut self) -> Result<(), Diagnostic> {
-        let Resolver {
-            ctx,
-            operands,
-            ops,
-            layouts,
-            names,
-            seen,
-            ..
-        } = self;
-        let operands = *operands;
-        let composed = composed_groups(ops, layouts, operands);
+        let composed = self.composed();
         loop {
             let mut changed = false;
-            for &(k, g, extent, slot) in &composed {
-                let ids: Vec<usize> = group_labels(names, g);
-                let unknown: Vec<usize> = ids
-                    .iter()
-                    .copied()
-                    .filter(|&l| seen.get(l).is_some_and(Option::is_none))
-                    .collect();
-                let [u] = unknown.as_slice() else {
+            for c in &composed {
+                let (k, g, extent) = (c.k, c.g, c.extent);
+                let [u] = self.unknown(&c.ids)[..] else {
                     continue;
                 };
-                let known = group_known(ctx, g, &ids, seen)?;
+                let ctx = &self.ctx;
+                let known = group_known(ctx, g, &c.ids, &self.seen)?;
                 let text = ctx.text(g.pos);
-                let here = format!("axis {slot} of einsum operand {}", k + 1);
-                let uname = names.get(*u).map_or("", String::as_str);
+                let here = format!("axis {} of einsum operand {}", c.slot, k + 1);
+                let uname = self.names.get(u).map_or("", String::as_str);
                 if known == 0 {
                     let d = if extent == 0 {
                         ctx.err(
@@ -419,9 +427,9 @@ impl Resolver<'_> {
                             ),
                             &format!("{extent} is not divisible by {known}"),
                         )
-                        .help(format!("shape of operand {} is {}", k + 1, operand(operands, k))));
+                        .help(format!("shape of operand {} is {}", k + 1, operand(self.operands, k))));
                 }
-                if let Some(entry) = seen.get_mut(*u) {
+                if let Some(entry) = self.seen.get_mut(u) {
                     *entry = Some(Seen {
                         extent: extent / known,
                         op: k,
@@ -440,32 +448,16 @@ impl Resolver<'_> {
     /// Every composed group fully known and equal to its slot's extent (a group used whole
     /// with unknowns takes its extent on its first label).
     fn check_composed(&mut self) -> Result<(), Diagnostic> {
-        let Resolver {
-            ctx,
-            operands,
-            ops,
-            parsed,
-            layouts,
-            names,
-            seen,
-            ..
-        } = self;
-        let operands = *operands;
-        let composed = composed_groups(ops, layouts, operands);
-        for &(k, g, extent, slot) in &composed {
-            let ids: Vec<usize> = group_labels(names, g);
-            let unknown: Vec<&str> = ids
-                .iter()
-                .filter(|&&l| seen.get(l).is_some_and(Option::is_none))
-                .filter_map(|&l| names.get(l))
-                .map(String::as_str)
-                .collect();
+        for c in self.composed() {
+            let (k, g, extent, ids) = (c.k, c.g, c.extent, &c.ids);
+            let unknown = self.unknown(ids);
+            let ctx = &self.ctx;
             let text = ctx.text(g.pos);
-            if !unknown.is_empty() && parsed.used_whole(g) {
+            if !unknown.is_empty() && self.parsed.used_whole(g) {
                 // The group's labels only ever appear together, in this order: no split is needed
                 // and every split gives the same result, so the first label takes the whole extent.
                 for (j, &l) in ids.iter().enumerate() {
-                    if let Some(entry @ None) = seen.get_mut(l) {
+                    if let Some(entry @ None) = self.seen.get_mut(l) {
                         *entry = Some(Seen {
                             extent: if j == 0 { extent } else { 1 },
                             op: k,
@@ -484,11 +476,11 @@ impl Resolver<'_> {
                     "unknown extents",
                 ));
             }
-            let known = group_known(ctx, g, &ids, seen)?;
+            let known = group_known(ctx, g, ids, &self.seen)?;
             if known != extent {
                 let factors: Vec<String> = ids
                     .iter()
-                    .filter_map(|&l| Some((names.get(l)?, seen.get(l)?.as_ref()?)))
+                    .filter_map(|&l| Some((self.names.get(l)?, self.seen.get(l)?.as_ref()?)))
                     .map(|(n, s)| format!("{n}={}", s.extent))
                     .collect();
                 return Err(ctx
@@ -496,13 +488,14 @@ impl Resolver<'_> {
                         Code::ExtentMismatch,
                         g.pos,
                         format!(
-                            "`{text}` has extent {}, but axis {slot} of einsum operand {} has extent {extent}",
+                            "`{text}` has extent {}, but axis {} of einsum operand {} has extent {extent}",
                             product_text(&factors, known),
+                            c.slot,
                             k + 1
                         ),
                         &format!("extent {known}, operand has {extent}"),
                     )
-                    .help(format!("shape of operand {} is {}", k + 1, operand(operands, k))));
+                    .help(format!("shape of operand {} is {}", k + 1, operand(self.operands, k))));
             }
         }
 
@@ -617,6 +610,16 @@ fn group_labels(names: &[String], g: &Group) -> Vec<usize> {
         .iter()
         .filter_map(|a| a.name().and_then(|n| label_of(names, n)))
         .collect()
+}
+
+/// A composed group of an operand: the operand, the group, its slot's extent, the slot, and
+/// the group's label ids.
+struct Composed<'a> {
+    k: usize,
+    g: &'a Group,
+    extent: u64,
+    slot: usize,
+    ids: Vec<usize>,
 }
 
 /// The composed (multi-label) groups of every operand: operand, group, slot extent, slot.

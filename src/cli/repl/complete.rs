@@ -18,9 +18,9 @@ pub(super) struct ReplHelper {
 impl ReplHelper {
     pub(super) fn new(s: &Session) -> ReplHelper {
         let p = s.prog();
-        let mut functions: Vec<String> = crate::check::UnaryFn::ALL
+        let mut functions: Vec<String> = crate::check::UnOp::ALL
             .iter()
-            .filter(|f| **f != crate::check::UnaryFn::Neg)
+            .filter(|f| **f != crate::check::UnOp::Neg)
             .map(|f| f.name().to_string())
             .collect();
         functions.extend(

@@ -253,6 +253,23 @@ impl Planner<'_> {
         (t, k)
     }
 
+    /// A fresh loop variable for each of `labels` (recorded in `var_of`), with its extent.
+    fn label_vars(
+        &mut self,
+        labels: &[usize],
+        ext: &[u64],
+        var_of: &mut BTreeMap<usize, VarId>,
+    ) -> Vec<(VarId, u64)> {
+        labels
+            .iter()
+            .map(|&l| {
+                let v = self.fresh_var();
+                var_of.insert(l, v);
+                (v, ext[l])
+            })
+            .collect()
+    }
+
     /// `dst = src` over the labels of `dst`, looping in `dst`'s memory order.
     pub(super) fn copy_operand(
         &mut self,
@@ -264,21 +281,9 @@ impl Planner<'_> {
         self.next_var = 0;
         let mut labels: Vec<usize> = dst.labels.iter().copied().filter(|&l| ext[l] > 1).collect();
         labels.sort_by_key(|l| std::cmp::Reverse(dst.strides[l]));
-        let mut vars = Vec::new();
         let mut var_of = BTreeMap::new();
-        for &l in &labels {
-            let v = self.fresh_var();
-            var_of.insert(l, v);
-            vars.push((v, ext[l]));
-        }
-        let index = |o: &Operand| Index {
-            offset: o.offset,
-            terms: o
-                .strides
-                .iter()
-                .filter_map(|(l, &s)| var_of.get(l).filter(|_| s != 0).map(|&v| (v, s)))
-                .collect(),
-        };
+        let vars = self.label_vars(&labels, ext, &mut var_of);
+        let index = |o: &Operand| operand_index(o, &var_of);
         let store = Stmt::Store {
             buf: dst.buf,
             index: index(dst),
@@ -332,26 +337,9 @@ impl Planner<'_> {
             .filter(|l| !out.labels.contains(l) && ext[*l] > 1)
             .collect();
         let mut var_of: BTreeMap<usize, VarId> = BTreeMap::new();
-        let mut outer = Vec::new();
-        for &l in &out_labels {
-            let v = self.fresh_var();
-            var_of.insert(l, v);
-            outer.push((v, ext[l]));
-        }
-        let mut inner = Vec::new();
-        for &l in &summed {
-            let v = self.fresh_var();
-            var_of.insert(l, v);
-            inner.push((v, ext[l]));
-        }
-        let index = |o: &Operand| Index {
-            offset: o.offset,
-            terms: o
-                .strides
-                .iter()
-                .filter_map(|(l, &s)| var_of.get(l).filter(|_| s != 0).map(|&v| (v, s)))
-                .collect(),
-        };
+        let outer = self.label_vars(&out_labels, ext, &mut var_of);
+        let inner = self.label_vars(&summed, ext, &mut var_of);
+        let index = |o: &Operand| operand_index(o, &var_of);
         let acc_ty = elem_type(out.dtype).compute();
         let mut prod: Option<Expr> = None;
         for o in ops {
@@ -406,5 +394,18 @@ impl Planner<'_> {
             source: None,
             body: close_nest(nest, body, true, elem_type(out.dtype)),
         }
+    }
+}
+
+/// The index of operand `o` over the loop variables of its labels (labels without a variable,
+/// of extent 1, and zero strides leave no term).
+fn operand_index(o: &Operand, var_of: &BTreeMap<usize, VarId>) -> Index {
+    Index {
+        offset: o.offset,
+        terms: o
+            .strides
+            .iter()
+            .filter_map(|(l, &s)| var_of.get(l).filter(|_| s != 0).map(|&v| (v, s)))
+            .collect(),
     }
 }

@@ -203,7 +203,7 @@ impl Planner<'_> {
             }
             NodeKind::Unary(f, x) => {
                 let xe = self.build_operand(*x, id, coords)?;
-                Ok(Expr::Unary(un_op(*f), Box::new(xe)))
+                Ok(Expr::Unary(*f, Box::new(xe)))
             }
             NodeKind::Binary(f, a, b) => {
                 let dtype = node.ty.dtype;
@@ -221,7 +221,7 @@ impl Planner<'_> {
                         );
                     }
                 }
-                Ok(Expr::Binary(bin_op(*f), Box::new(ea), Box::new(eb)))
+                Ok(Expr::Binary(*f, Box::new(ea), Box::new(eb)))
             }
             NodeKind::Cast(x) => {
                 let xe = self.build_operand(*x, id, coords)?;

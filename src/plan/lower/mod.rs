@@ -34,8 +34,7 @@ use super::sparse::{
     sparse_map_operand, sparse_product, stored_sparse, SparseProduct, SparseSource,
 };
 use crate::check::{
-    BinaryFn, EinsumSlot, EinsumSpec, Format, NodeId, NodeKind, OutElem, Program, Recipe, ReduceOp,
-    TensorRef, UnaryFn,
+    EinsumSlot, EinsumSpec, Format, NodeId, NodeKind, OutElem, Program, Recipe, ReduceOp, TensorRef,
 };
 use crate::diag::{Code, Diagnostic};
 use crate::dtype::DType;
@@ -43,8 +42,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use tdsl_loop::{passes, walk};
 use tdsl_loop::{
     AccId, AccOp, BinOp, BufId, Buffer, ElemType, Expr, Index, Iter, Kernel, LibCall, Loop,
-    LoopProgram, MatView, Part, Role, Side, SourceRef, SparseLayout, SparseOperand, Stmt, UnOp,
-    VarId,
+    LoopProgram, MatView, Part, Role, Side, SourceRef, SparseLayout, SparseOperand, Stmt, VarId,
 };
 
 mod einsum;
@@ -345,52 +343,6 @@ fn close_nest(nest: Nest, inner: Vec<Stmt>, root: bool, ty: ElemType) -> Vec<Stm
         body.push(lp);
     }
     body
-}
-
-fn un_op(f: UnaryFn) -> UnOp {
-    match f {
-        UnaryFn::Neg => UnOp::Neg,
-        UnaryFn::Exp => UnOp::Exp,
-        UnaryFn::Log => UnOp::Log,
-        UnaryFn::Sqrt => UnOp::Sqrt,
-        UnaryFn::Rsqrt => UnOp::Rsqrt,
-        UnaryFn::Abs => UnOp::Abs,
-        UnaryFn::Tanh => UnOp::Tanh,
-        UnaryFn::Sigmoid => UnOp::Sigmoid,
-        UnaryFn::Relu => UnOp::Relu,
-        UnaryFn::Gelu => UnOp::Gelu,
-        UnaryFn::Sin => UnOp::Sin,
-        UnaryFn::Cos => UnOp::Cos,
-        UnaryFn::Square => UnOp::Square,
-        UnaryFn::Erf => UnOp::Erf,
-        UnaryFn::GeluErf => UnOp::GeluErf,
-        UnaryFn::Silu => UnOp::Silu,
-        UnaryFn::Softplus => UnOp::Softplus,
-        UnaryFn::Log1p => UnOp::Log1p,
-        UnaryFn::Expm1 => UnOp::Expm1,
-        UnaryFn::Floor => UnOp::Floor,
-        UnaryFn::Ceil => UnOp::Ceil,
-        UnaryFn::Round => UnOp::Round,
-        UnaryFn::Sign => UnOp::Sign,
-    }
-}
-
-fn bin_op(f: BinaryFn) -> BinOp {
-    match f {
-        BinaryFn::Add => BinOp::Add,
-        BinaryFn::Sub => BinOp::Sub,
-        BinaryFn::Mul => BinOp::Mul,
-        BinaryFn::Div => BinOp::Div,
-        BinaryFn::Max => BinOp::Max,
-        BinaryFn::Min => BinOp::Min,
-        BinaryFn::Pow => BinOp::Pow,
-        BinaryFn::Lt => BinOp::Lt,
-        BinaryFn::Le => BinOp::Le,
-        BinaryFn::Gt => BinOp::Gt,
-        BinaryFn::Ge => BinOp::Ge,
-        BinaryFn::Eq => BinOp::Eq,
-        BinaryFn::Ne => BinOp::Ne,
-    }
 }
 
 /// Sparse formats are evaluated on dense values for now: the planner reads them as dense

@@ -60,6 +60,16 @@ fn step_var(ix: &Index, v: VarId, vo: VarId, j: i64) -> Index {
     }
 }
 
+/// The loops of an outer reduction ([`Planner::outer_reduce_order`]): in order, the split of a
+/// variable into a tile `(var, outer, inner, tile)`, whether the outermost loop may run in
+/// parallel, and the one reduced loop a tile of kept rows sits inside.
+struct OuterOrder {
+    order: Vec<(VarId, u64)>,
+    subst: Option<(VarId, VarId, VarId, u64)>,
+    parallel_ok: bool,
+    one_reduced: Option<(VarId, u64)>,
+}
+
 impl Planner<'_> {
     /// A reduction over axes that are not the input's innermost one, where the output's innermost
     /// axis is the input's innermost: instead of one strided accumulator per output element, the
@@ -124,46 +134,13 @@ impl Planner<'_> {
             })
             .collect();
         let out_index = coord_index(&out_coords, &row_major(&self.extents(id)), 0);
-        // Loop order: kept outer axes, reduced axes, then the innermost axis. With no kept outer
-        // axis, the innermost is tiled so the outermost loop can still be split across threads.
-        let mut order: Vec<(VarId, u64)> = out_elems[..out_elems.len() - 1]
-            .iter()
-            .map(|i| var[i])
-            .collect();
-        let reduced: Vec<(VarId, u64)> = r
-            .reduced
-            .iter()
-            .filter(|&&i| big(i))
-            .map(|i| var[i])
-            .collect();
-        let (iv, ie) = var[&inner];
+        let OuterOrder {
+            mut order,
+            subst,
+            parallel_ok,
+            one_reduced,
+        } = self.outer_reduce_order(r, &out_elems, inner, &var);
         let mut out_index = out_index;
-        let mut inner_loops = vec![(iv, ie)];
-        let mut subst: Option<(VarId, VarId, VarId, u64)> = None;
-        let mut row_tile = false;
-        if order.is_empty() && ie.is_multiple_of(64) && ie >= 128 {
-            let (vo, vi) = (self.fresh_var(), self.fresh_var());
-            order.push((vo, ie / 64));
-            inner_loops = vec![(vi, 64)];
-            subst = Some((iv, vo, vi, 64));
-        } else if let Some((kv, t)) = self.kept_row_tile(r, &out_elems, &var) {
-            // The reduced axes lie outside the last kept one in memory (`a b c -> b c`): walking
-            // kept, reduced, inner would jump a whole slab per row. A tile of `t` kept rows
-            // moves inside the reduced loops, so each step reads `t` adjacent rows.
-            let (vo, vi) = (self.fresh_var(), self.fresh_var());
-            let last = order.pop().map_or(0, |(_, e)| e);
-            order.push((vo, last / t));
-            inner_loops.insert(0, (vi, t));
-            subst = Some((kv, vo, vi, t));
-            row_tile = true;
-        }
-        let parallel_ok = !order.is_empty();
-        let one_reduced = match reduced.as_slice() {
-            [r] if row_tile => Some(*r),
-            _ => None,
-        };
-        order.extend(reduced);
-        order.extend(inner_loops);
         let xin: Vec<Coord> = r
             .in_groups
             .iter()
@@ -188,20 +165,8 @@ impl Planner<'_> {
             // Nested reductions inside: leave it to the general path.
             return Ok(None);
         }
-        // A tile of kept rows inside one reduced loop: that loop takes 4 of its steps at a
-        // time, combined pairwise before the accumulator, so the tile is read and written a
-        // quarter as often and 4 input rows stream at once (`reduce_axes`' `ra`).
-        if let Some((rv, re)) = one_reduced.filter(|&(_, e)| e % 4 == 0 && e >= 8) {
-            let ro = self.fresh_var();
-            let part = |j: i64| Box::new(xe.map_indices(&|ix| step_var(ix, rv, ro, j)));
-            xe = Expr::Binary(
-                bop,
-                Box::new(Expr::Binary(bop, part(0), part(1))),
-                Box::new(Expr::Binary(bop, part(2), part(3))),
-            );
-            for o in order.iter_mut().filter(|o| o.0 == rv) {
-                *o = (ro, re / 4);
-            }
+        if let Some(one) = one_reduced {
+            xe = self.four_steps(xe, bop, one, &mut order);
         }
         let acc = Stmt::Store {
             buf,
@@ -237,6 +202,88 @@ impl Planner<'_> {
             (init, *op, count),
             accumulate,
         )))
+    }
+
+    /// The loops of an outer reduction: kept outer axes, reduced axes, then the innermost
+    /// axis. With no kept outer axis, the innermost is tiled so the outermost loop can still be
+    /// split across threads; with reduced axes outside the last kept one, a tile of kept rows
+    /// moves inside them.
+    fn outer_reduce_order(
+        &mut self,
+        r: &Recipe,
+        out_elems: &[usize],
+        inner: usize,
+        var: &BTreeMap<usize, (VarId, u64)>,
+    ) -> OuterOrder {
+        let mut order: Vec<(VarId, u64)> = out_elems[..out_elems.len() - 1]
+            .iter()
+            .map(|i| var[i])
+            .collect();
+        let reduced: Vec<(VarId, u64)> = r
+            .reduced
+            .iter()
+            .filter(|&&i| r.in_elems[i] > 1)
+            .map(|i| var[i])
+            .collect();
+        let (iv, ie) = var[&inner];
+        let mut inner_loops = vec![(iv, ie)];
+        let mut subst = None;
+        let mut row_tile = false;
+        if order.is_empty() && ie.is_multiple_of(64) && ie >= 128 {
+            let (vo, vi) = (self.fresh_var(), self.fresh_var());
+            order.push((vo, ie / 64));
+            inner_loops = vec![(vi, 64)];
+            subst = Some((iv, vo, vi, 64));
+        } else if let Some((kv, t)) = self.kept_row_tile(r, out_elems, var) {
+            // The reduced axes lie outside the last kept one in memory (`a b c -> b c`): walking
+            // kept, reduced, inner would jump a whole slab per row. A tile of `t` kept rows
+            // moves inside the reduced loops, so each step reads `t` adjacent rows.
+            let (vo, vi) = (self.fresh_var(), self.fresh_var());
+            let last = order.pop().map_or(0, |(_, e)| e);
+            order.push((vo, last / t));
+            inner_loops.insert(0, (vi, t));
+            subst = Some((kv, vo, vi, t));
+            row_tile = true;
+        }
+        let parallel_ok = !order.is_empty();
+        let one_reduced = match reduced.as_slice() {
+            [r] if row_tile => Some(*r),
+            _ => None,
+        };
+        order.extend(reduced);
+        order.extend(inner_loops);
+        OuterOrder {
+            order,
+            subst,
+            parallel_ok,
+            one_reduced,
+        }
+    }
+
+    /// A tile of kept rows inside one reduced loop `(rv, re)`: that loop takes 4 of its steps
+    /// at a time, combined pairwise before the accumulator, so the tile is read and written a
+    /// quarter as often and 4 input rows stream at once (`reduce_axes`' `ra`). `xe` unchanged
+    /// when the loop is too short or not a multiple of 4.
+    fn four_steps(
+        &mut self,
+        xe: Expr,
+        bop: BinOp,
+        (rv, re): (VarId, u64),
+        order: &mut [(VarId, u64)],
+    ) -> Expr {
+        if re % 4 != 0 || re < 8 {
+            return xe;
+        }
+        let ro = self.fresh_var();
+        let part = |j: i64| Box::new(xe.map_indices(&|ix| step_var(ix, rv, ro, j)));
+        for o in order.iter_mut().filter(|o| o.0 == rv) {
+            *o = (ro, re / 4);
+        }
+        Expr::Binary(
+            bop,
+            Box::new(Expr::Binary(bop, part(0), part(1))),
+            Box::new(Expr::Binary(bop, part(2), part(3))),
+        )
     }
 
     /// For an outer reduction whose reduced axes lie outside its last kept axis in the input's

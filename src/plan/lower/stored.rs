@@ -89,11 +89,11 @@ impl Planner<'_> {
                 pre = stmts;
                 Expr::Binary(BinOp::Mul, Box::new(sv), Box::new(Expr::Acc(acc)))
             }
-            (NodeKind::Unary(f, _), None, _) => Expr::Unary(un_op(*f), Box::new(sv)),
+            (NodeKind::Unary(f, _), None, _) => Expr::Unary(*f, Box::new(sv)),
             (NodeKind::Cast(_), None, _) => Expr::Cast(elem_type(node.ty.dtype), Box::new(sv)),
             (NodeKind::Binary(f, _, _), Some(dv), Some(k)) => {
                 let (a, b) = if k == 1 { (sv, dv) } else { (dv, sv) };
-                Expr::Binary(bin_op(*f), Box::new(a), Box::new(b))
+                Expr::Binary(*f, Box::new(a), Box::new(b))
             }
             _ => return Err(Retry::Materialise(id)),
         };

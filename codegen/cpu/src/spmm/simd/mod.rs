@@ -15,6 +15,24 @@ use half::{bf16, f16};
 use super::Isa;
 use tdsl_sparse::SparseError;
 
+/// Runs an x86 kernel once the checks before it have passed (its `// SAFETY:` comment stands
+/// just above); on other architectures there are no SIMD kernels, and `$unused` are the
+/// arguments only the kernel would read.
+macro_rules! on_x86 {
+    ($unused:expr; $call:expr) => {{
+        #[cfg(target_arch = "x86_64")]
+        {
+            $call;
+            Ok(())
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = $unused;
+            Err(SparseError::internal("simd: not x86_64"))
+        }
+    }};
+}
+
 /// Values as the kernels load them.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum ValSlice<'a> {
@@ -231,18 +249,9 @@ pub(crate) fn bsr_left(
     if c.rows == 0 || c.cols == 0 {
         return Ok(());
     }
-    #[cfg(target_arch = "x86_64")]
-    {
-        // SAFETY: all block columns index rows of `d`, all offsets lie within `idx` and the
-        // values, and both views are in range (checked above); the ISA is supported.
-        unsafe { x86::bsr_left(isa, ptr, idx, vals, br, bc, d, c, accumulate) };
-        Ok(())
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = (isa, accumulate);
-        Err(SparseError::internal("simd: not x86_64"))
-    }
+    // SAFETY: all block columns index rows of `d`, all offsets lie within `idx` and the
+    // values, and both views are in range (checked above); the ISA is supported.
+    on_x86!((isa, accumulate); unsafe { x86::bsr_left(isa, ptr, idx, vals, br, bc, d, c, accumulate) })
 }
 
 /// BSR on the right: `c[rows of this piece] (+)= d[r0.., :] · W`, W's blocks listed per block
@@ -285,23 +294,14 @@ pub(crate) fn bsr_right(
     if c.rows == 0 || c.cols == 0 {
         return Ok(());
     }
-    #[cfg(target_arch = "x86_64")]
-    {
-        let d = Mat {
-            off: d.off + r0 * d.ld,
-            rows: c.rows,
-            ..d
-        };
-        // SAFETY: every entry's block row lies within d's columns and its block within the
-        // values; d's rows r0..r0+c.rows exist; c is in range (checked above).
-        unsafe { x86::bsr_right(isa, col, vals, br, bc, d, c, accumulate) };
-        Ok(())
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = (isa, accumulate);
-        Err(SparseError::internal("simd: not x86_64"))
-    }
+    let d = Mat {
+        off: d.off + r0 * d.ld,
+        rows: c.rows,
+        ..d
+    };
+    // SAFETY: every entry's block row lies within d's columns and its block within the
+    // values; d's rows r0..r0+c.rows exist; c is in range (checked above).
+    on_x86!((isa, accumulate, d); unsafe { x86::bsr_right(isa, col, vals, br, bc, d, c, accumulate) })
 }
 
 fn check_two_four(vals: &ValSlice, meta: &[i32], k: usize, rows: usize) -> Result<(), SparseError> {
@@ -331,17 +331,8 @@ pub(crate) fn two_four_small(
     if c.rows == 0 || c.cols == 0 {
         return Ok(());
     }
-    #[cfg(target_arch = "x86_64")]
-    {
-        // SAFETY: values and meta cover every row of c, xt has n rows of k, c is in range.
-        unsafe { x86::two_four_small(vals, meta, k, xt, c, accumulate) };
-        Ok(())
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = accumulate;
-        Err(SparseError::internal("simd: not x86_64"))
-    }
+    // SAFETY: values and meta cover every row of c, xt has n rows of k, c is in range.
+    on_x86!(accumulate; unsafe { x86::two_four_small(vals, meta, k, xt, c, accumulate) })
 }
 
 /// 2:4 along k, any n: broadcast kept values against rows of `d` (k × n).
@@ -364,18 +355,9 @@ pub(crate) fn two_four_bcast(
     if c.rows == 0 || c.cols == 0 {
         return Ok(());
     }
-    #[cfg(target_arch = "x86_64")]
-    {
-        // SAFETY: decoded columns are < k = d.rows (2-bit positions within groups of 4 of a
-        // multiple of 4); values and meta cover every row of c; the views are in range.
-        unsafe { x86::two_four_bcast(isa, vals, meta, k, d, c, accumulate) };
-        Ok(())
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = accumulate;
-        Err(SparseError::internal("simd: not x86_64"))
-    }
+    // SAFETY: decoded columns are < k = d.rows (2-bit positions within groups of 4 of a
+    // multiple of 4); values and meta cover every row of c; the views are in range.
+    on_x86!(accumulate; unsafe { x86::two_four_bcast(isa, vals, meta, k, d, c, accumulate) })
 }
 
 /// CSR rows of `ptr` (a window) times row-major `d`.
@@ -403,17 +385,8 @@ pub(crate) fn csr_left(
     if c.rows == 0 || c.cols == 0 {
         return Ok(());
     }
-    #[cfg(target_arch = "x86_64")]
-    {
-        // SAFETY: offsets within idx and values, columns within d's rows, views in range.
-        unsafe { x86::csr_left(isa, ptr, idx, vals, d, c, accumulate) };
-        Ok(())
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = accumulate;
-        Err(SparseError::internal("simd: not x86_64"))
-    }
+    // SAFETY: offsets within idx and values, columns within d's rows, views in range.
+    on_x86!(accumulate; unsafe { x86::csr_left(isa, ptr, idx, vals, d, c, accumulate) })
 }
 
 #[cfg(target_arch = "x86_64")]

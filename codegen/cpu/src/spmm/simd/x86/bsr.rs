@@ -5,6 +5,27 @@
 
 use super::*;
 
+/// Calls `$go!(MR, NV, MASK)` with the register tile for `mr` rows (8, 4, 2 or 1), two
+/// vectors of columns or one, masked or not: one monomorphised micro-kernel per case.
+macro_rules! tile_dispatch {
+    ($go:ident, $mr:expr, $nv2:expr, $mask:expr) => {
+        match ($mr, $nv2, $mask) {
+            (8, true, _) => $go!(8, 2, false),
+            (4, true, _) => $go!(4, 2, false),
+            (2, true, _) => $go!(2, 2, false),
+            (1, true, _) => $go!(1, 2, false),
+            (8, false, false) => $go!(8, 1, false),
+            (4, false, false) => $go!(4, 1, false),
+            (2, false, false) => $go!(2, 1, false),
+            (1, false, false) => $go!(1, 1, false),
+            (8, false, true) => $go!(8, 1, true),
+            (4, false, true) => $go!(4, 1, true),
+            (2, false, true) => $go!(2, 1, true),
+            _ => $go!(1, 1, true),
+        }
+    };
+}
+
 // ---------------------------------------------------------------- BSR left
 
 #[allow(clippy::too_many_arguments)]
@@ -121,13 +142,7 @@ unsafe fn bsr_left_impl<V: Vf>(
         let mut j0 = 0;
         while j0 < n {
             let left = n - j0;
-            let (nv2, nvw, mask) = if left >= 2 * w {
-                (true, 2 * w, false)
-            } else if left >= w {
-                (false, w, false)
-            } else {
-                (false, left, true)
-            };
+            let (nv2, nvw, mask) = col_step(left, w);
             let mut r0 = 0;
             while r0 < br {
                 let mr = pick_mr::<V>(br - r0);
@@ -141,24 +156,24 @@ unsafe fn bsr_left_impl<V: Vf>(
                         )
                     };
                 }
-                match (mr, nv2, mask) {
-                    (8, true, _) => go!(8, 2, false),
-                    (4, true, _) => go!(4, 2, false),
-                    (2, true, _) => go!(2, 2, false),
-                    (1, true, _) => go!(1, 2, false),
-                    (8, false, false) => go!(8, 1, false),
-                    (4, false, false) => go!(4, 1, false),
-                    (2, false, false) => go!(2, 1, false),
-                    (1, false, false) => go!(1, 1, false),
-                    (8, false, true) => go!(8, 1, true),
-                    (4, false, true) => go!(4, 1, true),
-                    (2, false, true) => go!(2, 1, true),
-                    _ => go!(1, 1, true),
-                }
+                tile_dispatch!(go, mr, nv2, mask);
                 r0 += mr;
             }
             j0 += nvw;
         }
+    }
+}
+
+/// The next column step of `left` columns with `w`-lane vectors: two full vectors, one, or a
+/// masked remainder, as `(two vectors, columns, masked)`.
+#[inline(always)]
+fn col_step(left: usize, w: usize) -> (bool, usize, bool) {
+    if left >= 2 * w {
+        (true, 2 * w, false)
+    } else if left >= w {
+        (false, w, false)
+    } else {
+        (false, left, true)
     }
 }
 
@@ -327,13 +342,7 @@ unsafe fn bsr_right_impl<V: Vf>(
         let mut q0 = 0;
         while q0 < bc {
             let left = bc - q0;
-            let (nv2, nvw, mask) = if left >= 2 * w {
-                (true, 2 * w, false)
-            } else if left >= w {
-                (false, w, false)
-            } else {
-                (false, left, true)
-            };
+            let (nv2, nvw, mask) = col_step(left, w);
             let mut r0 = 0;
             while r0 < rows {
                 let mr = pick_mr::<V>(rows - r0);
@@ -347,20 +356,7 @@ unsafe fn bsr_right_impl<V: Vf>(
                         )
                     };
                 }
-                match (mr, nv2, mask) {
-                    (8, true, _) => go!(8, 2, false),
-                    (4, true, _) => go!(4, 2, false),
-                    (2, true, _) => go!(2, 2, false),
-                    (1, true, _) => go!(1, 2, false),
-                    (8, false, false) => go!(8, 1, false),
-                    (4, false, false) => go!(4, 1, false),
-                    (2, false, false) => go!(2, 1, false),
-                    (1, false, false) => go!(1, 1, false),
-                    (8, false, true) => go!(8, 1, true),
-                    (4, false, true) => go!(4, 1, true),
-                    (2, false, true) => go!(2, 1, true),
-                    _ => go!(1, 1, true),
-                }
+                tile_dispatch!(go, mr, nv2, mask);
                 r0 += mr;
             }
             q0 += nvw;
