@@ -62,13 +62,15 @@ fn directives(text: &str) -> Directives {
             d.verify = Some(v.trim().to_string());
         } else if let Some(v) = rest.strip_prefix("read:") {
             d.read = Some(v.trim().to_string());
-        } else if let Some(v) = rest.strip_prefix("expect output ") {
-            let (n, vals) = v.split_once('=').expect("expect output N = [...]");
-            d.expect
-                .push((n.trim().parse().expect("output number"), numbers(vals)));
-        } else if let Some(v) = rest.strip_prefix("input ") {
-            let (n, vals) = v.split_once('=').expect("input N = [...]");
-            d.inputs.push((n.trim().to_string(), numbers(vals)));
+        } else if let Some((key, vals)) = rest.split_once('=') {
+            // `expect output N = [...]` and `input N[.part] = [...]`; other comments are prose.
+            let key = key.trim();
+            if let Some(n) = key.strip_prefix("expect output ") {
+                d.expect
+                    .push((n.trim().parse().expect("output number"), numbers(vals)));
+            } else if let Some(n) = key.strip_prefix("input ") {
+                d.inputs.push((n.trim().to_string(), numbers(vals)));
+            }
         }
     }
     d

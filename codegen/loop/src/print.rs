@@ -53,9 +53,9 @@
 //!   integers without a fraction (`0`, `-3`, `-0`), other finite values as the shortest text
 //!   that reads back to the same f64 (`0.1`, `1e-7`), and `inf`, `-inf`, `nan`.
 //!
-//! Distinct programs print distinctly, with one exception of no consequence: `aN = max(aN, e)`
-//! is both a max update and a set whose value is a max of the accumulator; both compute the
-//! same value.
+//! Distinct programs print distinctly, with two exceptions of no consequence: `aN = max(aN, e)`
+//! is both a max update and a set whose value is a max of the accumulator (and likewise `min`);
+//! both compute the same value.
 
 use crate::ir::{
     AccOp, BinOp, Buffer, Expr, GpuAxis, Index, Iter, Kernel, LibCall, Loop, LoopProgram, MatView,

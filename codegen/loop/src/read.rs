@@ -8,8 +8,10 @@
 //! `-x`. Every error is a [`ReadError`] with a line and column; no input panics or recurses
 //! without bound (expressions nest at most [`MAX_DEPTH`] deep).
 //!
-//! The one ambiguity of the printer reads one way: `aN = max(aN, e)` is a max update (a set of
-//! `max(aN, e)` computes the same value). Kernels read back have no `source`.
+//! The printer's one ambiguity reads one way: `aN = max(aN, e)` is a max update and `aN =
+//! min(aN, e)` a min update (a set of `max(aN, e)` computes the same value). Kernels read back
+//! have no `source`. Only [`print_program`](crate::print::print_program)'s text reads back:
+//! `print_kernel` lists only the buffers its kernel touches, so its buffer ids have gaps.
 
 use crate::ir::{
     AccId, AccOp, BinOp, BufId, Buffer, ElemType, Expr, GpuAxis, Index, Iter, Kernel, LibCall,
@@ -20,6 +22,10 @@ use std::fmt;
 
 /// How deeply expressions and loops may nest in text that is read.
 pub const MAX_DEPTH: usize = 200;
+
+/// How many infix operations one line may chain (`a + b + …`): a chain is as deep a tree as it
+/// is long, and dropping or printing a tree recurses once per level.
+pub const MAX_CHAIN: usize = 4096;
 
 /// Why a text is not a loop program: where (1-based line and column, in characters) and what.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -130,6 +136,8 @@ struct Cur<'a> {
     text: &'a str,
     pos: usize,
     depth: usize,
+    /// Infix operations read on this line.
+    chain: usize,
 }
 
 impl<'a> Cur<'a> {
@@ -140,6 +148,7 @@ impl<'a> Cur<'a> {
             text,
             pos,
             depth: 0,
+            chain: 0,
         }
     }
 
@@ -219,22 +228,22 @@ impl<'a> Cur<'a> {
         })
     }
 
-    fn u32(&mut self, what: &str) -> Result<u32> {
+    /// An unsigned number that fits `T`.
+    fn int<T: TryFrom<u64>>(&mut self, what: &str) -> Result<T> {
         let start = self.pos;
         let v = self.uint(what)?;
-        u32::try_from(v).map_err(|_| {
+        T::try_from(v).map_err(|_| {
             self.pos = start;
             self.error(&format!("{what} {v} is too large"))
         })
     }
 
+    fn u32(&mut self, what: &str) -> Result<u32> {
+        self.int(what)
+    }
+
     fn usize(&mut self, what: &str) -> Result<usize> {
-        let start = self.pos;
-        let v = self.uint(what)?;
-        usize::try_from(v).map_err(|_| {
-            self.pos = start;
-            self.error(&format!("{what} {v} is too large"))
-        })
+        self.int(what)
     }
 
     fn key_uint(&mut self, key: &str) -> Result<u64> {
@@ -554,12 +563,15 @@ impl<'a> Cur<'a> {
     fn index(&mut self) -> Result<Index> {
         let (terms, offset) = self.affine(|c| {
             let save = c.pos;
-            if c.eat("v") && c.rest().starts_with(|ch: char| ch.is_ascii_digit()) {
-                c.u32("a variable number").ok().map(VarId)
-            } else {
+            let v = (c.eat("v") && c.rest().starts_with(|ch: char| ch.is_ascii_digit()))
+                .then(|| c.u32("a variable number").ok().map(VarId))
+                .flatten();
+            if v.is_none() {
+                // Not a variable (or a number too large for one): read it as a number, which
+                // fails on the `v`.
                 c.pos = save;
-                None
             }
+            v
         })?;
         Ok(Index { offset, terms })
     }
@@ -582,8 +594,13 @@ impl<'a> Cur<'a> {
                 Some(b'r') if alone(1) => Axis::Row,
                 Some(b'c') if alone(1) => Axis::Col,
                 Some(b'b') if r[1..].starts_with(|ch: char| ch.is_ascii_digit()) => {
+                    let save = c.pos;
                     c.pos += 1;
-                    return c.u32("a batch axis").ok().map(Axis::Batch);
+                    let axis = c.u32("a batch axis").ok().map(Axis::Batch);
+                    if axis.is_none() {
+                        c.pos = save;
+                    }
+                    return axis;
                 }
                 _ => return None,
             };
@@ -869,10 +886,20 @@ impl<'a> Cur<'a> {
             } else {
                 break;
             };
+            self.chained()?;
             e = Expr::Binary(op, Box::new(e), Box::new(self.term()?));
         }
         self.depth -= 1;
         Ok(e)
+    }
+
+    /// Counts one more infix operation on the line.
+    fn chained(&mut self) -> Result<()> {
+        self.chain += 1;
+        if self.chain > MAX_CHAIN {
+            return Err(self.error(&format!("more than {MAX_CHAIN} operations on one line")));
+        }
+        Ok(())
     }
 
     fn term(&mut self) -> Result<Expr> {
@@ -885,6 +912,7 @@ impl<'a> Cur<'a> {
             } else {
                 break;
             };
+            self.chained()?;
             e = Expr::Binary(op, Box::new(e), Box::new(self.unary()?));
         }
         Ok(e)
@@ -1039,6 +1067,10 @@ mod tests {
         );
         assert_eq!(err("buffers:\nkernel k:\n}\n"), "3:1: `}` closes no loop");
         assert_eq!(
+            err("buffers:\nkernel k:\n  %0[v4294967296] = 1\n"),
+            "3:6: expected an index term, found `v4294967296]`"
+        );
+        assert_eq!(
             err("buffers:\nkernel k:\n  %0[99999999999999999999*v0] = 1\n"),
             "3:6: an index term 99999999999999999999 is too large"
         );
@@ -1065,6 +1097,18 @@ mod tests {
             .unwrap_err()
             .message
             .contains("too deeply"));
+        // A flat chain builds a tree as deep as it is long.
+        let chain = format!(
+            "buffers:\nkernel k:\n  %0[0] = {}a0 x\n",
+            "a0 + ".repeat(200_000)
+        );
+        let e = read_program(&chain).unwrap_err();
+        assert!(e.message.contains("operations on one line"), "{e}");
+        let ok = format!(
+            "buffers:\nkernel k:\n  %0[0] = {}a0\n",
+            "a0 * ".repeat(MAX_CHAIN)
+        );
+        assert!(read_program(&ok).is_ok());
     }
 
     proptest! {

@@ -18,7 +18,7 @@ impl Session {
             }
         };
         let Some(id) = self.sources.add(file, &text) else {
-            self.error("too much text has been loaded in this session: :reset first");
+            self.error("this session has loaded 2 GiB of text, all it can hold: start a new one");
             return;
         };
         let script = match crate::parse_at(&text, self.sources.file(id).base) {
