@@ -8,7 +8,9 @@
 //! run over the chunk with each call read back from its buffer. The buffers are pseudo-buffers
 //! of the loop IR (ids from [`SCRATCH_BASE`] up, based so that the loop variable indexes them
 //! directly), so every stage is an ordinary vector loop ([`Lower::vector_loop`]), reductions and
-//! tails included.
+//! tails included. A loop that only stores one call's value into a unit-stride f32 destination
+//! (`y = exp(x)`) needs no buffer: the argument is stored into the destination and the call
+//! runs over it in place.
 
 use cranelift_codegen::ir::{StackSlotData, StackSlotKind};
 
@@ -32,8 +34,11 @@ pub(super) struct ChunkPlan {
     /// The distinct calls in evaluation order: the function, the stage loop that stores its
     /// argument into buffer `SCRATCH_BASE + i`, and that loop's vector plan.
     calls: Vec<(VOp, Loop, VecPlan)>,
-    /// The loop with every call read from its buffer, and its vector plan.
-    rest: (Loop, VecPlan),
+    /// The loop with every call read from its buffer, and its vector plan; `None` when the
+    /// one call runs in place in the destination.
+    rest: Option<(Loop, VecPlan)>,
+    /// The destination the one call runs in place in (a unit-stride f32 store of its value).
+    direct: Option<(BufId, Index)>,
 }
 
 impl<M: Module> Lower<'_, '_, M> {
@@ -73,6 +78,39 @@ impl<M: Module> Lower<'_, '_, M> {
             gpu: None,
             ..l.clone()
         };
+        // `dst[i] = f(arg)` alone, dst f32 and unit-stride, arg not reading dst: the argument
+        // goes straight into dst and the call runs there.
+        let direct = match (body.as_slice(), calls.as_slice()) {
+            (
+                [Stmt::Store {
+                    buf,
+                    index,
+                    value: Expr::Load { buf: s, index: si },
+                }],
+                [(op, arg)],
+            ) if *s == scratch(0)
+                && *si == unit(l.var)
+                && self.buf_ty(*buf) == ElemType::F32
+                && index.stride_of(l.var) == 1
+                && !reads(arg, *buf) =>
+            {
+                Some((*op, *buf, index.clone(), arg.clone()))
+            }
+            _ => None,
+        };
+        if let Some((op, buf, index, arg)) = direct {
+            let stage = with_body(vec![Stmt::Store {
+                buf,
+                index: index.clone(),
+                value: arg,
+            }]);
+            let p = self.vec_plan(&stage)?;
+            return Some(ChunkPlan {
+                calls: vec![(op, stage, p)],
+                rest: None,
+                direct: Some((buf, index)),
+            });
+        }
         let mut staged = Vec::new();
         for (i, (op, arg)) in calls.into_iter().enumerate() {
             let stage = with_body(vec![Stmt::Store {
@@ -87,7 +125,8 @@ impl<M: Module> Lower<'_, '_, M> {
         let rest_plan = self.vec_plan(&rest)?;
         Some(ChunkPlan {
             calls: staged,
-            rest: (rest, rest_plan),
+            rest: Some((rest, rest_plan)),
+            direct: None,
         })
     }
 
@@ -95,14 +134,17 @@ impl<M: Module> Lower<'_, '_, M> {
     /// buffer, the call over the buffer, then the loop's statements.
     pub(super) fn chunked_loop(
         &mut self,
+        l: &Loop,
         cp: &ChunkPlan,
         start: Value,
         end: Value,
     ) -> Result<(), CodegenError> {
         let ptr = self.module.target_config().pointer_type();
+        // (A call that runs in place in its destination needs no buffer.)
         let slots: Vec<_> = cp
             .calls
             .iter()
+            .filter(|_| cp.direct.is_none())
             .map(|_| {
                 let data = StackSlotData::new(StackSlotKind::ExplicitSlot, CHUNK as u32 * 4, 6);
                 self.b.create_sized_stack_slot(data)
@@ -118,11 +160,19 @@ impl<M: Module> Lower<'_, '_, M> {
         // Buffer i's base sits c elements before its slot: the loop variable indexes it.
         let back = self.b.ins().imul_imm_s(c, 4);
         let mut addrs = Vec::new();
-        for (i, slot) in slots.iter().enumerate() {
-            let a = self.b.ins().stack_addr(ptr, *slot, 0);
-            let base = self.b.ins().isub(a, back);
-            self.bases.insert(scratch(i), base);
-            addrs.push(a);
+        if let Some((buf, index)) = &cp.direct {
+            // The destination's element at the chunk's first iteration.
+            self.bind(l.var, f.var)?;
+            let (a, off) = self.addr(*buf, index);
+            self.vars.remove(&l.var);
+            addrs.push(self.b.ins().iadd_imm_s(a, off as i64));
+        } else {
+            for (i, slot) in slots.iter().enumerate() {
+                let a = self.b.ins().stack_addr(ptr, *slot, 0);
+                let base = self.b.ins().isub(a, back);
+                self.bases.insert(scratch(i), base);
+                addrs.push(a);
+            }
         }
         let mut r = Ok(());
         for ((op, stage, plan), a) in cp.calls.iter().zip(&addrs) {
@@ -133,8 +183,8 @@ impl<M: Module> Lower<'_, '_, M> {
             let opv = self.b.ins().iconst(types::I32, *op as i64);
             self.b.ins().call(vmath, &[opv, *a, len]);
         }
-        if r.is_ok() {
-            r = self.vector_loop(&cp.rest.0, &cp.rest.1, c, cend);
+        if let (true, Some((rest, plan))) = (r.is_ok(), &cp.rest) {
+            r = self.vector_loop(rest, plan, c, cend);
         }
         for i in 0..slots.len() {
             self.bases.remove(&scratch(i));
@@ -161,6 +211,13 @@ impl<M: Module> Lower<'_, '_, M> {
             self.p.buffer(b).ty
         }
     }
+}
+
+/// Whether `e` loads from `buf`.
+fn reads(e: &Expr, buf: BufId) -> bool {
+    let mut found = false;
+    e.visit(&mut |x| found |= matches!(x, Expr::Load { buf: b, .. } if *b == buf));
+    found
 }
 
 fn scratch(i: usize) -> BufId {

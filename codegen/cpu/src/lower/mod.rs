@@ -405,7 +405,7 @@ impl<M: Module> Lower<'_, '_, M> {
                     self.precompute_partials(l);
                     let r = match self.vec_plan(l) {
                         Some(plan) => match self.chunk_plan(l, &plan) {
-                            Some(cp) => self.chunked_loop(&cp, start, end),
+                            Some(cp) => self.chunked_loop(l, &cp, start, end),
                             None => self.vector_loop(l, &plan, start, end),
                         },
                         None => self.scalar_range(l, start, end),
