@@ -4,8 +4,9 @@
 //! evaluated on two f64x2 halves leaves most of an AVX-512 core idle. A vector loop whose body
 //! holds one of the functions of [`VOp`] is instead lowered in chunks (`lower/chunked.rs`):
 //! the argument of each such function is computed for a chunk of iterations into a stack
-//! buffer, [`tdsl_vmath_f32`] evaluates the function over the buffer in place, and the rest of
-//! the body reads the results. This file holds those evaluators: the same algorithms, constants
+//! buffer (or read where it lies, when it is a plain f32 load), [`tdsl_vmath_f32`] evaluates
+//! the function from there into the buffer (or straight into the destination of a plain map),
+//! and the rest of the body reads the results. This file holds those evaluators: the same algorithms, constants
 //! and operation order as the inline kernels of `lower/math.rs` (so results agree with them and
 //! with the evaluator's definition to the same bounds), written once as scalar Rust and compiled
 //! twice, for AVX-512F and for AVX2 + FMA, where LLVM vectorises them 16 and 8 lanes wide. The
@@ -59,10 +60,11 @@ impl VOp {
     }
 }
 
-/// The symbol generated code calls: `fn(op, x, n)` replaces `x[0..n]` by `op(x[0..n])`.
+/// The symbol generated code calls: `fn(op, src, dst, n)` writes `op(src[0..n])` to
+/// `dst[0..n]`.
 pub(crate) const SYMBOL: &str = "tdsl_vmath_f32";
 
-type Kernel = unsafe fn(u32, *mut f32, usize);
+type Kernel = unsafe fn(u32, *const f32, *mut f32, usize);
 
 fn kernel() -> Option<Kernel> {
     static K: OnceLock<Option<Kernel>> = OnceLock::new();
@@ -87,15 +89,16 @@ pub(crate) fn available() -> bool {
     kernel().is_some() && std::env::var("TDSL_VMATH").map_or(true, |v| v != "0")
 }
 
-/// Replaces `x[0..n]` by `op(x[0..n])`, `op` a [`VOp`] number. Registered with the JIT under
+/// Writes `op(src[0..n])` to `dst[0..n]`, `op` a [`VOp`] number. Registered with the JIT under
 /// [`SYMBOL`]; generated code calls it only when [`available`] said so.
 ///
 /// # Safety
-/// `x` must be valid for reads and writes of `n` f32 values.
-pub(crate) unsafe extern "C" fn tdsl_vmath_f32(op: u32, x: *mut f32, n: u64) {
+/// `src` must be valid for reads and `dst` for writes of `n` f32 values; the two are the same
+/// pointer (in place) or do not overlap.
+pub(crate) unsafe extern "C" fn tdsl_vmath_f32(op: u32, src: *const f32, dst: *mut f32, n: u64) {
     if let Some(k) = kernel() {
         // SAFETY: the caller's contract, and `kernel` chose a variant this CPU runs.
-        unsafe { k(op, x, n as usize) }
+        unsafe { k(op, src, dst, n as usize) }
     }
 }
 
@@ -103,20 +106,20 @@ macro_rules! variant {
     ($name:ident, $features:literal) => {
         #[cfg(target_arch = "x86_64")]
         #[target_feature(enable = $features)]
-        unsafe fn $name(op: u32, x: *mut f32, n: usize) {
+        unsafe fn $name(op: u32, x: *const f32, y: *mut f32, n: usize) {
             // SAFETY (every arm): the caller's contract on `x` and `n`.
             unsafe {
                 match op {
-                    0 => each(x, n, exp_f32),
-                    1 => each(x, n, tanh_f32),
-                    2 => each(x, n, sigmoid_f32),
-                    3 => each(x, n, |v| gelu_d(v as f64) as f32),
-                    4 => each(x, n, |v| silu_d(v as f64) as f32),
-                    5 => each(x, n, |v| erf_d(v as f64) as f32),
-                    6 => each(x, n, |v| gelu_erf_d(v as f64) as f32),
-                    7 => each(x, n, log_f32),
-                    8 => each_far(x, n, |v| sin_cos_d(v as f64, false) as f32, UnOp::Sin),
-                    9 => each_far(x, n, |v| sin_cos_d(v as f64, true) as f32, UnOp::Cos),
+                    0 => each(x, y, n, exp_f32),
+                    1 => each(x, y, n, tanh_f32),
+                    2 => each(x, y, n, sigmoid_f32),
+                    3 => each(x, y, n, |v| gelu_d(v as f64) as f32),
+                    4 => each(x, y, n, |v| silu_d(v as f64) as f32),
+                    5 => each(x, y, n, |v| erf_d(v as f64) as f32),
+                    6 => each(x, y, n, |v| gelu_erf_d(v as f64) as f32),
+                    7 => each(x, y, n, log_f32),
+                    8 => each_far(x, y, n, |v| sin_cos_d(v as f64, false) as f32, UnOp::Sin),
+                    9 => each_far(x, y, n, |v| sin_cos_d(v as f64, true) as f32, UnOp::Cos),
                     _ => {}
                 }
             }
@@ -130,43 +133,43 @@ variant!(avx2, "avx2,fma");
 /// Lanes per block: one AVX-512 vector of f32.
 const B: usize = 16;
 
-/// `f` on each block of 16 values of `x[0..n]`, in place, through a local array (LLVM keeps it
-/// in registers and vectorises `f`). Every block moves as one 64-byte read and write; the last
-/// partial block is first copied into a padded array of its own, so the loop has one shape.
-/// (Copying each block with a variable length was two `memcpy` calls per 16 values, which
-/// cost more than `exp` itself; and a loop with two paths, or `f` inlined twice, is where LLVM
-/// stopped vectorising `sin` or `gelu_erf`.)
+/// `f` on each block of 16 values of `x[0..n]`, into `y[0..n]` (`y` is `x`, or does not
+/// overlap it), through a local array (LLVM keeps it in registers and vectorises `f`). Every
+/// block moves as one 64-byte read and write; the last partial block is first copied into a
+/// padded array of its own, so the loop has one shape. (Copying each block with a variable
+/// length was two `memcpy` calls per 16 values, which cost more than `exp` itself; and a loop
+/// with two paths, or `f` inlined twice, is where LLVM stopped vectorising `sin` or `gelu_erf`.)
 #[inline(always)]
-unsafe fn blocks(x: *mut f32, n: usize, f: impl Fn(&mut [f32; B])) {
+unsafe fn blocks(x: *const f32, y: *mut f32, n: usize, f: impl Fn(&mut [f32; B])) {
     let full = n / B * B;
     let mut tail = [0.0f32; B];
     // SAFETY: `x[full..n]` lies inside `x[0..n]` (the caller's contract).
     unsafe { std::ptr::copy_nonoverlapping(x.add(full), tail.as_mut_ptr(), n - full) };
     let mut i = 0;
     while i < n {
-        let p = if i < full {
-            // SAFETY: `x[i..i + B]` lies inside `x[0..full]`.
-            unsafe { x.add(i) }
+        let (src, dst) = if i < full {
+            // SAFETY: `x[i..i + B]` and `y[i..i + B]` lie inside `x[0..full]`, `y[0..full]`.
+            unsafe { (x.add(i), y.add(i)) }
         } else {
-            tail.as_mut_ptr()
-        } as *mut [f32; B];
-        // SAFETY: `p` points at 16 f32 values (of `x` or of `tail`); arrays of f32 need only
-        // f32 alignment.
-        let mut v = unsafe { p.read() };
+            (tail.as_ptr(), tail.as_mut_ptr())
+        };
+        // SAFETY: `src` and `dst` point at 16 f32 values (of `x` and `y`, or of `tail`); arrays
+        // of f32 need only f32 alignment.
+        let mut v = unsafe { (src as *const [f32; B]).read() };
         f(&mut v);
-        unsafe { p.write(v) };
+        unsafe { (dst as *mut [f32; B]).write(v) };
         i += B;
     }
     // SAFETY: as above.
-    unsafe { std::ptr::copy_nonoverlapping(tail.as_ptr(), x.add(full), n - full) };
+    unsafe { std::ptr::copy_nonoverlapping(tail.as_ptr(), y.add(full), n - full) };
 }
 
-/// `f` on every value of `x[0..n]`, in place.
+/// `f` on every value of `x[0..n]`, into `y[0..n]`.
 #[inline(always)]
-unsafe fn each(x: *mut f32, n: usize, f: impl Fn(f32) -> f32) {
+unsafe fn each(x: *const f32, y: *mut f32, n: usize, f: impl Fn(f32) -> f32) {
     // SAFETY: the caller's contract.
     unsafe {
-        blocks(x, n, |v| {
+        blocks(x, y, n, |v| {
             for e in v.iter_mut() {
                 *e = f(*e);
             }
@@ -177,11 +180,11 @@ unsafe fn each(x: *mut f32, n: usize, f: impl Fn(f32) -> f32) {
 /// [`each`] for `sin` and `cos`: lanes beyond 2^18 in magnitude, where the two-part reduction
 /// by π/2 loses bits, come from the evaluator's definition (as `sin_cos_f32x4`'s guarded path).
 #[inline(always)]
-unsafe fn each_far(x: *mut f32, n: usize, f: impl Fn(f32) -> f32, op: UnOp) {
+unsafe fn each_far(x: *const f32, y: *mut f32, n: usize, f: impl Fn(f32) -> f32, op: UnOp) {
     let far = |x: f32| x.abs() > 262_144.0;
     // SAFETY: the caller's contract.
     unsafe {
-        blocks(x, n, |v| {
+        blocks(x, y, n, |v| {
             let inp = *v;
             for e in v.iter_mut() {
                 *e = f(*e);
@@ -613,9 +616,19 @@ mod tests {
         ];
         for (uop, bound) in cases {
             let op = VOp::of(uop).expect("a chunked function");
+            // In place, and from one array into another.
             let mut got = xs.clone();
             // SAFETY: `got` holds `len` values.
-            unsafe { tdsl_vmath_f32(op as u32, got.as_mut_ptr(), got.len() as u64) };
+            unsafe { tdsl_vmath_f32(op as u32, got.as_ptr(), got.as_mut_ptr(), got.len() as u64) };
+            let mut into = vec![0.0f32; xs.len()];
+            // SAFETY: `xs` and `into` hold `len` values each and do not overlap.
+            unsafe { tdsl_vmath_f32(op as u32, xs.as_ptr(), into.as_mut_ptr(), xs.len() as u64) };
+            assert!(
+                got.iter()
+                    .zip(&into)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{uop:?}: in place and into another array differ"
+            );
             let mut worst = (0u32, 0.0f32);
             for (&x, &g) in xs.iter().zip(&got) {
                 let want = tdsl_loop::scalar::unary(uop, x as f64) as f32;

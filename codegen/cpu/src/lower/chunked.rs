@@ -8,9 +8,10 @@
 //! run over the chunk with each call read back from its buffer. The buffers are pseudo-buffers
 //! of the loop IR (ids from [`SCRATCH_BASE`] up, based so that the loop variable indexes them
 //! directly), so every stage is an ordinary vector loop ([`Lower::vector_loop`]), reductions and
-//! tails included. A loop that only stores one call's value into a unit-stride f32 destination
-//! (`y = exp(x)`) needs no buffer: the argument is stored into the destination and the call
-//! runs over it in place.
+//! tails included. An argument that is a unit-stride f32 load (`sigmoid(x)`) needs no stage: the
+//! call reads it where it lies. A loop that only stores one call's value into a unit-stride f32
+//! destination (`y = exp(x)`) needs no buffer: the call writes the destination (after a stage
+//! that stores its argument there, when it is not a plain load).
 
 use cranelift_codegen::ir::{StackSlotData, StackSlotKind};
 
@@ -29,11 +30,19 @@ const MAX_CALLS: usize = 16;
 /// The shortest loop worth chunking.
 const MIN_EXTENT: u64 = 64;
 
+/// Where a call reads its argument in a chunk.
+enum Arg {
+    /// Where it lies: a unit-stride load of an f32 buffer (`sigmoid(x)`).
+    Source(BufId, Index),
+    /// From its destination, after a stage loop (and its vector plan) stored it there.
+    Staged(Loop, VecPlan),
+}
+
 /// A loop's chunked form.
 pub(super) struct ChunkPlan {
-    /// The distinct calls in evaluation order: the function, the stage loop that stores its
-    /// argument into buffer `SCRATCH_BASE + i`, and that loop's vector plan.
-    calls: Vec<(VOp, Loop, VecPlan)>,
+    /// The distinct calls in evaluation order: the function and where its argument comes
+    /// from. Call `i` writes buffer `SCRATCH_BASE + i`, or the destination of `direct`.
+    calls: Vec<(VOp, Arg)>,
     /// The loop with every call read from its buffer, and its vector plan; `None` when the
     /// one call runs in place in the destination.
     rest: Option<(Loop, VecPlan)>,
@@ -98,28 +107,36 @@ impl<M: Module> Lower<'_, '_, M> {
             }
             _ => None,
         };
+        // A plain f32 load is read where it lies; anything else is stored first, into the
+        // call's destination.
+        let arg_of = |arg: Expr, buf: BufId, index: Index| -> Option<Arg> {
+            match arg {
+                Expr::Load { buf: b, index: ix }
+                    if self.buf_ty(b) == ElemType::F32 && ix.stride_of(l.var) == 1 =>
+                {
+                    Some(Arg::Source(b, ix))
+                }
+                arg => {
+                    let stage = with_body(vec![Stmt::Store {
+                        buf,
+                        index,
+                        value: arg,
+                    }]);
+                    let p = self.vec_plan(&stage)?;
+                    Some(Arg::Staged(stage, p))
+                }
+            }
+        };
         if let Some((op, buf, index, arg)) = direct {
-            let stage = with_body(vec![Stmt::Store {
-                buf,
-                index: index.clone(),
-                value: arg,
-            }]);
-            let p = self.vec_plan(&stage)?;
             return Some(ChunkPlan {
-                calls: vec![(op, stage, p)],
+                calls: vec![(op, arg_of(arg, buf, index.clone())?)],
                 rest: None,
                 direct: Some((buf, index)),
             });
         }
         let mut staged = Vec::new();
         for (i, (op, arg)) in calls.into_iter().enumerate() {
-            let stage = with_body(vec![Stmt::Store {
-                buf: scratch(i),
-                index: unit(l.var),
-                value: arg,
-            }]);
-            let p = self.vec_plan(&stage)?;
-            staged.push((op, stage, p));
+            staged.push((op, arg_of(arg, scratch(i), unit(l.var))?));
         }
         let rest = with_body(body);
         let rest_plan = self.vec_plan(&rest)?;
@@ -159,29 +176,33 @@ impl<M: Module> Lower<'_, '_, M> {
         let len = self.b.ins().isub(cend, c);
         // Buffer i's base sits c elements before its slot: the loop variable indexes it.
         let back = self.b.ins().imul_imm_s(c, 4);
-        let mut addrs = Vec::new();
+        // Each call's destination: its stack buffer, or the map's destination.
+        let mut dsts = Vec::new();
         if let Some((buf, index)) = &cp.direct {
-            // The destination's element at the chunk's first iteration.
-            self.bind(l.var, f.var)?;
-            let (a, off) = self.addr(*buf, index);
-            self.vars.remove(&l.var);
-            addrs.push(self.b.ins().iadd_imm_s(a, off as i64));
+            dsts.push(self.chunk_addr(l, f.var, *buf, index)?);
         } else {
             for (i, slot) in slots.iter().enumerate() {
                 let a = self.b.ins().stack_addr(ptr, *slot, 0);
                 let base = self.b.ins().isub(a, back);
                 self.bases.insert(scratch(i), base);
-                addrs.push(a);
+                dsts.push(a);
             }
         }
         let mut r = Ok(());
-        for ((op, stage, plan), a) in cp.calls.iter().zip(&addrs) {
-            r = self.vector_loop(stage, plan, c, cend);
-            if r.is_err() {
-                break;
-            }
+        for ((op, arg), dst) in cp.calls.iter().zip(&dsts) {
+            let src = match arg {
+                Arg::Source(buf, index) => self.chunk_addr(l, f.var, *buf, index),
+                Arg::Staged(stage, plan) => self.vector_loop(stage, plan, c, cend).map(|_| *dst),
+            };
+            let src = match src {
+                Ok(s) => s,
+                Err(e) => {
+                    r = Err(e);
+                    break;
+                }
+            };
             let opv = self.b.ins().iconst(types::I32, *op as i64);
-            self.b.ins().call(vmath, &[opv, *a, len]);
+            self.b.ins().call(vmath, &[opv, src, *dst, len]);
         }
         if let (true, Some((rest, plan))) = (r.is_ok(), &cp.rest) {
             r = self.vector_loop(rest, plan, c, cend);
@@ -194,13 +215,29 @@ impl<M: Module> Lower<'_, '_, M> {
         Ok(())
     }
 
-    /// `tdsl_vmath_f32(op: u32, x: *mut f32, n: u64)`, declared once per function.
+    /// `tdsl_vmath_f32(op: u32, src: *const f32, dst: *mut f32, n: u64)`, declared once per
+    /// function.
     fn vmath_fn(&mut self) -> Result<FuncRef, CodegenError> {
         self.import(
             crate::vmath::SYMBOL,
-            &[types::I32, types::I64, types::I64],
+            &[types::I32, types::I64, types::I64, types::I64],
             None,
         )
+    }
+
+    /// The address of `buf[index]` at the chunk's first iteration (`l`'s variable at the
+    /// chunk loop's `var`).
+    fn chunk_addr(
+        &mut self,
+        l: &Loop,
+        var: Variable,
+        buf: BufId,
+        index: &Index,
+    ) -> Result<Value, CodegenError> {
+        self.bind(l.var, var)?;
+        let (a, off) = self.addr(buf, index);
+        self.vars.remove(&l.var);
+        Ok(self.b.ins().iadd_imm_s(a, off as i64))
     }
 
     /// A buffer's element type, the chunk buffers (f32) included.
