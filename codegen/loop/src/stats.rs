@@ -36,10 +36,10 @@ impl KernelStats {
 /// code), as the CPU JIT generates it. Calibrated on a Zen 5 core with 16M f32 values
 /// (bench/nonlinear.py), where f32 vector loops run `exp`, `log`, `tanh`, `sigmoid`, `gelu`,
 /// `silu`, `erf`, `gelu_erf`, `sin` and `cos` through the chunked AVX-512 math (`tdsl-cpu`'s
-/// `vmath.rs`: `exp` 2.0 cycles per element over 4 lanes, `tanh` 2.5, `gelu` 4.1, `gelu_erf`
-/// 6.8; the inline f32x4 code a CPU without FMA runs takes 1.3–3.4× as long); f64 lanes cost
-/// twice as much per element; scalar code calls a helper per transcendental (about 20
-/// cycles). Good to a factor of ~1.5, which is what a time prediction needs (bench/predict.py
+/// `vmath.rs`: `exp` 1.3 cycles per element over 4 lanes, `tanh` 1.6, `gelu` 3.0, `gelu_erf`
+/// 5.0, since its blocks stopped calling `memcpy` (2026-11-27); the inline f32x4 code a CPU
+/// without FMA runs takes 2–5× as long); f64 lanes cost twice as much per element; scalar code
+/// calls a helper per transcendental (about 20 cycles). Good to a factor of ~1.5, which is what a time prediction needs (bench/predict.py
 /// checks it within 2×).
 pub fn op_cycles(op: Op, lanes: u32) -> f64 {
     use BinOp as B;
@@ -48,22 +48,24 @@ pub fn op_cycles(op: Op, lanes: u32) -> f64 {
         Op::Unary(U::Neg | U::Abs | U::Relu | U::Square | U::Sign) => 0.1,
         Op::Unary(U::Floor | U::Ceil | U::Round) => 0.15,
         Op::Unary(U::Sqrt | U::Rsqrt) => 0.8,
-        Op::Unary(U::Exp) => 2.0,
-        Op::Unary(U::Sigmoid) => 2.2,
-        Op::Unary(U::Tanh) => 2.5,
-        Op::Unary(U::Log) => 2.75,
-        Op::Unary(U::Silu | U::Sin | U::Cos) => 3.5,
+        Op::Unary(U::Exp) => 1.3,
+        Op::Unary(U::Sigmoid) => 1.4,
+        Op::Unary(U::Tanh) => 1.6,
+        Op::Unary(U::Log) => 2.1,
+        Op::Unary(U::Silu | U::Sin | U::Cos) => 2.6,
         Op::Unary(U::Log1p | U::Expm1 | U::Softplus) => 10.0,
-        Op::Unary(U::Gelu) => 4.1,
-        Op::Unary(U::Erf) => 5.9,
-        Op::Unary(U::GeluErf) => 6.8,
+        Op::Unary(U::Gelu) => 3.0,
+        Op::Unary(U::Erf) => 4.5,
+        Op::Unary(U::GeluErf) => 5.0,
         Op::Binary(B::Div) => 0.8,
         Op::Binary(B::Pow) => 15.0,
         Op::Binary(B::Max | B::Min) => 0.4,
         Op::Binary(_) | Op::Select => 0.15,
     };
+    // Transcendentals in scalar code are a call each.
+    let call = f32x4 >= 1.0;
     match lanes {
-        0 | 1 if f32x4 >= 2.0 => 20.0_f64.max(f32x4),
+        0 | 1 if call => 20.0_f64.max(f32x4),
         0 | 1 => f32x4 * 4.0,
         2 => f32x4 * 2.0,
         _ => f32x4 * 4.0 / lanes as f64,
