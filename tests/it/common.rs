@@ -40,6 +40,17 @@ pub fn tdsl_script(dir: &Path, cmd: &str, script: &str, args: &[&str]) -> CmdOut
     tdsl_in(dir, &all)
 }
 
+/// The files of repository directory `dir` ending in `.ext`, sorted.
+pub fn files_in(dir: &str, ext: &str) -> Vec<PathBuf> {
+    let mut paths: Vec<_> = std::fs::read_dir(repo().join(dir))
+        .unwrap_or_else(|e| panic!("{dir}: {e}"))
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == ext))
+        .collect();
+    paths.sort();
+    paths
+}
+
 /// Repository root (for examples/ and spec/).
 pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -193,13 +193,7 @@ fn run_case(path: &std::path::Path) -> Result<(), String> {
 
 /// The `.tdsl` files of `tests/corpus/`, sorted.
 fn corpus_paths() -> Vec<std::path::PathBuf> {
-    let mut paths: Vec<_> = std::fs::read_dir(repo().join("tests/corpus"))
-        .expect("tests/corpus exists")
-        .map(|e| e.expect("dir entry").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "tdsl"))
-        .collect();
-    paths.sort();
-    paths
+    crate::common::files_in("tests/corpus", "tdsl")
 }
 
 #[test]

@@ -15,17 +15,10 @@
 //! Every plan the planner makes for the examples, the benchmarks and the corpus also reads back
 //! to the same program, so the reader covers everything the printer writes.
 
-use crate::common::repo;
 use tdsl_loop::{read::read_program, Backend, Data, ElemType, LoopProgram, Part, Role};
 
 fn loop_files() -> Vec<std::path::PathBuf> {
-    let mut paths: Vec<_> = std::fs::read_dir(repo().join("tests/loop"))
-        .expect("tests/loop exists")
-        .map(|e| e.expect("dir entry").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "loop"))
-        .collect();
-    paths.sort();
-    paths
+    crate::common::files_in("tests/loop", "loop")
 }
 
 #[derive(Default)]
@@ -226,16 +219,10 @@ fn loop_filetests_agree_on_the_evaluator_and_the_jit() {
 /// program (less the source spans, which the text does not hold).
 #[test]
 fn every_plan_reads_back_from_its_text() {
-    let mut paths = Vec::new();
-    for dir in ["examples", "bench", "bench/layers", "tests/corpus"] {
-        for e in std::fs::read_dir(repo().join(dir)).unwrap() {
-            let p = e.unwrap().path();
-            if p.extension().is_some_and(|x| x == "tdsl") {
-                paths.push(p);
-            }
-        }
-    }
-    paths.sort();
+    let paths: Vec<_> = ["examples", "bench", "bench/layers", "tests/corpus"]
+        .iter()
+        .flat_map(|d| crate::common::files_in(d, "tdsl"))
+        .collect();
     let mut read = 0;
     for path in &paths {
         let text = std::fs::read_to_string(path).unwrap();
