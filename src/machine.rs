@@ -7,8 +7,9 @@
 //!   instructions, so `cycles = 2 · iterations` and the clock is `cycles / time`, taken with all
 //!   cores busy (the turbo a multi-threaded kernel sees). The slowest core's clock is used.
 //! - **Peak FLOP/s** = cores × clock × FLOPs per cycle per core, where FLOPs per cycle comes from
-//!   the vector ISA the CPU reports: 32 for f32 with AVX2 + FMA (two 8-lane FMA units, an FMA
-//!   counting two FLOPs), 16 with AVX but no FMA, 8 with SSE only.
+//!   the vector ISA tdsl's kernels use: 64 for f32 with AVX-512F (two 16-lane FMA units, an FMA
+//!   counting two FLOPs), 32 with AVX2 + FMA, 16 with AVX but no FMA, 8 with SSE only
+//!   (`TDSL_ISA` narrows it with the kernels; a cached figure is rescaled to the cap).
 //! - **Bandwidth** = best of several multi-threaded copies of 256 MiB (bytes read + bytes written
 //!   over time).
 
@@ -47,6 +48,19 @@ impl Machine {
         )
     }
 
+    /// The same machine with `fpc` FLOPs per cycle (a cache written without `TDSL_ISA`, read
+    /// with it, or the other way round).
+    pub fn for_isa(self, fpc: f64) -> Machine {
+        if fpc == self.flops_per_cycle || self.flops_per_cycle <= 0.0 {
+            return self;
+        }
+        Machine {
+            flops_per_cycle: fpc,
+            peak_gflops: self.peak_gflops / self.flops_per_cycle * fpc,
+            ..self
+        }
+    }
+
     /// A small, stable text form for the cache file.
     pub fn to_text(&self) -> String {
         format!(
@@ -74,21 +88,18 @@ impl Machine {
     }
 }
 
-/// f32 FLOPs per cycle per core for this CPU's vector ISA.
+/// f32 FLOPs per cycle per core for the vector ISA tdsl's kernels use here (the CPU's, narrowed
+/// by `TDSL_ISA`: see `tdsl_cpu::spmm::Isa::cap`).
 pub fn flops_per_cycle() -> f64 {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            return 64.0;
+        use tdsl_cpu::spmm::Isa;
+        match Isa::detect() {
+            Isa::Avx512 => 64.0,
+            Isa::Avx2 => 32.0,
+            Isa::Scalar if std::arch::is_x86_feature_detected!("avx") && !Isa::capped() => 16.0,
+            Isa::Scalar => 8.0,
         }
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-        {
-            return 32.0;
-        }
-        if std::arch::is_x86_feature_detected!("avx") {
-            return 16.0;
-        }
-        8.0
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -271,7 +282,7 @@ fn cache_key() -> String {
 pub fn cached() -> Option<Cached> {
     let text = std::fs::read_to_string(cache_path()?).ok()?;
     let rest = text.strip_prefix(&cache_key())?;
-    let machine = Machine::from_text(rest)?;
+    let machine = Machine::from_text(rest)?.for_isa(flops_per_cycle());
     let at = rest
         .lines()
         .find_map(|l| l.strip_prefix("measured_at="))

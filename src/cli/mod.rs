@@ -249,6 +249,11 @@ pub fn main() -> ExitCode {
             }
         }
     };
+    if let Ok(v) = std::env::var("TDSL_ISA") {
+        if tdsl_cpu::spmm::Isa::parse(&v).is_none() {
+            eprintln!("warning: TDSL_ISA={v:?} is not one of scalar, avx2, avx512; ignored");
+        }
+    }
     if let Cmd::Repl = cli.cmd {
         return repl::main(color);
     }

@@ -9,6 +9,7 @@ mod draw;
 mod errors;
 mod filetests;
 mod gpu;
+mod isa;
 mod language;
 mod plan;
 mod plot;

@@ -19,16 +19,7 @@ pub(crate) fn available() -> bool {
 /// Whether the CPU has AVX2 (detected once).
 fn avx2() -> bool {
     static AVX2: OnceLock<bool> = OnceLock::new();
-    *AVX2.get_or_init(|| {
-        #[cfg(target_arch = "x86_64")]
-        {
-            std::arch::is_x86_feature_detected!("avx2")
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            false
-        }
-    })
+    *AVX2.get_or_init(|| crate::spmm::Isa::Avx2.supported())
 }
 
 /// `dst[c·ld + r] = src[r·ls + c]` for `r < rows`, `c < cols`: 8 rows at a time through 8×8

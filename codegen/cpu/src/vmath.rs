@@ -71,11 +71,11 @@ fn kernel() -> Option<Kernel> {
     *K.get_or_init(|| {
         #[cfg(target_arch = "x86_64")]
         {
-            use std::arch::is_x86_feature_detected as has;
-            if has!("avx512f") && has!("fma") {
+            use crate::spmm::Isa;
+            if Isa::Avx512.supported() {
                 return Some(avx512 as Kernel);
             }
-            if has!("avx2") && has!("fma") {
+            if Isa::Avx2.supported() {
                 return Some(avx2 as Kernel);
             }
         }

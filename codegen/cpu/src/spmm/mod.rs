@@ -97,8 +97,8 @@ pub enum Side {
     Right,
 }
 
-/// The instruction set the kernels may use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// The instruction set the kernels may use, narrowest first (`Scalar < Avx2 < Avx512`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Isa {
     /// Portable Rust, no explicit SIMD.
     Scalar,
@@ -109,12 +109,13 @@ pub enum Isa {
 }
 
 impl Isa {
-    /// The best instruction set this CPU supports.
+    /// The best instruction set tdsl uses here: the CPU's best, no wider than
+    /// [`Isa::cap`].
     pub fn detect() -> Isa {
         *Isa::available().last().unwrap_or(&Isa::Scalar)
     }
 
-    /// Every instruction set this CPU supports, from `Scalar` up.
+    /// Every instruction set tdsl uses here, from `Scalar` up.
     pub fn available() -> Vec<Isa> {
         let mut out = vec![Isa::Scalar];
         if Isa::Avx2.supported() {
@@ -126,9 +127,46 @@ impl Isa {
         out
     }
 
-    /// Whether this CPU runs code for `self`.
+    /// Whether this CPU runs code for `self` and the cap allows it.
     pub fn supported(self) -> bool {
-        simd::supported(self)
+        self <= Isa::cap() && simd::supported(self)
+    }
+
+    /// The widest instruction set the kernels may use: `TDSL_ISA=scalar|avx2|avx512` in the
+    /// environment (read once) narrows what the CPU has, so that one machine measures and
+    /// tests the code an older CPU runs (the hand-written kernels, the vector math, the GEMM
+    /// micro-kernels and the ceilings `tdsl machine` reports; Cranelift's own instruction
+    /// selection is not narrowed). Unset, or another value: no cap (the CLI warns about
+    /// another value).
+    pub fn cap() -> Isa {
+        static CAP: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
+        *CAP.get_or_init(|| {
+            std::env::var("TDSL_ISA")
+                .ok()
+                .and_then(|v| Isa::parse(&v))
+                .unwrap_or(Isa::Avx512)
+        })
+    }
+
+    /// Whether [`Isa::cap`] hides an instruction set this CPU has: code that dispatches on its
+    /// own (the `gemm` crate) would use more than tdsl's kernels do.
+    pub fn capped() -> bool {
+        Isa::detect()
+            < [Isa::Avx2, Isa::Avx512]
+                .into_iter()
+                .filter(|&i| simd::supported(i))
+                .max()
+                .unwrap_or(Isa::Scalar)
+    }
+
+    /// `scalar`, `avx2` or `avx512` (any case).
+    pub fn parse(s: &str) -> Option<Isa> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "scalar" => Some(Isa::Scalar),
+            "avx2" => Some(Isa::Avx2),
+            "avx512" => Some(Isa::Avx512),
+            _ => None,
+        }
     }
 }
 
