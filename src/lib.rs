@@ -86,6 +86,9 @@ pub use diag::{Code, Diagnostic, Diagnostics};
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 pub use dtype::DType;
+/// The allocator the `tdsl` binary installs: large blocks aligned to a cache line, so that wide
+/// vector loads of a buffer never straddle two (see `tdsl_cpu::CacheLineAlloc`).
+pub use tdsl_cpu::CacheLineAlloc;
 pub use tensor::{Storage, Tensor};
 
 pub use api::{

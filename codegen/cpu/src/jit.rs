@@ -74,6 +74,7 @@ pub(crate) fn new_module(target: &Target) -> JITModule {
         crate::transpose::SYMBOL,
         crate::transpose::tdsl_transpose_f32 as *const u8,
     );
+    b.symbol(crate::dot::SYMBOL, crate::dot::tdsl_dot_f32 as *const u8);
     JITModule::new(b)
 }
 

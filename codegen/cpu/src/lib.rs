@@ -27,7 +27,11 @@
 
 #![deny(unsafe_code)]
 
+#[allow(unsafe_code)]
+mod alloc;
 mod check;
+#[allow(unsafe_code)]
+mod dot;
 mod error;
 mod gemm;
 mod helpers;
@@ -57,6 +61,7 @@ use rayon::prelude::*;
 use tdsl_loop::launch::{launch_units, LaunchUnit, Split};
 use tdsl_loop::{Data, Kernel, LibCall, LoopProgram, Stmt};
 
+pub use alloc::CacheLineAlloc;
 pub use error::{CodegenError, RuntimeError};
 
 use jit::{BufPtrs, KernelFn, Target};
@@ -89,6 +94,10 @@ pub struct CpuOptions {
     /// `gelu_erf`, `sin` or `cos` in chunks around the ahead-of-time AVX-512/AVX2 vector math
     /// (`vmath.rs`) when the host has it (and `TDSL_VMATH=0` is not set); else inline f32x4.
     pub vmath: bool,
+    /// Run an innermost loop that only sums products of unit-stride f32 loads (a matrix-vector
+    /// row, a row's sum) as one call to the ahead-of-time AVX-512/AVX2 dot product (`dot.rs`)
+    /// when the host has it (and `TDSL_DOT=0` is not set); else the loop's own f32x4 code.
+    pub dot: bool,
 }
 
 impl Default for CpuOptions {
@@ -99,6 +108,7 @@ impl Default for CpuOptions {
             vectorize: true,
             fma: true,
             vmath: true,
+            dot: true,
         }
     }
 }
@@ -160,6 +170,12 @@ fn kernel_signature(module: &JITModule) -> Signature {
     sig
 }
 
+/// Whether this CPU runs the wide dot product (`CpuOptions::dot`: AVX-512F, or AVX2 with FMA,
+/// and `TDSL_DOT=0` not set).
+pub fn dot_product_available() -> bool {
+    dot::available()
+}
+
 /// Whether this CPU runs the chunked vector math (`CpuOptions::vmath`: AVX-512F, or AVX2 with
 /// FMA, and `TDSL_VMATH=0` not set).
 pub fn chunked_math_available() -> bool {
@@ -184,6 +200,7 @@ impl CpuBackend {
             vectorize: o.vectorize,
             vmath: o.vmath && o.vectorize && target.has_fma && crate::vmath::available(),
             transpose: o.vectorize && crate::transpose::available(),
+            dot: o.dot && o.vectorize && crate::dot::available(),
         };
         Ok(CpuBackend {
             target,

@@ -1140,7 +1140,12 @@ fn dot_program(n: u64) -> LoopProgram {
 
 #[test]
 fn vectorised_reduction_uses_vfmadd() {
-    let be = CpuBackend::new().unwrap();
+    // The JIT's own reduction loop (not the dot-product call `dot_product_loops_call_...`).
+    let be = CpuBackend::with_options(CpuOptions {
+        dot: false,
+        ..CpuOptions::default()
+    })
+    .unwrap();
     let p = dot_program(1000);
     let asm = be.disasm(&p, 0).unwrap();
     if be.uses_fma() {
@@ -1151,6 +1156,56 @@ fn vectorised_reduction_uses_vfmadd() {
     let clif = be.clif(&p, 0).unwrap();
     assert!(clif.contains("f32x4"), "not vectorised:\n{clif}");
     assert!(clif.contains("fma"), "no fma:\n{clif}");
+}
+
+/// A loop that only sums products of two unit-stride f32 loads is one call to the wide dot
+/// product where the CPU has it, and computes what the JIT's own loop computes (up to the
+/// order of the sum), over lengths around its 64-value step and for a plain sum too.
+#[test]
+fn dot_product_loops_call_the_wide_dot_product() {
+    let mut wide = CpuBackend::new().unwrap();
+    let mut own = CpuBackend::with_options(CpuOptions {
+        dot: false,
+        ..CpuOptions::default()
+    })
+    .unwrap();
+    let clif = wide.clif(&dot_program(1000), 0).unwrap();
+    assert_eq!(
+        clif.contains("call"),
+        tdsl_cpu::dot_product_available(),
+        "{clif}"
+    );
+    for n in [64u64, 65, 127, 128, 129, 1000, 4099] {
+        let a: Vec<f32> = (0..n)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0)
+            .collect();
+        let b: Vec<f32> = (0..n)
+            .map(|i| ((i * 53 % 89) as f32 - 44.0) / 5.0)
+            .collect();
+        let run = |be: &mut CpuBackend| {
+            let mut bufs = vec![
+                Data::F32(a.clone()),
+                Data::F32(b.clone()),
+                Data::F32(vec![0.0]),
+            ];
+            be.compile(&dot_program(n))
+                .unwrap()
+                .run(&mut bufs, 1)
+                .unwrap();
+            match &bufs[2] {
+                Data::F32(v) => v[0] as f64,
+                _ => unreachable!(),
+            }
+        };
+        let want: f64 = a.iter().zip(&b).map(|(x, y)| *x as f64 * *y as f64).sum();
+        let scale: f64 = a.iter().zip(&b).map(|(x, y)| (x * y).abs() as f64).sum();
+        for (name, got) in [("call", run(&mut wide)), ("own loop", run(&mut own))] {
+            assert!(
+                (got - want).abs() <= 1e-5 * scale,
+                "n = {n}, {name}: {got} against {want}"
+            );
+        }
+    }
 }
 
 /// `y[r, j] = x[r, j] * sqrt(sum_j x[r, j]^2)`: a row statistic used by a second inner loop.

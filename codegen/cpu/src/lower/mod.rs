@@ -34,6 +34,7 @@ use crate::error::CodegenError;
 use crate::helpers;
 
 mod chunked;
+mod dot;
 mod expr;
 mod math;
 mod memory;
@@ -54,6 +55,9 @@ pub(crate) struct LowerOptions {
     /// Run the two innermost loops of a transposing f32 copy as one call to the register
     /// transposes (`lower/transpose.rs`, `transpose.rs`).
     pub transpose: bool,
+    /// Run an innermost f32 loop that only sums products of unit-stride loads (a
+    /// matrix-vector row) as one call to the wide dot product (`lower/dot.rs`, `dot.rs`).
+    pub dot: bool,
 }
 
 /// The compute type of a value.
@@ -404,6 +408,10 @@ impl<M: Module> Lower<'_, '_, M> {
                 if is_innermost(l) {
                     self.precompute_partials(l);
                     let r = match self.vec_plan(l) {
+                        Some(plan) if self.dot_loop(l, &plan).is_some() => {
+                            let d = self.dot_loop(l, &plan).expect("checked");
+                            self.dot_call(l, &d, start, end)
+                        }
                         Some(plan) => match self.chunk_plan(l, &plan) {
                             Some(cp) => self.chunked_loop(l, &cp, start, end),
                             None => self.vector_loop(l, &plan, start, end),
