@@ -1984,3 +1984,56 @@ fn diff_script() {
         }
     }
 }
+
+/// Contractions whose largest operand is contiguous along a result label (`x @ W` for one
+/// vector) accumulate in the result, in partial sums split across threads when the result has
+/// one label: every form agrees with the interpreter, and the plan walks the operand in memory
+/// order (no loop strides across its rows).
+#[test]
+fn contractions_accumulated_in_the_result_agree() {
+    let cases = [
+        // (inputs, einsum pattern, expected plan text)
+        (
+            "x: {t}[i=96] = randn(seed=1)\ninput w: {w}[i, o=80]",
+            "i, i o -> o",
+            "6 partial sums",
+        ),
+        (
+            "x: {t}[i=17] = randn(seed=1)\ninput w: {w}[i, o=64]",
+            "i, i o -> o",
+            "(init)",
+        ),
+        (
+            "x: {t}[i=32, j=4] = randn(seed=1)\ninput w: {w}[i, j, o=96]",
+            "i j, i j o -> o",
+            "partial sums",
+        ),
+        (
+            "x: {t}[c=2, i=3] = randn(seed=1)\ninput w: {w}[i, o=64]",
+            "c i, i o -> c o",
+            "(init)",
+        ),
+    ];
+    for (inputs, pattern, form) in cases {
+        for (t, w) in [("f32", "f32"), ("f32", "f16"), ("f64", "f64")] {
+            let script = |t: &str, w: &str| {
+                let head = inputs.replace("{t}", t).replace("{w}", w);
+                format!("input {head} = randn(seed=2)\ny = einsum(x, w, \"{pattern}\")\noutput y\n")
+            };
+            let text = script(t, w);
+            let low = match (t, w) {
+                (_, "f16") => DType::F16,
+                ("f64", _) => DType::F64,
+                _ => DType::F32,
+            };
+            match differ(&text, &script("f64", "f64"), low) {
+                Ok(ran) => assert!(ran, "{text}: not finite"),
+                Err(e) => panic!("{text}\n{e}"),
+            }
+            let p = tdsl::compile(&text, &Default::default()).expect("compiles");
+            let plan = tdsl::plan::lower::plan_program(&p).expect("plans");
+            let plan = tdsl_loop::print::print_program(&plan.loops);
+            assert!(plan.contains(form), "{text}\n{plan}");
+        }
+    }
+}

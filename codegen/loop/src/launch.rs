@@ -106,12 +106,22 @@ pub fn work(stmts: &[Stmt]) -> u64 {
 }
 
 /// Whether distinct iterations of `l` store to distinct elements, so that its iterations can
-/// run on different threads: every buffer is stored at one index, and in every store the stride
-/// of the loop's variable exceeds the span of all the other terms (whose variables need static
-/// extents).
+/// run on different threads: per buffer, every store has the same nonzero stride `S` in the
+/// loop's variable, and the elements one iteration stores (each store's offset plus the range
+/// of its other terms, whose variables need static extents) lie within fewer than `|S|`
+/// consecutive elements; then iteration `p` stays inside its own window `S·p + [lo, hi]`.
+/// (A buffer may be stored at several indices: a partial sum's row zeroed, then accumulated.)
 pub fn race_free(l: &Loop) -> bool {
-    use crate::ir::VarId;
-    fn block(stmts: &[Stmt], var: VarId, ext: &mut HashMap<VarId, Option<u64>>) -> bool {
+    use crate::ir::{BufId, VarId};
+    /// Per buffer: the stride of the split variable and the lowest and highest element one
+    /// iteration stores, relative to `S·p`.
+    type Windows = HashMap<BufId, (i128, i128, i128)>;
+    fn block(
+        stmts: &[Stmt],
+        var: VarId,
+        ext: &mut HashMap<VarId, Option<u64>>,
+        win: &mut Windows,
+    ) -> bool {
         stmts.iter().all(|s| match s {
             Stmt::Loop(inner) => {
                 let bound: Vec<(VarId, Option<u64>)> = match &inner.iter {
@@ -124,46 +134,41 @@ pub fn race_free(l: &Loop) -> bool {
                     Iter::Singleton { .. } => vec![(inner.var, None)],
                 };
                 ext.extend(bound.iter().copied());
-                let ok = block(&inner.body, var, ext);
+                let ok = block(&inner.body, var, ext, win);
                 for (v, _) in bound {
                     ext.remove(&v);
                 }
                 ok
             }
-            Stmt::Store { index, .. } => {
-                let stride = (index.stride_of(var) as i128).abs();
-                let mut span = 0i128;
+            Stmt::Store { buf, index, .. } => {
+                let stride = index.stride_of(var) as i128;
+                let (mut lo, mut hi) = (index.offset as i128, index.offset as i128);
                 for (v, st) in &index.terms {
                     if *v == var || *st == 0 {
                         continue;
                     }
                     match ext.get(v).copied().flatten() {
-                        Some(e) => span += (*st as i128).abs() * (e.max(1) as i128 - 1),
+                        Some(e) => {
+                            let reach = *st as i128 * (e.max(1) as i128 - 1);
+                            lo += reach.min(0);
+                            hi += reach.max(0);
+                        }
                         None => return false,
                     }
                 }
-                stride > span
+                let w = win.entry(*buf).or_insert((stride, lo, hi));
+                if w.0 != stride || stride == 0 {
+                    return false;
+                }
+                w.1 = w.1.min(lo);
+                w.2 = w.2.max(hi);
+                w.2 - w.1 < stride.abs()
             }
             Stmt::Call(_) => false,
             Stmt::Let { .. } | Stmt::Update { .. } => true,
         })
     }
-    // Two stores to one buffer at different indices could meet across iterations.
-    fn stores<'a>(stmts: &'a [Stmt], out: &mut Vec<(crate::ir::BufId, &'a crate::ir::Index)>) {
-        for s in stmts {
-            match s {
-                Stmt::Loop(inner) => stores(&inner.body, out),
-                Stmt::Store { buf, index, .. } => out.push((*buf, index)),
-                _ => {}
-            }
-        }
-    }
-    let mut all = Vec::new();
-    stores(&l.body, &mut all);
-    let single_index = all
-        .iter()
-        .all(|(b, i)| all.iter().all(|(b2, i2)| b != b2 || i == i2));
-    single_index && block(&l.body, l.var, &mut HashMap::new())
+    block(&l.body, l.var, &mut HashMap::new(), &mut HashMap::new())
 }
 
 #[cfg(test)]
@@ -256,5 +261,58 @@ mod tests {
                 split: None
             }]
         );
+    }
+
+    /// A row per iteration stored at two indices (zeroed, then accumulated) is race-free; two
+    /// indices whose windows reach into the next row, or with different strides, are not.
+    #[test]
+    fn several_stores_to_one_buffer_split_when_each_iteration_keeps_to_its_row() {
+        let ix = |offset: i64, terms: &[(u32, i64)]| Index {
+            offset,
+            terms: terms.iter().map(|&(v, s)| (VarId(v), s)).collect(),
+        };
+        let inner = |var: u32, extent: u64, index: Index| {
+            Stmt::Loop(Loop {
+                var: VarId(var),
+                iter: Iter::Range { extent },
+                parallel: false,
+                vector: 1,
+                gpu: None,
+                body: vec![Stmt::Store {
+                    buf: BufId(0),
+                    index,
+                    value: Expr::Const(0.0),
+                }],
+            })
+        };
+        let outer = |body: Vec<Stmt>| Loop {
+            var: VarId(0),
+            iter: Iter::Range { extent: 8 },
+            parallel: true,
+            vector: 1,
+            gpu: None,
+            body,
+        };
+        // Row `v0` of 64: `[64·v0 + v1]` for v1 < 64, then `[64·v0 + v2]` for v2 < 64.
+        let rows = outer(vec![
+            inner(1, 64, ix(0, &[(0, 64), (1, 1)])),
+            inner(2, 64, ix(0, &[(0, 64), (2, 1)])),
+        ]);
+        assert!(race_free(&rows));
+        // The second store reaches one element into the next row.
+        let spill = outer(vec![
+            inner(1, 64, ix(0, &[(0, 64), (1, 1)])),
+            inner(2, 64, ix(1, &[(0, 64), (2, 1)])),
+        ]);
+        assert!(!race_free(&spill));
+        // Different strides of the split variable: windows of different iterations can meet.
+        let strides = outer(vec![
+            inner(1, 4, ix(0, &[(0, 64), (1, 1)])),
+            inner(2, 4, ix(0, &[(0, 32), (2, 1)])),
+        ]);
+        assert!(!race_free(&strides));
+        // A reversed row (negative strides) is still one row.
+        let reversed = outer(vec![inner(1, 64, ix(63, &[(0, 64), (1, -1)]))]);
+        assert!(race_free(&reversed));
     }
 }

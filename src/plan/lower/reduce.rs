@@ -31,7 +31,7 @@ fn outer_reduce_axes(r: &Recipe) -> Option<(usize, Vec<usize>)> {
 }
 
 /// `ix` with variable `v` split into `vo·t + vi`.
-fn split_var(ix: &Index, v: VarId, (vo, vi, t): (VarId, VarId, u64)) -> Index {
+pub(super) fn split_var(ix: &Index, v: VarId, (vo, vi, t): (VarId, VarId, u64)) -> Index {
     let mut terms = Vec::new();
     for &(w, s) in &ix.terms {
         if w == v {
