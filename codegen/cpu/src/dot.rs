@@ -1,98 +1,158 @@
-//! f32 dot products and sums for the JIT (`lower/dot.rs`): an innermost loop `a += x[i]·y[i]`
-//! or `a += x[i]` over unit-stride f32 loads becomes one call that reads 64 values a step on
-//! AVX-512 (32 on AVX2) into four accumulators. Cranelift's x86 vectors stop at 128 bits, and
-//! with 128-bit loads a core cannot keep enough of memory in flight: a 4096² matrix-vector
-//! product read 53 GB/s through 128-bit loads against 84 GB/s through 512-bit ones (C, two
-//! threads, the 2-core Zen 5 of bench/RESULTS.md).
+//! Dot products and sums for the JIT (`lower/dot.rs`): an innermost loop `a += x[i]·y[i]` or
+//! `a += x[i]` over unit-stride loads, with `x` f32, f16 or bf16 and `y` f32, becomes one call
+//! that reads 64 values a step on AVX-512 (32 on AVX2) into four f32 accumulators, widening
+//! f16/bf16 in registers. Cranelift's x86 vectors stop at 128 bits, and with 128-bit loads a
+//! core cannot keep enough of memory in flight: a 4096² matrix-vector product read 53 GB/s
+//! through 128-bit loads against 84 GB/s through 512-bit ones (C, two threads, the 2-core Zen 5
+//! of bench/RESULTS.md); and the JIT widens an f16 element at a time (an f16 weight times a
+//! vector, the step of a language model's decoding, ran at 13 GB/s).
 //!
 //! The sum's order differs from the JIT's own vector loop (which also reassociates: 4 lanes ×
 //! its accumulators); the loop IR allows any order for a reduction's updates.
 
 use std::sync::OnceLock;
 
+use half::{bf16, f16};
+
 use crate::spmm::Isa;
 
-/// The symbol generated code calls: `fn(x, y, n) -> f32`.
+/// The symbols generated code calls, `fn(x, y, n) -> f32`, by the element type of `x`.
 pub(crate) const SYMBOL: &str = "tdsl_dot_f32";
+pub(crate) const SYMBOL_F16: &str = "tdsl_dot_f16";
+pub(crate) const SYMBOL_BF16: &str = "tdsl_dot_bf16";
 
-type Kernel = unsafe fn(*const f32, *const f32, usize) -> f32;
+type Kernel<T> = unsafe fn(*const T, *const f32, usize) -> f32;
 
-fn kernel() -> Option<Kernel> {
-    static K: OnceLock<Option<Kernel>> = OnceLock::new();
+/// One kernel per element type of `x`, for one instruction set.
+#[derive(Clone, Copy)]
+struct Kernels {
+    f32: Kernel<f32>,
+    f16: Kernel<u16>,
+    bf16: Kernel<u16>,
+}
+
+fn kernels() -> Option<Kernels> {
+    static K: OnceLock<Option<Kernels>> = OnceLock::new();
     *K.get_or_init(|| {
         #[cfg(target_arch = "x86_64")]
         {
             if Isa::Avx512.supported() {
-                return Some(x86::dot_avx512 as Kernel);
+                return Some(Kernels {
+                    f32: x86::dot_f32_avx512,
+                    f16: x86::dot_f16_avx512,
+                    bf16: x86::dot_bf16_avx512,
+                });
             }
             if Isa::Avx2.supported() {
-                return Some(x86::dot_avx2 as Kernel);
+                return Some(Kernels {
+                    f32: x86::dot_f32_avx2,
+                    f16: x86::dot_f16_avx2,
+                    bf16: x86::dot_bf16_avx2,
+                });
             }
         }
         None
     })
 }
 
-/// Whether this CPU runs the wide dot products (AVX-512F, or AVX2 with FMA), unless
+/// Whether this CPU runs the wide dot products (AVX-512F, or AVX2 with FMA and F16C), unless
 /// `TDSL_DOT=0` keeps the JIT's own loops (to compare the two).
 pub(crate) fn available() -> bool {
-    kernel().is_some() && std::env::var("TDSL_DOT").map_or(true, |v| v != "0")
+    kernels().is_some() && std::env::var("TDSL_DOT").map_or(true, |v| v != "0")
 }
 
-/// `Σ x[i]·y[i]` for `i < n`, or `Σ x[i]` when `y` is null; −0 for `n ≤ 0` (the identity of
-/// `+`, so that `a + tdsl_dot_f32(…)` is `a` for an empty loop, −0 included). Registered with
-/// the JIT under [`SYMBOL`]; generated code calls it only when [`available`] said so.
+/// `Σ x[i]·y[i]` for `i < n`, or `Σ x[i]` when `y` is null, summed in f32 from −0 (the
+/// identity of `+`, so that `a + dot(…)` is `a` for an empty loop, −0 included); each product
+/// is fused into its partial sum. `widen` is the scalar form of `x`'s elements.
+unsafe fn scalar<T: Copy>(x: *const T, y: *const f32, n: usize, widen: fn(T) -> f32) -> f32 {
+    (0..n).fold(-0.0, |s, i| {
+        // SAFETY: the caller's contract.
+        let (a, b) = unsafe { (widen(*x.add(i)), if y.is_null() { 1.0 } else { *y.add(i) }) };
+        a.mul_add(b, s)
+    })
+}
+
+/// `Σ x[i]·y[i]` over f32 `x`; see [`scalar`]. Registered with the JIT under [`SYMBOL`];
+/// generated code calls it only when [`available`] said so.
 ///
 /// # Safety
 /// `x[0..n]` (and `y[0..n]` unless `y` is null) are in bounds of their buffers (the loop-IR
 /// verifier proved it for the loop the call replaces).
 pub(crate) unsafe extern "C" fn tdsl_dot_f32(x: *const f32, y: *const f32, n: i64) -> f32 {
     let n = n.max(0) as usize;
-    match kernel() {
+    match kernels() {
         // SAFETY: the caller's contract; the kernel's instruction set is present.
-        Some(k) => unsafe { k(x, y, n) },
-        None => (0..n).fold(-0.0, |s, i| {
-            // SAFETY: the caller's contract.
-            unsafe {
-                s + if y.is_null() {
-                    *x.add(i)
-                } else {
-                    *x.add(i) * *y.add(i)
-                }
-            }
-        }),
+        Some(k) => unsafe { (k.f32)(x, y, n) },
+        // SAFETY: the caller's contract.
+        None => unsafe { scalar(x, y, n, |v| v) },
+    }
+}
+
+/// [`tdsl_dot_f32`] with `x` f16 (its bits), registered under [`SYMBOL_F16`].
+///
+/// # Safety
+/// As for [`tdsl_dot_f32`].
+pub(crate) unsafe extern "C" fn tdsl_dot_f16(x: *const u16, y: *const f32, n: i64) -> f32 {
+    let n = n.max(0) as usize;
+    match kernels() {
+        // SAFETY: the caller's contract; the kernel's instruction set is present.
+        Some(k) => unsafe { (k.f16)(x, y, n) },
+        // SAFETY: the caller's contract.
+        None => unsafe { scalar(x, y, n, |b| f16::from_bits(b).to_f32()) },
+    }
+}
+
+/// [`tdsl_dot_f32`] with `x` bf16 (its bits), registered under [`SYMBOL_BF16`].
+///
+/// # Safety
+/// As for [`tdsl_dot_f32`].
+pub(crate) unsafe extern "C" fn tdsl_dot_bf16(x: *const u16, y: *const f32, n: i64) -> f32 {
+    let n = n.max(0) as usize;
+    match kernels() {
+        // SAFETY: the caller's contract; the kernel's instruction set is present.
+        Some(k) => unsafe { (k.bf16)(x, y, n) },
+        // SAFETY: the caller's contract.
+        None => unsafe { scalar(x, y, n, |b| bf16::from_bits(b).to_f32()) },
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
+    use super::{bf16, f16};
     use std::arch::x86_64::*;
 
-    /// One wide dot product: four accumulators of `$w` lanes, then one of them over the whole
-    /// vectors left, then the last `n mod $w` values one at a time into a scalar.
+    /// One wide dot product over `x` of element type `$t`: the first values one at a time
+    /// until `x` is aligned to a vector's worth of its elements, then four accumulators of
+    /// `$w` lanes, one accumulator over the whole vectors left, and the last `n mod $w` values
+    /// one at a time. `$wide(p)` loads `$w` elements of `x` at `p` as f32 lanes; `$narrow`
+    /// widens one.
     macro_rules! dot_kernel {
         (
-            $name:ident, $feature:literal, $w:expr,
-            $splat:ident, $load:ident, $add:ident, $fma:ident, $reduce:expr
+            $name:ident, $feature:literal, $w:expr, $t:ty, $wide:expr, $narrow:expr,
+            $splat:ident, $loadf:ident, $add:ident, $fma:ident, $reduce:expr
         ) => {
             /// # Safety
             /// The instruction set is present; `tdsl_dot_f32`'s contract.
             #[target_feature(enable = $feature)]
-            pub unsafe fn $name(x: *const f32, y: *const f32, n: usize) -> f32 {
-                // The first values one at a time until `x` is aligned to the vector width:
-                // a wide load that straddles two cache lines costs two, and an allocator's
+            pub unsafe fn $name(x: *const $t, y: *const f32, n: usize) -> f32 {
+                let one = |i: usize| -> f32 {
+                    let a: f32 = $narrow(*x.add(i));
+                    if y.is_null() {
+                        a
+                    } else {
+                        a * *y.add(i)
+                    }
+                };
+                // A wide load that straddles two cache lines costs two, and an allocator's
                 // 16-byte alignment made every 512-bit load of a matrix row straddle (a 4096²
                 // matrix-vector product on one thread, in C: 1.58 ms aligned, 2.10 ms not).
+                let size = std::mem::size_of::<$t>();
                 let mut head = -0.0f32;
                 let mut i = 0;
-                let lead = (x as usize).wrapping_neg() % (4 * $w) / 4;
-                if (x as usize) % 4 == 0 {
+                if (x as usize) % size == 0 {
+                    let lead = (x as usize).wrapping_neg() % (size * $w) / size;
                     while i < lead.min(n) {
-                        head += if y.is_null() {
-                            *x.add(i)
-                        } else {
-                            *x.add(i) * *y.add(i)
-                        };
+                        head += one(i);
                         i += 1;
                     }
                 }
@@ -100,35 +160,31 @@ mod x86 {
                 if y.is_null() {
                     while i + 4 * $w <= n {
                         for (k, a) in acc.iter_mut().enumerate() {
-                            *a = $add(*a, $load(x.add(i + k * $w)));
+                            *a = $add(*a, $wide(x.add(i + k * $w)));
                         }
                         i += 4 * $w;
                     }
                     while i + $w <= n {
-                        acc[0] = $add(acc[0], $load(x.add(i)));
+                        acc[0] = $add(acc[0], $wide(x.add(i)));
                         i += $w;
                     }
                 } else {
                     while i + 4 * $w <= n {
                         for (k, a) in acc.iter_mut().enumerate() {
                             let j = i + k * $w;
-                            *a = $fma($load(x.add(j)), $load(y.add(j)), *a);
+                            *a = $fma($wide(x.add(j)), $loadf(y.add(j)), *a);
                         }
                         i += 4 * $w;
                     }
                     while i + $w <= n {
-                        acc[0] = $fma($load(x.add(i)), $load(y.add(i)), acc[0]);
+                        acc[0] = $fma($wide(x.add(i)), $loadf(y.add(i)), acc[0]);
                         i += $w;
                     }
                 }
                 let v = $add($add(acc[0], acc[1]), $add(acc[2], acc[3]));
                 let mut s: f32 = $reduce(v) + head;
                 while i < n {
-                    s += if y.is_null() {
-                        *x.add(i)
-                    } else {
-                        *x.add(i) * *y.add(i)
-                    };
+                    s += one(i);
                     i += 1;
                 }
                 s
@@ -136,30 +192,114 @@ mod x86 {
         };
     }
 
+    /// A zmm of the 16 bf16 values at `p`, widened (a bf16 is an f32's upper half).
+    #[inline(always)]
+    unsafe fn bf16x16(p: *const u16) -> __m512 {
+        let h = _mm256_loadu_si256(p as *const __m256i);
+        _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(h)))
+    }
+
+    /// A ymm of the 8 bf16 values at `p`, widened.
+    #[inline(always)]
+    unsafe fn bf16x8(p: *const u16) -> __m256 {
+        let h = _mm_loadu_si128(p as *const __m128i);
+        _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(h)))
+    }
+
+    fn f16_one(b: u16) -> f32 {
+        f16::from_bits(b).to_f32()
+    }
+
+    fn bf16_one(b: u16) -> f32 {
+        bf16::from_bits(b).to_f32()
+    }
+
+    fn reduce256(v: __m256) -> f32 {
+        // SAFETY: only called from `avx2` kernels (the CPU has AVX).
+        unsafe {
+            let h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+            let h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+            _mm_cvtss_f32(_mm_add_ss(h, _mm_shuffle_ps::<1>(h, h)))
+        }
+    }
+
     dot_kernel!(
-        dot_avx512,
+        dot_f32_avx512,
         "avx512f",
         16,
+        f32,
+        |p| _mm512_loadu_ps(p),
+        |v: f32| v,
         _mm512_set1_ps,
         _mm512_loadu_ps,
         _mm512_add_ps,
         _mm512_fmadd_ps,
         |v| _mm512_reduce_add_ps(v)
     );
-
     dot_kernel!(
-        dot_avx2,
+        dot_f16_avx512,
+        "avx512f",
+        16,
+        u16,
+        |p: *const u16| _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i)),
+        f16_one,
+        _mm512_set1_ps,
+        _mm512_loadu_ps,
+        _mm512_add_ps,
+        _mm512_fmadd_ps,
+        |v| _mm512_reduce_add_ps(v)
+    );
+    dot_kernel!(
+        dot_bf16_avx512,
+        "avx512f",
+        16,
+        u16,
+        |p| bf16x16(p),
+        bf16_one,
+        _mm512_set1_ps,
+        _mm512_loadu_ps,
+        _mm512_add_ps,
+        _mm512_fmadd_ps,
+        |v| _mm512_reduce_add_ps(v)
+    );
+    dot_kernel!(
+        dot_f32_avx2,
         "avx2,fma",
         8,
+        f32,
+        |p| _mm256_loadu_ps(p),
+        |v: f32| v,
         _mm256_set1_ps,
         _mm256_loadu_ps,
         _mm256_add_ps,
         _mm256_fmadd_ps,
-        |v: __m256| {
-            let h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
-            let h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-            _mm_cvtss_f32(_mm_add_ss(h, _mm_shuffle_ps::<1>(h, h)))
-        }
+        reduce256
+    );
+    dot_kernel!(
+        dot_f16_avx2,
+        "avx2,fma,f16c",
+        8,
+        u16,
+        |p: *const u16| _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)),
+        f16_one,
+        _mm256_set1_ps,
+        _mm256_loadu_ps,
+        _mm256_add_ps,
+        _mm256_fmadd_ps,
+        reduce256
+    );
+    dot_kernel!(
+        dot_bf16_avx2,
+        "avx2,fma",
+        8,
+        u16,
+        |p| bf16x8(p),
+        bf16_one,
+        _mm256_set1_ps,
+        _mm256_loadu_ps,
+        _mm256_add_ps,
+        _mm256_fmadd_ps,
+        reduce256
     );
 }
 
@@ -167,48 +307,67 @@ mod x86 {
 mod tests {
     use super::*;
 
-    /// Every variant this CPU runs against an f64 sum, over lengths around every step.
+    /// Every variant this CPU runs, for each element type of `x`, against an f64 sum of the
+    /// same (widened) values, over lengths around every step and alignments of `x`.
     #[test]
     fn wide_dot_products_match_an_f64_sum() {
-        let mut kernels: Vec<(&str, Kernel)> = Vec::new();
-        #[cfg(target_arch = "x86_64")]
-        {
-            if Isa::Avx512.supported() {
-                kernels.push(("avx512", x86::dot_avx512 as Kernel));
-            }
-            if Isa::Avx2.supported() {
-                kernels.push(("avx2", x86::dot_avx2 as Kernel));
-            }
-        }
-        if kernels.is_empty() {
+        let Some(k) = kernels() else {
             eprintln!("skipped: this CPU has neither AVX-512F nor AVX2 with FMA");
             return;
+        };
+        let mut sets = vec![("best", k)];
+        #[cfg(target_arch = "x86_64")]
+        if Isa::Avx512.supported() && Isa::Avx2.supported() {
+            sets.push((
+                "avx2",
+                Kernels {
+                    f32: x86::dot_f32_avx2,
+                    f16: x86::dot_f16_avx2,
+                    bf16: x86::dot_bf16_avx2,
+                },
+            ));
         }
         let n_max = 300;
-        let x: Vec<f32> = (0..n_max)
-            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0)
+        let x: Vec<f32> = (0..n_max + 8)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 8.0)
             .collect();
         let y: Vec<f32> = (0..n_max)
-            .map(|i| ((i * 53 % 89) as f32 - 44.0) / 5.0)
+            .map(|i| ((i * 53 % 89) as f32 - 44.0) / 4.0)
             .collect();
-        for (name, k) in kernels {
-            for n in 0..n_max {
-                for with_y in [false, true] {
-                    let want: f64 = (0..n)
-                        .map(|i| x[i] as f64 * if with_y { y[i] as f64 } else { 1.0 })
-                        .sum();
-                    let yp = if with_y { y.as_ptr() } else { std::ptr::null() };
-                    // SAFETY: both slices hold `n_max ≥ n` values; the CPU runs `k`.
-                    let got = unsafe { k(x.as_ptr(), yp, n) } as f64;
-                    let scale: f64 = (0..n).map(|i| (x[i] * y[i]).abs() as f64 + 1.0).sum();
-                    assert!(
-                        (got - want).abs() <= 1e-5 * scale,
-                        "{name}, n = {n}, y: {with_y}: {got} against {want}"
-                    );
+        // Exactly representable in f16 and bf16 (multiples of 1/8 below 64).
+        let h: Vec<u16> = x.iter().map(|&v| f16::from_f32(v).to_bits()).collect();
+        let b: Vec<u16> = x.iter().map(|&v| bf16::from_f32(v).to_bits()).collect();
+        for (name, k) in sets {
+            for shift in 0..3 {
+                for n in 0..n_max {
+                    for with_y in [false, true] {
+                        let want: f64 = (0..n)
+                            .map(|i| x[shift + i] as f64 * if with_y { y[i] as f64 } else { 1.0 })
+                            .sum();
+                        let yp = if with_y { y.as_ptr() } else { std::ptr::null() };
+                        // SAFETY: `x`, `h`, `b` hold `n_max + 8 ≥ shift + n` values and `y`
+                        // `n_max ≥ n`; the CPU runs `k`.
+                        let got = unsafe {
+                            [
+                                (k.f32)(x.as_ptr().add(shift), yp, n),
+                                (k.f16)(h.as_ptr().add(shift), yp, n),
+                                (k.bf16)(b.as_ptr().add(shift), yp, n),
+                            ]
+                        };
+                        let scale: f64 = (0..n)
+                            .map(|i| (x[shift + i] * y[i]).abs() as f64 + 1.0)
+                            .sum();
+                        for (t, g) in ["f32", "f16", "bf16"].iter().zip(got) {
+                            assert!(
+                                (g as f64 - want).abs() <= 1e-5 * scale,
+                                "{name} {t}, n = {n}, shift {shift}, y: {with_y}: {g} against {want}"
+                            );
+                        }
+                    }
                 }
             }
             // SAFETY: n = 0 reads nothing.
-            let empty = unsafe { k(x.as_ptr(), std::ptr::null(), 0) };
+            let empty = unsafe { (k.f32)(x.as_ptr(), std::ptr::null(), 0) };
             assert!(
                 empty == 0.0 && empty.is_sign_negative(),
                 "{name}: the empty sum is −0"

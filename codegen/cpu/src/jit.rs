@@ -75,6 +75,14 @@ pub(crate) fn new_module(target: &Target) -> JITModule {
         crate::transpose::tdsl_transpose_f32 as *const u8,
     );
     b.symbol(crate::dot::SYMBOL, crate::dot::tdsl_dot_f32 as *const u8);
+    b.symbol(
+        crate::dot::SYMBOL_F16,
+        crate::dot::tdsl_dot_f16 as *const u8,
+    );
+    b.symbol(
+        crate::dot::SYMBOL_BF16,
+        crate::dot::tdsl_dot_bf16 as *const u8,
+    );
     JITModule::new(b)
 }
 

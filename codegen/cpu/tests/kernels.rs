@@ -1107,9 +1107,14 @@ fn coo_spmv_via_singleton_levels() {
 }
 
 fn dot_program(n: u64) -> LoopProgram {
+    dot_program_of(F32, n)
+}
+
+/// [`dot_program`] with `a` of type `ta`.
+fn dot_program_of(ta: ElemType, n: u64) -> LoopProgram {
     program(
         vec![
-            input("a", F32, n, 0),
+            input("a", ta, n, 0),
             input("b", F32, n, 1),
             output("s", F32, 1),
         ],
@@ -1175,35 +1180,32 @@ fn dot_product_loops_call_the_wide_dot_product() {
         tdsl_cpu::dot_product_available(),
         "{clif}"
     );
-    for n in [64u64, 65, 127, 128, 129, 1000, 4099] {
-        let a: Vec<f32> = (0..n)
-            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0)
-            .collect();
-        let b: Vec<f32> = (0..n)
-            .map(|i| ((i * 53 % 89) as f32 - 44.0) / 5.0)
-            .collect();
-        let run = |be: &mut CpuBackend| {
-            let mut bufs = vec![
-                Data::F32(a.clone()),
-                Data::F32(b.clone()),
-                Data::F32(vec![0.0]),
-            ];
-            be.compile(&dot_program(n))
-                .unwrap()
-                .run(&mut bufs, 1)
-                .unwrap();
-            match &bufs[2] {
-                Data::F32(v) => v[0] as f64,
-                _ => unreachable!(),
+    for ta in [F32, F16, BF16] {
+        for n in [64u64, 65, 127, 128, 129, 1000, 4099] {
+            // Multiples of 1/8 below 8: exact in f16 and bf16.
+            let a: Vec<f64> = (0..n)
+                .map(|i| ((i * 37 % 101) as f64 - 50.0) / 8.0)
+                .collect();
+            let b: Vec<f64> = (0..n)
+                .map(|i| ((i * 53 % 89) as f64 - 44.0) / 5.0)
+                .collect();
+            let run = |be: &mut CpuBackend| {
+                let mut bufs = vec![data(ta, &a), data(F32, &b), Data::F32(vec![0.0])];
+                be.compile(&dot_program_of(ta, n))
+                    .unwrap()
+                    .run(&mut bufs, 1)
+                    .unwrap();
+                bufs[2].to_f64()[0]
+            };
+            let b32: Vec<f64> = b.iter().map(|&v| v as f32 as f64).collect();
+            let want: f64 = a.iter().zip(&b32).map(|(x, y)| x * y).sum();
+            let scale: f64 = a.iter().zip(&b32).map(|(x, y)| (x * y).abs()).sum();
+            for (name, got) in [("call", run(&mut wide)), ("own loop", run(&mut own))] {
+                assert!(
+                    (got - want).abs() <= 1e-5 * scale,
+                    "{ta:?}, n = {n}, {name}: {got} against {want}"
+                );
             }
-        };
-        let want: f64 = a.iter().zip(&b).map(|(x, y)| *x as f64 * *y as f64).sum();
-        let scale: f64 = a.iter().zip(&b).map(|(x, y)| (x * y).abs() as f64).sum();
-        for (name, got) in [("call", run(&mut wide)), ("own loop", run(&mut own))] {
-            assert!(
-                (got - want).abs() <= 1e-5 * scale,
-                "n = {n}, {name}: {got} against {want}"
-            );
         }
     }
 }

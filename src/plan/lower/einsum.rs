@@ -472,7 +472,9 @@ impl Planner<'_> {
     ) -> Option<Vec<Kernel>> {
         let (&first, rest) = summed.split_first()?;
         let k = ext[first];
-        let parts = (2..=8u64).rev().find(|p| k.is_multiple_of(*p) && k / p >= 16)?;
+        let parts = (2..=8u64)
+            .rev()
+            .find(|p| k.is_multiple_of(*p) && k / p >= 16)?;
         let (e, ty) = (ext[inner], elem_type(out.dtype));
         let name = format!("t{}", self.n_temps);
         self.n_temps += 1;
