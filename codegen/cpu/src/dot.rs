@@ -21,7 +21,10 @@ pub(crate) const SYMBOL: &str = "tdsl_dot_f32";
 pub(crate) const SYMBOL_F16: &str = "tdsl_dot_f16";
 pub(crate) const SYMBOL_BF16: &str = "tdsl_dot_bf16";
 
+pub(crate) const SYMBOL_AXPY: &str = "tdsl_axpy_f32";
+
 type Kernel<T> = unsafe fn(*const T, *const f32, usize) -> f32;
+type Axpy = unsafe fn(*mut f32, *const f32, f32, usize);
 
 /// One kernel per element type of `x`, for one instruction set.
 #[derive(Clone, Copy)]
@@ -29,6 +32,7 @@ struct Kernels {
     f32: Kernel<f32>,
     f16: Kernel<u16>,
     bf16: Kernel<u16>,
+    axpy: Axpy,
 }
 
 fn kernels() -> Option<Kernels> {
@@ -41,6 +45,7 @@ fn kernels() -> Option<Kernels> {
                     f32: x86::dot_f32_avx512,
                     f16: x86::dot_f16_avx512,
                     bf16: x86::dot_bf16_avx512,
+                    axpy: x86::axpy_avx512,
                 });
             }
             if Isa::Avx2.supported() {
@@ -48,6 +53,7 @@ fn kernels() -> Option<Kernels> {
                     f32: x86::dot_f32_avx2,
                     f16: x86::dot_f16_avx2,
                     bf16: x86::dot_bf16_avx2,
+                    axpy: x86::axpy_avx2,
                 });
             }
         }
@@ -113,6 +119,27 @@ pub(crate) unsafe extern "C" fn tdsl_dot_bf16(x: *const u16, y: *const f32, n: i
         Some(k) => unsafe { (k.bf16)(x, y, n) },
         // SAFETY: the caller's contract.
         None => unsafe { scalar(x, y, n, |b| bf16::from_bits(b).to_f32()) },
+    }
+}
+
+/// `y[i] = y[i] + a·w[i]` for `i < n`, the product and the sum each rounded to f32 (as the
+/// loop it replaces computes them: no fused multiply-add). Registered under [`SYMBOL_AXPY`];
+/// generated code calls it only when [`available`] said so.
+///
+/// # Safety
+/// `y[0..n]` and `w[0..n]` are in bounds of their buffers; `y` and `w` are the same elements
+/// or do not overlap.
+pub(crate) unsafe extern "C" fn tdsl_axpy_f32(y: *mut f32, w: *const f32, a: f32, n: i64) {
+    let n = n.max(0) as usize;
+    match kernels() {
+        // SAFETY: the caller's contract; the kernel's instruction set is present.
+        Some(k) => unsafe { (k.axpy)(y, w, a, n) },
+        None => {
+            for i in 0..n {
+                // SAFETY: the caller's contract.
+                unsafe { *y.add(i) += a * *w.add(i) };
+            }
+        }
     }
 }
 
@@ -191,6 +218,57 @@ mod x86 {
             }
         };
     }
+
+    /// `y += a·w` over `n` values, `$w` lanes at a time, four vectors a step: the product
+    /// rounded, then the sum (no fused multiply-add, as the loop it replaces).
+    macro_rules! axpy_kernel {
+        ($name:ident, $feature:literal, $w:expr, $splat:ident, $load:ident, $store:ident,
+         $mul:ident, $add:ident) => {
+            /// # Safety
+            /// The instruction set is present; `tdsl_axpy_f32`'s contract.
+            #[target_feature(enable = $feature)]
+            pub unsafe fn $name(y: *mut f32, w: *const f32, a: f32, n: usize) {
+                let av = $splat(a);
+                let mut i = 0;
+                while i + 4 * $w <= n {
+                    for k in 0..4 {
+                        let j = i + k * $w;
+                        $store(y.add(j), $add($load(y.add(j)), $mul(av, $load(w.add(j)))));
+                    }
+                    i += 4 * $w;
+                }
+                while i + $w <= n {
+                    $store(y.add(i), $add($load(y.add(i)), $mul(av, $load(w.add(i)))));
+                    i += $w;
+                }
+                while i < n {
+                    *y.add(i) += a * *w.add(i);
+                    i += 1;
+                }
+            }
+        };
+    }
+
+    axpy_kernel!(
+        axpy_avx512,
+        "avx512f",
+        16,
+        _mm512_set1_ps,
+        _mm512_loadu_ps,
+        _mm512_storeu_ps,
+        _mm512_mul_ps,
+        _mm512_add_ps
+    );
+    axpy_kernel!(
+        axpy_avx2,
+        "avx2,fma",
+        8,
+        _mm256_set1_ps,
+        _mm256_loadu_ps,
+        _mm256_storeu_ps,
+        _mm256_mul_ps,
+        _mm256_add_ps
+    );
 
     /// A zmm of the 16 bf16 values at `p`, widened (a bf16 is an f32's upper half).
     #[inline(always)]
@@ -324,6 +402,7 @@ mod tests {
                     f32: x86::dot_f32_avx2,
                     f16: x86::dot_f16_avx2,
                     bf16: x86::dot_bf16_avx2,
+                    axpy: x86::axpy_avx2,
                 },
             ));
         }

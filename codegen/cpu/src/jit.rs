@@ -83,6 +83,10 @@ pub(crate) fn new_module(target: &Target) -> JITModule {
         crate::dot::SYMBOL_BF16,
         crate::dot::tdsl_dot_bf16 as *const u8,
     );
+    b.symbol(
+        crate::dot::SYMBOL_AXPY,
+        crate::dot::tdsl_axpy_f32 as *const u8,
+    );
     JITModule::new(b)
 }
 

@@ -1210,6 +1210,78 @@ fn dot_product_loops_call_the_wide_dot_product() {
     }
 }
 
+/// `y[o] = y[o] + x[i] * w[i, o]` over rows `i < r` of `c` columns (an `x @ W` accumulated in
+/// the result): the inner loop is one call to the wide axpy where the CPU has it, and it rounds
+/// the product and the sum as the loop does, so both agree bit for bit.
+#[test]
+fn axpy_loops_call_the_wide_axpy_and_round_as_the_loop_does() {
+    let mut wide = CpuBackend::new().unwrap();
+    let mut own = CpuBackend::with_options(CpuOptions {
+        dot: false,
+        ..CpuOptions::default()
+    })
+    .unwrap();
+    for (r, c) in [(3u64, 64u64), (5, 65), (2, 200), (7, 1029)] {
+        let ci = c as i64;
+        let p = program(
+            vec![
+                input("x", F32, r, 0),
+                input("w", F32, r * c, 1),
+                output("y", F32, c),
+            ],
+            vec![kernel(
+                "axpy",
+                vec![range(
+                    0,
+                    r,
+                    false,
+                    1,
+                    vec![range(
+                        1,
+                        c,
+                        false,
+                        4,
+                        vec![store(
+                            2,
+                            ix(0, &[(1, 1)]),
+                            bin(
+                                BinOp::Add,
+                                load(2, ix(0, &[(1, 1)])),
+                                bin(
+                                    BinOp::Mul,
+                                    load(0, ix(0, &[(0, 1)])),
+                                    load(1, ix(0, &[(0, ci), (1, 1)])),
+                                ),
+                            ),
+                        )],
+                    )],
+                )],
+            )],
+        );
+        if c == 64 {
+            let clif = wide.clif(&p, 0).unwrap();
+            assert_eq!(
+                clif.contains("call"),
+                tdsl_cpu::dot_product_available(),
+                "{clif}"
+            );
+        }
+        let run = |be: &mut CpuBackend| {
+            let mut bufs = vec![
+                data(F32, &values(r as usize, 1)),
+                data(F32, &values((r * c) as usize, 2)),
+                data(F32, &values(c as usize, 3)),
+            ];
+            be.compile(&p).unwrap().run(&mut bufs, 1).unwrap();
+            match &bufs[2] {
+                Data::F32(v) => v.iter().map(|x| x.to_bits()).collect::<Vec<u32>>(),
+                _ => unreachable!(),
+            }
+        };
+        assert_eq!(run(&mut wide), run(&mut own), "{r}×{c}");
+    }
+}
+
 /// `y[r, j] = x[r, j] * sqrt(sum_j x[r, j]^2)`: a row statistic used by a second inner loop.
 fn row_scale_program(r: u64, c: u64) -> LoopProgram {
     let row = |v: u32| ix(0, &[(0, c as i64), (v, 1)]);

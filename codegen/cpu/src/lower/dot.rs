@@ -99,3 +99,94 @@ impl<M: Module> Lower<'_, '_, M> {
         Ok(())
     }
 }
+
+/// An axpy loop: `y[… + v] = y[… + v] + a·w[… + v]` with `a` the same in every iteration.
+pub(super) struct Axpy {
+    y: (BufId, Index),
+    w: (BufId, Index),
+    a: Expr,
+}
+
+/// Whether `e` has the same value in every iteration of the loop over `var` (it loads nothing
+/// that moves with `var` and does not read `var`'s iota).
+fn invariant(e: &Expr, var: VarId) -> bool {
+    let mut ok = true;
+    e.visit(&mut |x| match x {
+        Expr::Load { index, .. } => ok &= index.stride_of(var) == 0,
+        Expr::Iota(ix) => ok &= ix.stride_of(var) == 0,
+        _ => {}
+    });
+    ok
+}
+
+impl<M: Module> Lower<'_, '_, M> {
+    /// `l` as an [`Axpy`] when the CPU runs the wide dot products (`LowerOptions::dot`) and
+    /// `l`'s whole body is `y[i] = y[i] + a·w[j]` (either product order) over f32 buffers read
+    /// and written with stride 1 in `l`'s variable, `a` invariant, for at least
+    /// [`MIN_EXTENT`] iterations: a row of `x @ W` accumulated into the result.
+    pub(super) fn axpy_loop(&self, l: &Loop, plan: &VecPlan) -> Option<Axpy> {
+        let Iter::Range { extent } = l.iter else {
+            return None;
+        };
+        if !self.opts.dot || plan.ct != Ct::F32 || extent < MIN_EXTENT {
+            return None;
+        }
+        let [Stmt::Store { buf, index, value }] = l.body.as_slice() else {
+            return None;
+        };
+        let Expr::Binary(BinOp::Add, cur, prod) = value else {
+            return None;
+        };
+        let f32_unit =
+            |b: BufId, ix: &Index| self.buf_ty(b) == ElemType::F32 && ix.stride_of(l.var) == 1;
+        let same = matches!(&**cur, Expr::Load { buf: b, index: i } if b == buf && i == index);
+        let Expr::Binary(BinOp::Mul, p, q) = &**prod else {
+            return None;
+        };
+        let (w, a) = match (&**p, &**q) {
+            (Expr::Load { buf: b, index: i }, a) | (a, Expr::Load { buf: b, index: i })
+                if f32_unit(*b, i) && invariant(a, l.var) =>
+            {
+                ((*b, i.clone()), a.clone())
+            }
+            _ => return None,
+        };
+        // `a` computes in f32 like the product (no f64 operand inside it).
+        if !(same && f32_unit(*buf, index) && self.infer(&a).is_none_or(|c| c == Ct::F32)) {
+            return None;
+        }
+        Some(Axpy {
+            y: (*buf, index.clone()),
+            w,
+            a,
+        })
+    }
+
+    /// `tdsl_axpy_f32(&y[start], &w[start], a, end − start)`.
+    pub(super) fn axpy_call(
+        &mut self,
+        l: &Loop,
+        x: &Axpy,
+        start: Value,
+        end: Value,
+    ) -> Result<(), CodegenError> {
+        let f = self.import(
+            crate::dot::SYMBOL_AXPY,
+            &[types::I64, types::I64, types::F32, types::I64],
+            None,
+        )?;
+        let first = self.b.declare_var(types::I64);
+        self.b.def_var(first, start);
+        self.bind(l.var, first)?;
+        let a = self.expr(&x.a, Ct::F32)?;
+        let mut ptr = |(buf, ix): &(BufId, Index)| {
+            let (p, off) = self.addr(*buf, ix);
+            self.b.ins().iadd_imm_s(p, off as i64)
+        };
+        let y = ptr(&x.y);
+        let w = ptr(&x.w);
+        let n = self.b.ins().isub(end, start);
+        self.b.ins().call(f, &[y, w, a, n]);
+        Ok(())
+    }
+}

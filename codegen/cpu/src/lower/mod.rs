@@ -412,6 +412,10 @@ impl<M: Module> Lower<'_, '_, M> {
                             let d = self.dot_loop(l, &plan).expect("checked");
                             self.dot_call(l, &d, start, end)
                         }
+                        Some(plan) if self.axpy_loop(l, &plan).is_some() => {
+                            let x = self.axpy_loop(l, &plan).expect("checked");
+                            self.axpy_call(l, &x, start, end)
+                        }
                         Some(plan) => match self.chunk_plan(l, &plan) {
                             Some(cp) => self.chunked_loop(l, &cp, start, end),
                             None => self.vector_loop(l, &plan, start, end),
