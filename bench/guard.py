@@ -44,6 +44,8 @@ WORKLOADS = [
     "layers/lm_softmax",
     "layers/mixed_gelu",
     "layers/linear_2to4",
+    "layers/decode_f16",
+    "layers/vecmat",
 ]
 
 

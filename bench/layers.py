@@ -82,6 +82,8 @@ def layers(jnp, nn):
             None,
         ),
         ("attention_heads", attn_np, None),
+        ("decode_f16", lambda w, x: w.astype(np.float32) @ x, None),
+        ("vecmat", lambda x, w: x @ w, None),
     ]
     if jnp is None:
         return [(n, f, None, t) for n, f, t in rows]
@@ -114,6 +116,8 @@ def layers(jnp, nn):
         "lowrank": lambda a, b, c: a @ (b @ c),
         "gated_mlp": lambda x, w1, w3, w2: (nn.silu(x @ w1.T) * (x @ w3.T)) @ w2.T,
         "attention_heads": attn_j,
+        "decode_f16": lambda w, x: w.astype(jnp.float32) @ x,
+        "vecmat": lambda x, w: x @ w,
     }
     return [(n, f, jf[n], t) for n, f, t in rows]
 
