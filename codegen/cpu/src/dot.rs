@@ -41,20 +41,10 @@ fn kernels() -> Option<Kernels> {
         #[cfg(target_arch = "x86_64")]
         {
             if Isa::Avx512.supported() {
-                return Some(Kernels {
-                    f32: x86::dot_f32_avx512,
-                    f16: x86::dot_f16_avx512,
-                    bf16: x86::dot_bf16_avx512,
-                    axpy: x86::axpy_avx512,
-                });
+                return Some(x86::AVX512);
             }
             if Isa::Avx2.supported() {
-                return Some(Kernels {
-                    f32: x86::dot_f32_avx2,
-                    f16: x86::dot_f16_avx2,
-                    bf16: x86::dot_bf16_avx2,
-                    axpy: x86::axpy_avx2,
-                });
+                return Some(x86::AVX2);
             }
         }
         None
@@ -145,7 +135,7 @@ pub(crate) unsafe extern "C" fn tdsl_axpy_f32(y: *mut f32, w: *const f32, a: f32
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{bf16, f16};
+    use super::{bf16, f16, Kernels};
     use std::arch::x86_64::*;
 
     /// One wide dot product over `x` of element type `$t`: the first values one at a time
@@ -218,6 +208,22 @@ mod x86 {
             }
         };
     }
+
+    /// The AVX-512 kernels.
+    pub(super) const AVX512: Kernels = Kernels {
+        f32: dot_f32_avx512,
+        f16: dot_f16_avx512,
+        bf16: dot_bf16_avx512,
+        axpy: axpy_avx512,
+    };
+
+    /// The AVX2 + FMA (+ F16C) kernels.
+    pub(super) const AVX2: Kernels = Kernels {
+        f32: dot_f32_avx2,
+        f16: dot_f16_avx2,
+        bf16: dot_bf16_avx2,
+        axpy: axpy_avx2,
+    };
 
     /// `y += a·w` over `n` values, `$w` lanes at a time, four vectors a step: the product
     /// rounded, then the sum (no fused multiply-add, as the loop it replaces).
@@ -396,15 +402,7 @@ mod tests {
         let mut sets = vec![("best", k)];
         #[cfg(target_arch = "x86_64")]
         if Isa::Avx512.supported() && Isa::Avx2.supported() {
-            sets.push((
-                "avx2",
-                Kernels {
-                    f32: x86::dot_f32_avx2,
-                    f16: x86::dot_f16_avx2,
-                    bf16: x86::dot_bf16_avx2,
-                    axpy: x86::axpy_avx2,
-                },
-            ));
+            sets.push(("avx2", x86::AVX2));
         }
         let n_max = 300;
         let x: Vec<f32> = (0..n_max + 8)

@@ -592,44 +592,33 @@ unsafe fn pack<S: Widen>(
             let mut first = 0;
             #[cfg(target_arch = "x86_64")]
             if let Some(d) = S::f32s(data) {
-                let steps8 = steps / 8 * 8;
-                while first + 8 <= lines {
-                    let l0 = first;
-                    // SAFETY: lines l0..l0+8 and steps 0..steps8 lie inside `d` (the caller's
-                    // view check); the panel holds `steps × w` values; AVX2 is present
-                    // wherever a micro-kernel runs.
-                    x86::transpose8_into_panel(
-                        d.as_ptr().add(at(l0, 0)),
-                        line_stride,
-                        panel.as_mut_ptr().add(l0),
-                        w,
-                        steps8,
-                    );
-                    for p in steps8..steps {
-                        for i in 0..8 {
-                            panel[p * w + l0 + i] = *d.get_unchecked(at(l0 + i, p));
+                // Groups of 8 lines, then one of 4 (a 12-line A panel's last third on AVX-512).
+                type Transpose = unsafe fn(*const f32, isize, *mut f32, usize, usize);
+                let groups: [(usize, Transpose); 2] = [
+                    (8, x86::transpose8_into_panel),
+                    (4, x86::transpose4_into_panel),
+                ];
+                for (g, transpose) in groups {
+                    let whole = steps / g * g;
+                    while first + g <= lines {
+                        let l0 = first;
+                        // SAFETY: lines l0..l0+g and steps 0..whole lie inside `d` (the
+                        // caller's view check); the panel holds `steps × w` values; AVX2 is
+                        // present wherever a micro-kernel runs.
+                        transpose(
+                            d.as_ptr().add(at(l0, 0)),
+                            line_stride,
+                            panel.as_mut_ptr().add(l0),
+                            w,
+                            whole,
+                        );
+                        for p in whole..steps {
+                            for i in 0..g {
+                                panel[p * w + l0 + i] = *d.get_unchecked(at(l0 + i, p));
+                            }
                         }
+                        first += g;
                     }
-                    first += 8;
-                }
-                if first + 4 <= lines {
-                    // A 12-line panel's last four lines (a third of every A panel on AVX-512).
-                    let l0 = first;
-                    let steps4 = steps / 4 * 4;
-                    // SAFETY: as above, for lines l0..l0+4 and steps 0..steps4.
-                    x86::transpose4_into_panel(
-                        d.as_ptr().add(at(l0, 0)),
-                        line_stride,
-                        panel.as_mut_ptr().add(l0),
-                        w,
-                        steps4,
-                    );
-                    for p in steps4..steps {
-                        for i in 0..4 {
-                            panel[p * w + l0 + i] = *d.get_unchecked(at(l0 + i, p));
-                        }
-                    }
-                    first += 4;
                 }
             }
             for l in first..lines {
