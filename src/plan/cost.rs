@@ -429,14 +429,23 @@ pub fn kernel_secs(s: &tdsl_loop::stats::KernelStats, m: &Machine, threads: usiz
             f as f64 / (ceiling * eff.max(1e-3)) + products as f64 * GEMM_CALL_SECS / t
         })
         .sum();
+    // A 2:4 product with a narrow dense side (2 to 31 columns) runs the permute kernel, which
+    // keeps lanes idle as a narrow GEMM does (measured: 4096² by 8 columns at about a fifth of
+    // the peak); one column is a matrix-vector product, bound by memory.
+    let narrow = |l: tdsl_loop::SparseLayout, free: u64| match l {
+        tdsl_loop::SparseLayout::TwoFour { .. } if free >= 2 => {
+            (free as f64 / 32.0).clamp(0.4, 1.0)
+        }
+        _ => 1.0,
+    };
     let sparse: f64 = s
         .sparse_flops
         .iter()
-        .map(|&(l, f)| f as f64 / (ceiling * layout_efficiency(l)))
+        .map(|&(l, f, free)| f as f64 / (ceiling * layout_efficiency(l) * narrow(l, free)))
         .sum();
     // Index-chasing formats gather the dense operand row by row: a CSR product reaches about
     // a third of the copy bandwidth (bench/RESULTS.md, sparse kernels).
-    let gathers = s.sparse_flops.iter().any(|(l, _)| {
+    let gathers = s.sparse_flops.iter().any(|(l, _, _)| {
         matches!(
             l,
             tdsl_loop::SparseLayout::Csr

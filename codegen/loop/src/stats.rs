@@ -18,8 +18,9 @@ pub struct KernelStats {
     /// GEMM calls: FLOPs, the narrower of the destination's extents (`min(m, n)`) and the
     /// number of products (batch elements).
     pub gemm: Vec<(u128, u64, u128)>,
-    /// FLOPs inside sparse products, with the sparse operand's layout.
-    pub sparse_flops: Vec<(SparseLayout, u128)>,
+    /// FLOPs inside sparse products, with the sparse operand's layout and the width of the
+    /// dense side (its columns, or rows for a sparse operand on the right).
+    pub sparse_flops: Vec<(SparseLayout, u128, u64)>,
     /// Core cycles of the generated loops ([`op_cycles`] per operation and element) under a
     /// parallel loop, and outside any.
     pub loop_cycles_parallel: f64,
@@ -245,7 +246,13 @@ fn stmts(
                             .gemm
                             .push((f, (*m).min(*n), mult.saturating_mul(products)))
                     }
-                    LibCall::SpMM { s, .. } => w.stats.sparse_flops.push((s.layout, f)),
+                    LibCall::SpMM { s, m, n, side, .. } => {
+                        let free = match side {
+                            Side::Left => *n,
+                            Side::Right => *m,
+                        };
+                        w.stats.sparse_flops.push((s.layout, f, free))
+                    }
                     LibCall::Sparsify { .. } | LibCall::Densify { .. } => {}
                 }
                 (call_flops(call, data), 0.0)
