@@ -1782,6 +1782,45 @@ proptest! {
     fn prop_view_programs_agree(v in choices()) {
         check(&v, Family::Views)?;
     }
+
+    /// Contractions whose largest operand is contiguous along a long result axis (`x @ W`
+    /// and its relatives: the result accumulates in place, in partial sums when it has one
+    /// axis), with random extents, operand orders and dtypes, agree with the interpreter.
+    #[test]
+    fn prop_contractions_in_the_result_agree(
+        i in 1u64..40, j in 1u64..4, c in 1u64..4, o in 60u64..140,
+        form in 0usize..6, types in 0usize..4,
+    ) {
+        let (t, w) = [("f32", "f32"), ("f32", "f16"), ("f64", "f64"), ("f32", "bf16")][types];
+        let (decl, pattern) = match form {
+            0 => (format!("x: {{t}}[i={i}] = randn(seed=1)\ninput w: {{w}}[i, o={o}]"), "i, i o -> o"),
+            1 => (format!("x: {{t}}[i={i}, j={j}] = randn(seed=1)\ninput w: {{w}}[i, j, o={o}]"), "i j, i j o -> o"),
+            2 => (format!("x: {{t}}[c={c}, i={i}] = randn(seed=1)\ninput w: {{w}}[i, o={o}]"), "c i, i o -> c o"),
+            3 => (format!("x: {{t}}[i={i}] = randn(seed=1)\ninput w: {{w}}[j={j}, i, o={o}]"), "i, j i o -> j o"),
+            4 => (format!("x: {{t}}[i={i}] = randn(seed=1)\ninput w: {{w}}[o={o}, i]"), "i, o i -> o"),
+            _ => (format!("x: {{t}}[i={i}] = randn(seed=1)\ninput w: {{w}}[i, o={o}]"), "i, i o -> o"),
+        };
+        let script = |t: &str, w: &str| {
+            let head = decl.replace("{t}", t).replace("{w}", w);
+            // The last form takes the operands the other way round.
+            let args = if form == 5 { "w, x" } else { "x, w" };
+            let pattern = if form == 5 { "i o, i -> o" } else { pattern };
+            format!(
+                "input {head} = randn(seed=2)\ny = einsum({args}, \"{pattern}\")\noutput y\n"
+            )
+        };
+        let text = script(t, w);
+        let low = match (t, w) {
+            (_, "f16") => DType::F16,
+            (_, "bf16") => DType::BF16,
+            ("f64", _) => DType::F64,
+            _ => DType::F32,
+        };
+        match differ(&text, &script("f64", "f64"), low) {
+            Ok(_) => {}
+            Err(e) => return Err(TestCaseError::fail(format!("{text}\n{e}"))),
+        }
+    }
 }
 
 /// `n` generated scripts of each family (a fixed seed): a corpus of the kernel shapes the
