@@ -23,6 +23,16 @@ pub(crate) const SYMBOL_BF16: &str = "tdsl_dot_bf16";
 
 pub(crate) const SYMBOL_AXPY: &str = "tdsl_axpy_f32";
 
+/// The symbols this module registers with the JIT.
+pub(crate) fn symbols() -> [(&'static str, *const u8); 4] {
+    [
+        (SYMBOL, tdsl_dot_f32 as *const u8),
+        (SYMBOL_F16, tdsl_dot_f16 as *const u8),
+        (SYMBOL_BF16, tdsl_dot_bf16 as *const u8),
+        (SYMBOL_AXPY, tdsl_axpy_f32 as *const u8),
+    ]
+}
+
 type Kernel<T> = unsafe fn(*const T, *const f32, usize) -> f32;
 type Axpy = unsafe fn(*mut f32, *const f32, f32, usize);
 
@@ -307,84 +317,67 @@ mod x86 {
         }
     }
 
-    dot_kernel!(
-        dot_f32_avx512,
-        "avx512f",
-        16,
-        f32,
-        |p| _mm512_loadu_ps(p),
-        |v: f32| v,
-        _mm512_set1_ps,
-        _mm512_loadu_ps,
-        _mm512_add_ps,
-        _mm512_fmadd_ps,
-        |v| _mm512_reduce_add_ps(v)
-    );
-    dot_kernel!(
+    /// [`dot_kernel`] on zmm registers: name, `x`'s element type, its wide and scalar loads.
+    macro_rules! dot512 {
+        ($name:ident, $t:ty, $wide:expr, $narrow:expr) => {
+            dot_kernel!(
+                $name,
+                "avx512f",
+                16,
+                $t,
+                $wide,
+                $narrow,
+                _mm512_set1_ps,
+                _mm512_loadu_ps,
+                _mm512_add_ps,
+                _mm512_fmadd_ps,
+                |v| _mm512_reduce_add_ps(v)
+            );
+        };
+    }
+
+    /// [`dot_kernel`] on ymm registers, with the features `$features` (AVX2 and FMA at least).
+    macro_rules! dot256 {
+        ($name:ident, $features:literal, $t:ty, $wide:expr, $narrow:expr) => {
+            dot_kernel!(
+                $name,
+                $features,
+                8,
+                $t,
+                $wide,
+                $narrow,
+                _mm256_set1_ps,
+                _mm256_loadu_ps,
+                _mm256_add_ps,
+                _mm256_fmadd_ps,
+                reduce256
+            );
+        };
+    }
+
+    dot512!(dot_f32_avx512, f32, |p| _mm512_loadu_ps(p), |v: f32| v);
+    dot512!(
         dot_f16_avx512,
-        "avx512f",
-        16,
         u16,
         |p: *const u16| _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i)),
-        f16_one,
-        _mm512_set1_ps,
-        _mm512_loadu_ps,
-        _mm512_add_ps,
-        _mm512_fmadd_ps,
-        |v| _mm512_reduce_add_ps(v)
+        f16_one
     );
-    dot_kernel!(
-        dot_bf16_avx512,
-        "avx512f",
-        16,
-        u16,
-        |p| bf16x16(p),
-        bf16_one,
-        _mm512_set1_ps,
-        _mm512_loadu_ps,
-        _mm512_add_ps,
-        _mm512_fmadd_ps,
-        |v| _mm512_reduce_add_ps(v)
-    );
-    dot_kernel!(
+    dot512!(dot_bf16_avx512, u16, |p| bf16x16(p), bf16_one);
+    dot256!(
         dot_f32_avx2,
         "avx2,fma",
-        8,
         f32,
         |p| _mm256_loadu_ps(p),
-        |v: f32| v,
-        _mm256_set1_ps,
-        _mm256_loadu_ps,
-        _mm256_add_ps,
-        _mm256_fmadd_ps,
-        reduce256
+        |v: f32| v
     );
-    dot_kernel!(
+    dot256!(
         dot_f16_avx2,
         "avx2,fma,f16c",
-        8,
         u16,
         |p: *const u16| _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)),
-        f16_one,
-        _mm256_set1_ps,
-        _mm256_loadu_ps,
-        _mm256_add_ps,
-        _mm256_fmadd_ps,
-        reduce256
+        f16_one
     );
-    dot_kernel!(
-        dot_bf16_avx2,
-        "avx2,fma",
-        8,
-        u16,
-        |p| bf16x8(p),
-        bf16_one,
-        _mm256_set1_ps,
-        _mm256_loadu_ps,
-        _mm256_add_ps,
-        _mm256_fmadd_ps,
-        reduce256
-    );
+    dot256!(dot_bf16_avx2, "avx2,fma", u16, |p| bf16x8(p), bf16_one);
 }
 
 #[cfg(test)]

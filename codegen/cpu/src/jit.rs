@@ -63,30 +63,16 @@ pub(crate) fn new_module(target: &Target) -> JITModule {
         target.isa.clone(),
         cranelift_module::default_libcall_names(),
     );
-    for (name, ptr) in helpers::symbols() {
+    // Every function generated code may call: the scalar helpers and the ahead-of-time
+    // vector kernels (one list, so a call the lowering emits always resolves).
+    let calls = helpers::symbols()
+        .into_iter()
+        .chain(crate::vmath::symbols())
+        .chain(crate::transpose::symbols())
+        .chain(crate::dot::symbols());
+    for (name, ptr) in calls {
         b.symbol(name, ptr);
     }
-    b.symbol(
-        crate::vmath::SYMBOL,
-        crate::vmath::tdsl_vmath_f32 as *const u8,
-    );
-    b.symbol(
-        crate::transpose::SYMBOL,
-        crate::transpose::tdsl_transpose_f32 as *const u8,
-    );
-    b.symbol(crate::dot::SYMBOL, crate::dot::tdsl_dot_f32 as *const u8);
-    b.symbol(
-        crate::dot::SYMBOL_F16,
-        crate::dot::tdsl_dot_f16 as *const u8,
-    );
-    b.symbol(
-        crate::dot::SYMBOL_BF16,
-        crate::dot::tdsl_dot_bf16 as *const u8,
-    );
-    b.symbol(
-        crate::dot::SYMBOL_AXPY,
-        crate::dot::tdsl_axpy_f32 as *const u8,
-    );
     JITModule::new(b)
 }
 

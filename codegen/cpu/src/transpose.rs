@@ -10,6 +10,11 @@ use std::sync::OnceLock;
 /// The symbol generated code calls.
 pub(crate) const SYMBOL: &str = "tdsl_transpose_f32";
 
+/// The symbols this module registers with the JIT.
+pub(crate) fn symbols() -> [(&'static str, *const u8); 1] {
+    [(SYMBOL, tdsl_transpose_f32 as *const u8)]
+}
+
 /// Whether this CPU runs the register transposes (AVX2), unless `TDSL_TRANSPOSE=0` keeps the
 /// JIT's own loops (to compare the two).
 pub(crate) fn available() -> bool {

@@ -64,6 +64,11 @@ impl VOp {
 /// `dst[0..n]`.
 pub(crate) const SYMBOL: &str = "tdsl_vmath_f32";
 
+/// The symbols this module registers with the JIT.
+pub(crate) fn symbols() -> [(&'static str, *const u8); 1] {
+    [(SYMBOL, tdsl_vmath_f32 as *const u8)]
+}
+
 type Kernel = unsafe fn(u32, *const f32, *mut f32, usize);
 
 fn kernel() -> Option<Kernel> {
