@@ -408,18 +408,17 @@ impl<M: Module> Lower<'_, '_, M> {
                 if is_innermost(l) {
                     self.precompute_partials(l);
                     let r = match self.vec_plan(l) {
-                        Some(plan) if self.dot_loop(l, &plan).is_some() => {
-                            let d = self.dot_loop(l, &plan).expect("checked");
-                            self.dot_call(l, &d, start, end)
+                        Some(plan) => {
+                            if let Some(d) = self.dot_loop(l, &plan) {
+                                self.dot_call(l, &d, start, end)
+                            } else if let Some(x) = self.axpy_loop(l, &plan) {
+                                self.axpy_call(l, &x, start, end)
+                            } else if let Some(cp) = self.chunk_plan(l, &plan) {
+                                self.chunked_loop(l, &cp, start, end)
+                            } else {
+                                self.vector_loop(l, &plan, start, end)
+                            }
                         }
-                        Some(plan) if self.axpy_loop(l, &plan).is_some() => {
-                            let x = self.axpy_loop(l, &plan).expect("checked");
-                            self.axpy_call(l, &x, start, end)
-                        }
-                        Some(plan) => match self.chunk_plan(l, &plan) {
-                            Some(cp) => self.chunked_loop(l, &cp, start, end),
-                            None => self.vector_loop(l, &plan, start, end),
-                        },
                         None => self.scalar_range(l, start, end),
                     };
                     self.partials = None;
