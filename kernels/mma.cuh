@@ -17,51 +17,15 @@
 // Block tiles 128 x 128, 8 warps as 2 x 4, each warp 64 x 32; cp.async multi-stage pipelines in
 // dynamic shared memory; shared memory XOR-swizzled by 16-byte chunk
 // so every ldmatrix phase hits 8 distinct bank groups.
+//
+// The instructions themselves (cp.async, ldmatrix, mma.sync, mma.sp, wgmma) are functions defined
+// before this file: by mma_device.cuh on the GPU, by mma_host.h in the host emulation, which runs
+// every thread of a block as a fiber and the warp-wide instructions on the gathered lanes.
 
 #define TDSL_TC_BM 128
 #define TDSL_TC_BN 128
 #define TDSL_TC_THREADS 256
 
-TDSL_FN unsigned tdsl_smem(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
-TDSL_FN void tdsl_cp16(unsigned dst, const void *src, bool ok) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(ok ? 16 : 0));
-}
-TDSL_FN void tdsl_cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> TDSL_FN void tdsl_cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-
-TDSL_FN void tdsl_ldm_x4(unsigned addr, unsigned &r0, unsigned &r1, unsigned &r2, unsigned &r3) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
-}
-TDSL_FN void tdsl_ldm_x4_t(unsigned addr, unsigned &r0, unsigned &r1, unsigned &r2, unsigned &r3) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
-}
-
-template <int IN> TDSL_FN void tdsl_mma16816(float *d, const unsigned *a, const unsigned *b) {
-  if (IN == 1)
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-  else
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-// mma.sp::ordered_metadata m16n8k32, sparsity selector 0: lanes t = 0, 1 of each quad supply `e`.
-template <int IN> TDSL_FN void tdsl_mma_sp16832(float *d, const unsigned *a, const unsigned *b, unsigned e) {
-  if (IN == 1)
-    asm volatile("mma.sp::ordered_metadata.sync.aligned.m16n8k32.row.col.f32.bf16.bf16.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9,%10,%11}, {%0,%1,%2,%3}, %12, 0;\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(b[2]), "r"(b[3]), "r"(e));
-  else
-    asm volatile("mma.sp::ordered_metadata.sync.aligned.m16n8k32.row.col.f32.f16.f16.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9,%10,%11}, {%0,%1,%2,%3}, %12, 0;\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(b[2]), "r"(b[3]), "r"(e));
-}
 
 TDSL_FN void tdsl_tc_store(float *c, float v, bool acc) { *c = acc ? *c + v : v; }
 TDSL_FN void tdsl_tc_store(double *c, float v, bool acc) { *c = acc ? *c + (double)v : (double)v; }
@@ -174,7 +138,7 @@ TDSL_FN void tdsl_tc_gemm(const unsigned short *__restrict__ A, const unsigned s
   constexpr int NI = BN / 32, BCH = BN / 8, CH = BK / 8;
   static_assert(BK == 32 || BK == 64, "BK of 32 or 64");
   // Chunks of 8 halves: A [128 rows][CH], B [BN n][CH] (k-contiguous) or [BK k][BN / 8] (n-contiguous).
-  extern __shared__ __align__(128) uint4 tdsl_smem_dyn[];
+  TDSL_DYN_SMEM(tdsl_smem_dyn);
   uint4 *sA = tdsl_smem_dyn, *sB = tdsl_smem_dyn + STAGES * TDSL_TC_BM * CH;
   int m0, n0;
   tdsl_tc_tile<BN>(tile, M, N, m0, n0);
@@ -240,32 +204,21 @@ TDSL_FN unsigned long long tdsl_wg_desc(unsigned addr) {
   return (unsigned long long)((addr & 0x3FFFFu) >> 4) | (1ull << 16) | ((unsigned long long)(1024 >> 4) << 32) |
          (1ull << 62);
 }
-template <int IN, int BN> TDSL_FN void tdsl_wgmma(float *d, unsigned long long da, unsigned long long db) {
-  if constexpr (BN == 256 && IN == 1)
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1, 0, 0;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-                 : "l"(da), "l"(db), "r"(1));
-  else if constexpr (BN == 256)
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1, 0, 0;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-                 : "l"(da), "l"(db), "r"(1));
-  else if constexpr (IN == 1)
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-                 : "l"(da), "l"(db), "r"(1));
-  else
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-                 : "l"(da), "l"(db), "r"(1));
+// A warpgroup's m64nBN accumulators into C, rows row0 .. row0 + 63 and columns col0 ..: d[4j + i]
+// at row 16w + lane / 4 (+ 8 for i >= 2), column 8j + 2 (lane mod 4) + (i mod 2).
+template <int OUT, int BN, typename CT>
+TDSL_FN void tdsl_wg_epilogue(const float *d, CT *C, int M, int N, long long ldm, long long ldn, bool accumulate,
+                              int row0, int col0) {
+  const int lane = threadIdx.x & 31, w = (threadIdx.x >> 5) & 3;
+  const int r0 = row0 + w * 16 + (lane >> 2), c0 = col0 + 2 * (lane & 3);
+#pragma unroll
+  for (int j = 0; j < BN / 8; j++)
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      const int m = r0 + 8 * (i >> 1), n = c0 + 8 * j + (i & 1);
+      if (m < M && n < N) tdsl_tc_put<OUT>(C + (long long)m * ldm + (long long)n * ldn, d[4 * j + i], accumulate);
+    }
 }
-TDSL_FN void tdsl_wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-TDSL_FN void tdsl_wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int N> TDSL_FN void tdsl_wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
-TDSL_FN void tdsl_fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 template <int IN, int OUT, int BN, typename CT>
 TDSL_FN void tdsl_tc_wgmma(const unsigned short *__restrict__ A, const unsigned short *__restrict__ B, CT *__restrict__ C,
                            long long tile, int M, int N, int K, long long lda, long long ldb, long long ldm, long long ldn,
@@ -273,11 +226,11 @@ TDSL_FN void tdsl_tc_wgmma(const unsigned short *__restrict__ A, const unsigned 
   static_assert(BN == 128 || BN == 256, "wgmma tiles 128 or 256 wide");
   constexpr int STAGES = TDSL_TC_WG_STAGES, AHEAD = STAGES - 2;
   constexpr unsigned A_BYTES = TDSL_TC_BM * 128, STAGE = TDSL_TC_WG_STAGE_BYTES(BN);
-  extern __shared__ __align__(128) uint4 tdsl_smem_dyn[];
+  TDSL_DYN_SMEM(tdsl_smem_dyn);
   const unsigned base = (tdsl_smem(tdsl_smem_dyn) + 1023u) & ~1023u;
   int m0, n0;
   tdsl_tc_tile<BN>(tile, M, N, m0, n0);
-  const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, w = (tid >> 5) & 3;
+  const int tid = threadIdx.x, wg = tid >> 7;
   const int KT = (K + 63) / 64;
 
   auto load = [&](int stage, int kt) {
@@ -322,15 +275,99 @@ TDSL_FN void tdsl_tc_wgmma(const unsigned short *__restrict__ A, const unsigned 
   }
   tdsl_wg_wait<0>();
   tdsl_cp_wait<0>();
-  // d[4j + i]: row 16w + lane / 4 (+ 8 for i >= 2), column 8j + 2 (lane mod 4) + (i mod 2).
-  const int row0 = m0 + wg * 64 + w * 16 + (lane >> 2), col0 = n0 + 2 * (lane & 3);
+  tdsl_wg_epilogue<OUT, BN>(d, C, M, N, ldm, ldn, accumulate, m0 + wg * 64, n0);
+}
+
+// 2:4 on sm_90a (H100, H200): `wgmma.mma_async.sp` m64n128k32, the compressed values (A) and B
+// from shared memory through descriptors, the metadata from registers. Same operands as
+// tdsl_tc_sp24 (K a multiple of 64; B k-contiguous only). Block tile 128 x 128, two warpgroups
+// of 64 rows. A stage holds 128 logical K: A's 128 rows of 64 compressed halves (128 bytes),
+// B's 128 rows of 128 halves as two 64-half panels, each in the 128-byte swizzle, and the rows'
+// 4 metadata words. Each k32 step advances A's descriptor by 32 bytes and B's by 64 (the second
+// pair of steps reads the second panel). As CUTLASS's sparse mainloop does, every stage waits
+// for its wgmma group before the next is issued (the metadata registers are read by the
+// asynchronous instruction), and loads run STAGES - 1 tiles ahead.
+#define TDSL_TC_WGSP_STAGES 4
+#define TDSL_TC_WGSP_STAGE_BYTES (TDSL_TC_BM * 128 + TDSL_TC_BN * 256 + TDSL_TC_BM * 16)
+#define TDSL_TC_WGSP_SMEM (TDSL_TC_WGSP_STAGES * TDSL_TC_WGSP_STAGE_BYTES + 1024)
+template <int IN, int OUT, typename CT>
+TDSL_FN void tdsl_tc_wgmma_sp24(const unsigned short *__restrict__ Av, const int *__restrict__ Am,
+                                const unsigned short *__restrict__ B, CT *__restrict__ C, long long tile, int M, int N,
+                                int K, long long ldv, long long ldmeta, long long ldb, long long ldm, long long ldn,
+                                bool accumulate) {
+  constexpr int STAGES = TDSL_TC_WGSP_STAGES, BN = TDSL_TC_BN;
+  constexpr unsigned A_BYTES = TDSL_TC_BM * 128, B_PANEL = BN * 128, STAGE = TDSL_TC_WGSP_STAGE_BYTES;
+  TDSL_DYN_SMEM(tdsl_smem_dyn);
+  const unsigned smem0 = tdsl_smem(tdsl_smem_dyn), base = (smem0 + 1023u) & ~1023u;
+  const unsigned char *gbase = reinterpret_cast<const unsigned char *>(tdsl_smem_dyn) + (base - smem0);
+  int m0, n0;
+  tdsl_tc_tile<BN>(tile, M, N, m0, n0);
+  const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, w = (tid >> 5) & 3;
+  const int KT = (K + 127) / 128, KV = K / 2, KW = K / 32;  // stages; values and metadata words per row
+
+  auto load = [&](int stage, int kt) {
+    const unsigned a_st = base + stage * STAGE, b_st = a_st + A_BYTES, e_st = b_st + 2 * B_PANEL;
 #pragma unroll
-  for (int j = 0; j < BN / 8; j++)
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-      const int m = row0 + 8 * (i >> 1), n = col0 + 8 * j + (i & 1);
-      if (m < M && n < N) tdsl_tc_put<OUT>(C + (long long)m * ldm + (long long)n * ldn, d[4 * j + i], accumulate);
+    for (int j = 0; j < TDSL_TC_BM * 8 / TDSL_TC_THREADS; j++) {  // A: 128 rows x 8 chunks
+      const int q = tid + j * TDSL_TC_THREADS, r = q >> 3, c = q & 7;
+      const bool ok = m0 + r < M && kt * 64 + c * 8 < KV;
+      const unsigned short *src = ok ? Av + (long long)(m0 + r) * ldv + kt * 64 + c * 8 : Av;
+      tdsl_cp16(a_st + r * 128 + ((c ^ (r & 7)) << 4), src, ok);
     }
+#pragma unroll
+    for (int j = 0; j < BN * 16 / TDSL_TC_THREADS; j++) {  // B: BN rows x 16 chunks, two panels
+      const int q = tid + j * TDSL_TC_THREADS, r = q >> 4, c = q & 15;
+      const bool ok = n0 + r < N && kt * 128 + c * 8 < K;
+      const unsigned short *src = ok ? B + (long long)(n0 + r) * ldb + kt * 128 + c * 8 : B;
+      tdsl_cp16(b_st + (c >> 3) * B_PANEL + r * 128 + (((c & 7) ^ (r & 7)) << 4), src, ok);
+    }
+    {  // metadata: words 4 kt .. 4 kt + 3 of each row, as two 8-byte copies (K / 32 is even)
+      const int r = tid >> 1, h = tid & 1, word = kt * 4 + 2 * h;
+      const bool ok = m0 + r < M && word < KW;
+      const int *src = ok ? Am + (long long)(m0 + r) * ldmeta + word : Am;
+      tdsl_cp8(e_st + r * 16 + h * 8, src, ok);
+    }
+  };
+
+  float d[BN / 2];
+#pragma unroll
+  for (int i = 0; i < BN / 2; i++) d[i] = 0.0f;
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; s++) {
+    if (s < KT) load(s, s);
+    tdsl_cp_commit();
+  }
+  // This lane's metadata rows (mma.sp's map per warp): 16w + g (low half-words), + 8 (high).
+  const int er = wg * 64 + w * 16 + (lane >> 2);
+  const unsigned sh = 16 * (lane & 1);
+  for (int kt = 0; kt < KT; kt++) {
+    tdsl_cp_wait<STAGES - 2>();  // tile kt has landed (this thread's copies)
+    tdsl_fence_async_smem();     // ... and is visible to the tensor cores' proxy
+    __syncthreads();             // every thread's copies; every warpgroup done with tile kt - 1
+    if (kt + STAGES - 1 < KT) load((kt + STAGES - 1) % STAGES, kt + STAGES - 1);
+    tdsl_cp_commit();
+    const unsigned st = base + (kt % STAGES) * STAGE, a_st = st + wg * 64 * 128, b_st = st + A_BYTES;
+    const uint4 *e_st = reinterpret_cast<const uint4 *>(gbase + (kt % STAGES) * STAGE + A_BYTES + 2 * B_PANEL);
+    const uint4 lo4 = e_st[er], hi4 = e_st[er + 8];
+    const unsigned lo_w[4] = {lo4.x, lo4.y, lo4.z, lo4.w}, hi_w[4] = {hi4.x, hi4.y, hi4.z, hi4.w};
+    unsigned e[4];
+#pragma unroll
+    for (int s = 0; s < 4; s++) {
+      // Rows past M and k32 steps past K (zero values) get a valid pattern.
+      const bool k_in = kt * 128 + s * 32 < K;
+      const unsigned lo = k_in && m0 + er < M ? (lo_w[s] >> sh) & 0xffffu : 0x4444u;
+      const unsigned hi = k_in && m0 + er + 8 < M ? (hi_w[s] >> sh) & 0xffffu : 0x4444u;
+      e[s] = lo | (hi << 16);
+    }
+    tdsl_wg_fence();
+#pragma unroll
+    for (int s = 0; s < 4; s++)
+      tdsl_wgmma_sp<IN>(d, tdsl_wg_desc(a_st + s * 32), tdsl_wg_desc(b_st + (s >> 1) * B_PANEL + (s & 1) * 64), e[s]);
+    tdsl_wg_commit();
+    tdsl_wg_wait<0>();
+  }
+  tdsl_cp_wait<0>();
+  tdsl_wg_epilogue<OUT, BN>(d, C, M, N, ldm, ldn, accumulate, m0 + wg * 64, n0);
 }
 #endif
 
@@ -342,15 +379,12 @@ TDSL_FN void tdsl_tc_wgmma(const unsigned short *__restrict__ A, const unsigned 
 // A values 128 x 32 halves, B 64 x 128 halves and the 128 rows' two metadata words.
 #define TDSL_TC_SP24_STAGES 3
 #define TDSL_TC_SP24_SMEM (TDSL_TC_SP24_STAGES * (TDSL_TC_BM * 4 + TDSL_TC_BN * 8 + TDSL_TC_BM / 2) * 16)
-TDSL_FN void tdsl_cp8(unsigned dst, const void *src, bool ok) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src), "r"(ok ? 8 : 0));
-}
 template <int IN, bool B_KN, int OUT, typename CT>
 TDSL_FN void tdsl_tc_sp24(const unsigned short *__restrict__ Av, const int *__restrict__ Am,
                           const unsigned short *__restrict__ B, CT *__restrict__ C, long long tile, int M, int N, int K,
                           long long ldv, long long ldmeta, long long ldb, long long ldm, long long ldn, bool accumulate) {
   constexpr int BK = 64, STAGES = TDSL_TC_SP24_STAGES;
-  extern __shared__ __align__(128) uint4 tdsl_smem_dyn[];
+  TDSL_DYN_SMEM(tdsl_smem_dyn);
   uint4 *sA = tdsl_smem_dyn, *sB = sA + STAGES * TDSL_TC_BM * 4;
   uint2 *sE = reinterpret_cast<uint2 *>(sB + STAGES * TDSL_TC_BN * 8);  // [stage][row]: 2 words
   int m0, n0;
@@ -454,7 +488,7 @@ TDSL_FN void tdsl_tc_bsr(const unsigned short *__restrict__ Av, const int *__res
   constexpr int NI = WN / 8, THREADS = 32 * BN / WN;
   static_assert(WN == 32 || WN == 64, "warps of 32 or 64 columns");
   static_assert(R % 16 == 0 && R <= 64 && C % 16 == 0 && C <= 64, "BSR blocks of 16, 32 or 64");
-  extern __shared__ __align__(128) uint4 tdsl_smem_dyn[];
+  TDSL_DYN_SMEM(tdsl_smem_dyn);
   uint4 *sA = tdsl_smem_dyn, *sB = sA + STAGES * R * CH;
   const int block_rows = M / R;
   const int br = (int)(tile % block_rows), n0 = (int)(tile / block_rows) * BN;

@@ -383,3 +383,41 @@ fn snapshot_transpose_through_a_shared_memory_tile() {
         0
     ));
 }
+
+/// 2:4 on `wgmma.mma_async.sp` (sm_90a; chosen on a device only with `TDSL_TC_SP=wgmma` until a
+/// device run confirms it): the tensor-core corpus compiles for sm_90a with it, without
+/// spills, and its 2:4 products in torch layout take it.
+#[test]
+fn nvrtc_compiles_two_four_on_wgmma_sp_without_spills() {
+    if !nvrtc_or_skip("the wgmma.sp compile check") {
+        return;
+    }
+    let mut sparse = 0;
+    for (name, text) in scripts_in("tests/corpus") {
+        if !name.contains("/tc_") {
+            continue;
+        }
+        let plan = plan(&text).expect("plans");
+        let sel =
+            tdsl_cuda::tensor::select(&plan.loops, tdsl_cuda::tensor::TensorCores::WgmmaSparse);
+        sparse += sel
+            .calls
+            .values()
+            .filter(|t| t.describe().contains("wgmma.mma_async.sp m64n128k32"))
+            .count();
+        let unit =
+            tdsl_cuda::cuda_unit_with(&plan.loops, tdsl_cuda::tensor::TensorCores::WgmmaSparse);
+        let c = tdsl_cuda::nvrtc::compile(&unit, 90, true)
+            .unwrap_or_else(|e| panic!("{name} does not compile for sm_90a:\n{e}"));
+        for k in tdsl_cuda::nvrtc::resources(&c.log) {
+            assert_eq!(
+                (k.spill_stores, k.spill_loads),
+                (0, 0),
+                "{name}: kernel {} spills on sm_90a ({} registers)",
+                k.name,
+                k.registers
+            );
+        }
+    }
+    assert!(sparse >= 1, "no 2:4 product of the corpus took wgmma.sp");
+}

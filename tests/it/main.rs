@@ -20,3 +20,4 @@ mod repl;
 mod robust;
 mod session;
 mod sparse_io;
+mod tensor_emu;

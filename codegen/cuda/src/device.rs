@@ -25,7 +25,7 @@ use tdsl_loop::backend::{self as seam, BackendError, ErrorKind, RunOptions, RunS
 use tdsl_loop::{Data, LoopProgram, Role};
 
 use crate::map::{map_program_with, Step};
-use crate::render::{render_unit, CUDA_PRELUDE};
+use crate::render::{render_unit, UnitTarget};
 
 /// The CUDA backend for one device.
 pub struct CudaBackend {
@@ -284,7 +284,7 @@ impl seam::Backend for CudaBackend {
     fn compile(&mut self, p: &LoopProgram) -> Result<Arc<dyn seam::Executable>, BackendError> {
         seam::verified(p)?;
         let (mapped, steps) = map_program_with(p, crate::tensor::TensorCores::of(self.sm));
-        let unit = render_unit(&mapped, &steps, CUDA_PRELUDE);
+        let unit = render_unit(&mapped, &steps, UnitTarget::Device);
         drop(mapped);
         let cubin = crate::nvrtc::compile(&unit, self.sm, false).map_err(|log| {
             // Blame the kernel of the first line NVRTC complains about (`tdsl.cu(LINE)`).

@@ -3,6 +3,11 @@
 //! and run one thread at a time. Machines without a GPU run the generated kernels this way, so
 //! the differential tests check their index math, types and rounding against the interpreter.
 //!
+//! Tensor-core launches ([`Emulator::compile_with`]) run differently: every thread of a block
+//! is a fiber, and the warp-wide instructions are performed in software on the gathered lanes
+//! (`kernels/mma_host.h`), so the templates' fragment, swizzle and pipeline logic is checked
+//! too.
+//!
 //! What emulation cannot show: races between threads (it runs them in order), the device's
 //! math library (`expf` and friends differ by an ulp or two), and the PTX conversions (`cvt`),
 //! which the host prelude replaces with software conversions.
@@ -19,7 +24,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use tdsl_loop::{Data, LoopProgram};
 
 use crate::map::{map_program_with, Launch, Step};
-use crate::render::{render_unit, HOST_PRELUDE};
+use crate::render::{render_unit, UnitTarget};
+use crate::tensor::TensorCores;
 
 /// A C++ compiler to emulate with: `$CXX`, else `c++`, `g++` or `clang++` if one runs.
 pub fn compiler() -> Option<PathBuf> {
@@ -38,7 +44,7 @@ pub fn compiler() -> Option<PathBuf> {
 /// The emulator program's source: the unit with the host prelude and a `main` that runs one
 /// segment (`argv[2]`) over the buffers in the file `argv[1]`.
 pub fn emulator_source(p: &LoopProgram, steps: &[Step]) -> String {
-    let mut src = render_unit(p, steps, HOST_PRELUDE);
+    let mut src = render_unit(p, steps, UnitTarget::Host);
     let mut main = String::new();
     let _ = writeln!(main, "\nint main(int argc, char** argv) {{");
     let _ = writeln!(main, "  if (argc != 3) return 2;");
@@ -83,15 +89,37 @@ pub fn emulator_source(p: &LoopProgram, steps: &[Step]) -> String {
 }
 
 fn launch_call(out: &mut String, l: &Launch) {
+    let args: Vec<String> = l.params.iter().map(|b| format!("b{}", b.0)).collect();
+    if l.lib.is_some() {
+        // A tensor-core launch: every thread of a block, as fibers (`kernels/mma_host.h`).
+        let (blocks, threads) = l.shape();
+        let _ = writeln!(
+            out,
+            "    tdsl_emu_launch({blocks}, {threads}, [&] {{ {}({}); }});",
+            l.name,
+            args.join(", ")
+        );
+        return;
+    }
     // The host prelude's warp has one lane.
     let (blocks, threads) = l.shape_for(1);
-    let args: Vec<String> = l.params.iter().map(|b| format!("b{}", b.0)).collect();
     let _ = writeln!(
         out,
         "    gridDim.x = {blocks}; blockDim.x = {threads};\n    for (long long bx = 0; bx < {blocks}; ++bx) for (long long tx = 0; tx < {threads}; ++tx) {{ blockIdx.x = bx; threadIdx.x = tx; {}({}); }}",
         l.name,
         args.join(", ")
     );
+}
+
+/// When the emulated `cp.async` copies of the tensor-core templates land. Each timing shows one
+/// kind of pipeline bug that the other hides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Copies {
+    /// At the `cp.async.wait_group` that retires their group: a read of a stage before its
+    /// wait sees stale data.
+    Late,
+    /// When issued: a stage overwritten while a warp may still read it shows.
+    Early,
 }
 
 /// A compiled emulator for one program.
@@ -106,8 +134,15 @@ static RUNS: AtomicUsize = AtomicUsize::new(0);
 
 impl Emulator {
     /// Maps `p` for the GPU, renders it with the host prelude and compiles it with `cxx`.
+    /// Products keep their generic kernels: [`Emulator::compile_with`] runs the tensor-core ones.
     pub fn compile(p: &LoopProgram, cxx: &Path) -> Result<Emulator, String> {
-        let (program, steps) = map_program_with(p, crate::tensor::TensorCores::None);
+        Emulator::compile_with(p, cxx, TensorCores::None)
+    }
+
+    /// [`Emulator::compile`] as for a device with the tensor-core instructions `tc`: the
+    /// templates of `kernels/mma.cuh` run on the emulated instructions of `kernels/mma_host.h`.
+    pub fn compile_with(p: &LoopProgram, cxx: &Path, tc: TensorCores) -> Result<Emulator, String> {
+        let (program, steps) = map_program_with(p, tc);
         let src = emulator_source(&program, &steps);
         let dir = std::env::temp_dir().join(format!(
             "tdsl-emulate-{}-{}",
@@ -141,6 +176,11 @@ impl Emulator {
 
     /// Runs every step over the host buffer set `bufs` (inputs bound, the rest zeroed).
     pub fn run(&self, bufs: &mut [Data]) -> Result<(), String> {
+        self.run_with(bufs, Copies::Late)
+    }
+
+    /// [`Emulator::run`] with the tensor-core templates' `cp.async` copies landing `copies`.
+    pub fn run_with(&self, bufs: &mut [Data], copies: Copies) -> Result<(), String> {
         crate::check_buffers(&self.program, bufs)?;
         let file = self.dir.join("buffers.bin");
         let mut segment = 0;
@@ -153,6 +193,13 @@ impl Emulator {
             }
             std::fs::write(&file, bytes).map_err(|e| e.to_string())?;
             let st = Command::new(&self.exe)
+                .env(
+                    "TDSL_EMU_COPIES",
+                    match copies {
+                        Copies::Late => "late",
+                        Copies::Early => "early",
+                    },
+                )
                 .arg(&file)
                 .arg(segment.to_string())
                 .status()

@@ -26,14 +26,21 @@ pub use map::{map_program, map_program_with, Launch, Split, Step};
 /// NVRTC compiles.
 pub fn cuda_unit(p: &LoopProgram) -> String {
     let (mapped, steps) = map_program(p);
-    render::render_unit(&mapped, &steps, render::CUDA_PRELUDE)
+    render::render_unit(&mapped, &steps, render::UnitTarget::Device)
 }
 
 /// [`cuda_unit`] for a device of compute capability `sm` (86 for 8.6): its tensor-core
 /// instructions only ([`tensor::TensorCores::of`]).
 pub fn cuda_unit_for(p: &LoopProgram, sm: u32) -> String {
     let (mapped, steps) = map_program_with(p, tensor::TensorCores::of(sm));
-    render::render_unit(&mapped, &steps, render::CUDA_PRELUDE)
+    render::render_unit(&mapped, &steps, render::UnitTarget::Device)
+}
+
+/// [`cuda_unit`] with the tensor-core instructions `tc` (what NVRTC compiles for a device that
+/// has them).
+pub fn cuda_unit_with(p: &LoopProgram, tc: tensor::TensorCores) -> String {
+    let (mapped, steps) = map_program_with(p, tc);
+    render::render_unit(&mapped, &steps, render::UnitTarget::Device)
 }
 
 /// The launches of kernel `kernel` of `p`, as CUDA C++ (no prelude).

@@ -18,10 +18,39 @@ use crate::map::{Launch, Split, Step, TILE};
 
 /// The device prelude (no CUDA headers needed).
 pub const CUDA_PRELUDE: &str = include_str!("../../../kernels/cuda.cuh");
-/// The tensor-core templates, after the shared helpers on the device only.
+/// The tensor-core templates, after the shared helpers and the target's tensor-core primitives,
+/// in units with a tensor-core launch.
 pub const MMA: &str = include_str!("../../../kernels/mma.cuh");
+/// The tensor-core instructions on the device (PTX).
+pub const MMA_DEVICE: &str = include_str!("../../../kernels/mma_device.cuh");
 /// The host-emulation prelude.
 pub const HOST_PRELUDE: &str = include_str!("../../../kernels/host.h");
+/// The tensor-core instructions in the host emulation (fibers, warp-wide instructions in
+/// software).
+pub const MMA_HOST: &str = include_str!("../../../kernels/mma_host.h");
+
+/// What a unit is compiled for: the GPU (NVRTC) or the host emulation (the system C++ compiler).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnitTarget {
+    Device,
+    Host,
+}
+
+impl UnitTarget {
+    fn prelude(self) -> &'static str {
+        match self {
+            UnitTarget::Device => CUDA_PRELUDE,
+            UnitTarget::Host => HOST_PRELUDE,
+        }
+    }
+
+    fn mma_primitives(self) -> &'static str {
+        match self {
+            UnitTarget::Device => MMA_DEVICE,
+            UnitTarget::Host => MMA_HOST,
+        }
+    }
+}
 /// Helpers both preludes share.
 pub const COMMON: &str = include_str!("../../../kernels/common.cuh");
 
@@ -42,17 +71,19 @@ fn compute_c(t: ElemType) -> &'static str {
     }
 }
 
-/// The whole translation unit for `steps` of `p`, after `prelude`: every launch, each with its
-/// launch shape as a comment.
-pub fn render_unit(p: &LoopProgram, steps: &[Step], prelude: &str) -> String {
+/// The whole translation unit for `steps` of `p`, after `target`'s prelude: every launch, each
+/// with its launch shape as a comment.
+pub fn render_unit(p: &LoopProgram, steps: &[Step], target: UnitTarget) -> String {
     let mut out = String::new();
-    out.push_str(prelude);
+    out.push_str(target.prelude());
     out.push('\n');
     out.push_str(COMMON);
     if steps
         .iter()
         .any(|s| matches!(s, Step::Launch(l) if l.lib.is_some()))
     {
+        out.push('\n');
+        out.push_str(target.mma_primitives());
         out.push('\n');
         out.push_str(MMA);
     }

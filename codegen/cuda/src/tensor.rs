@@ -38,8 +38,10 @@ pub enum Kind {
     /// Dense on sm_90a (`wgmma.mma_async` m64n`bn`k16 from shared-memory descriptors): tiles
     /// 128 × `bn` (256, or 128 when 256-wide tiles would leave SMs idle), B k-contiguous.
     Wgmma { bn: u64 },
-    /// 2:4 (`mma.sp`): `a` holds the compressed values, `meta` the metadata words.
-    TwoFour { meta: Operand },
+    /// 2:4: `a` holds the compressed values, `meta` the metadata words; `mma.sp` (128 × 128
+    /// × 64 tiles), or with `wgmma` `wgmma.mma_async.sp` (sm_90a, B k-contiguous; 128 × 128 ×
+    /// 128 tiles).
+    TwoFour { meta: Operand, wgmma: bool },
     /// Block-sparse rows of `r × c` blocks (`mma.sync` over the stored blocks): `a` holds the
     /// blocks' values (`a.ld` is unused), `ptr` and `idx` the block rows' offsets and columns;
     /// each warp computes `r × wn` (32 or 64 columns).
@@ -125,7 +127,10 @@ impl TensorCore {
             // align the first to the 1024 bytes of a swizzle atom.
             Kind::Wgmma { bn } => 4 * (128 + bn) * 64 * 2 + 1024,
             // 3 stages of A values (128 x 32 halves), B (64 x 128 halves), 128 x 2 metadata words.
-            Kind::TwoFour { .. } => 3 * (128 * 4 + 128 * 8 + 64) * 16,
+            Kind::TwoFour { wgmma: false, .. } => 3 * (128 * 4 + 128 * 8 + 64) * 16,
+            // `TDSL_TC_WGSP_SMEM`: 4 stages of A values (128 x 64 halves), B (128 x 128 halves),
+            // 128 x 4 metadata words, and room to align the first to 1024 bytes.
+            Kind::TwoFour { wgmma: true, .. } => 4 * (128 * 128 + 128 * 256 + 128 * 16) + 1024,
             // 3 stages of one stored block (r x c halves) and its c x 256 strip of B.
             Kind::Bsr { r, c, .. } => 3 * (r + self.bn()) * c * 2,
         }
@@ -136,7 +141,7 @@ impl TensorCore {
         let mut v: BTreeSet<BufId> = [self.a.buf, self.b.buf, self.c].into();
         match &self.kind {
             Kind::Dense { .. } | Kind::Wgmma { .. } => {}
-            Kind::TwoFour { meta } => {
+            Kind::TwoFour { meta, .. } => {
                 v.insert(meta.buf);
             }
             Kind::Bsr { ptr, idx, .. } => {
@@ -154,7 +159,12 @@ impl TensorCore {
             "f16"
         };
         let (instr, bk, stages) = match self.kind {
-            Kind::TwoFour { .. } => ("mma.sp::ordered_metadata m16n8k32".to_string(), 64, 3),
+            Kind::TwoFour { wgmma: false, .. } => {
+                ("mma.sp::ordered_metadata m16n8k32".to_string(), 64, 3)
+            }
+            Kind::TwoFour { wgmma: true, .. } => {
+                ("wgmma.mma_async.sp m64n128k32".to_string(), 128, 4)
+            }
             Kind::Dense { bk, stages } => ("mma.sync m16n8k16".to_string(), bk, stages),
             Kind::Wgmma { bn } => (format!("wgmma.mma_async m64n{bn}k16"), 64, 4),
             Kind::Bsr { r, c, wn, .. } => (
@@ -193,6 +203,10 @@ pub enum TensorCores {
     Mma,
     /// Also `wgmma.mma_async` (sm_90a: H100, H200), for dense products.
     Wgmma,
+    /// Also `wgmma.mma_async.sp` for 2:4 products. Written from the PTX ISA and CUTLASS's SM90
+    /// sparse layouts and checked in the host emulation, not yet on a device: an H100 or H200
+    /// uses it only with `TDSL_TC_SP=wgmma` until a device run has confirmed it.
+    WgmmaSparse,
 }
 
 impl TensorCores {
@@ -200,6 +214,9 @@ impl TensorCores {
     /// (`sm_90a` for sm 90: [`crate::nvrtc::arch`]).
     pub fn of(sm: u32) -> TensorCores {
         match sm {
+            90 if std::env::var("TDSL_TC_SP").is_ok_and(|v| v == "wgmma") => {
+                TensorCores::WgmmaSparse
+            }
             90 => TensorCores::Wgmma,
             s if s >= 80 => TensorCores::Mma,
             _ => TensorCores::None,
@@ -258,9 +275,19 @@ pub fn select(p: &LoopProgram, tc: TensorCores) -> Selection {
                 let d = fold_input(p, ki, d, &d_dims, &[], &sel.dead, &mut dead);
                 let c = fold_output(p, ki, c, &[*m, *n], &[], *accumulate, &sel.dead, &mut dead);
                 match s.layout {
-                    SparseLayout::TwoFour { .. } => {
-                        two_four(p, *m, *n, *k, s, *transposed, *side, &d, &c, *accumulate)
-                    }
+                    SparseLayout::TwoFour { .. } => two_four(
+                        p,
+                        *m,
+                        *n,
+                        *k,
+                        s,
+                        *transposed,
+                        *side,
+                        &d,
+                        &c,
+                        *accumulate,
+                        tc,
+                    ),
                     SparseLayout::Bsr { .. } => {
                         bsr(p, *m, *n, *k, s, *transposed, *side, &d, &c, *accumulate)
                     }
@@ -382,7 +409,7 @@ fn dense(
 /// of shared memory), the knob the GPU benchmark compares them with (it also turns `wgmma` off).
 fn dense_kind(tc: TensorCores, b_kn: bool, wide_tiles: u64, n: u64) -> Kind {
     let knob = std::env::var("TDSL_TC_GEMM").ok();
-    if tc == TensorCores::Wgmma && !b_kn && knob.is_none() {
+    if tc >= TensorCores::Wgmma && !b_kn && knob.is_none() {
         let bn = if wide_tiles >= 2 * 132 && n > 128 {
             256
         } else {
@@ -430,6 +457,7 @@ fn two_four(
     d: &MatView,
     c: &MatView,
     accumulate: bool,
+    tc: TensorCores,
 ) -> Option<TensorCore> {
     let SparseLayout::TwoFour { axis } = s.layout else {
         return None;
@@ -452,13 +480,18 @@ fn two_four(
             offset: 0,
             ld: (k / 32) as i64,
         },
+        wgmma: false,
     };
     let values = Operand {
         buf: s.values,
         offset: 0,
         ld: (k / 2) as i64,
     };
-    sparse_left(kind, tv, values, (m, n, k), side, d, c, accumulate)
+    let mut t = sparse_left(kind, tv, values, (m, n, k), side, d, c, accumulate)?;
+    if let Kind::TwoFour { wgmma, .. } = &mut t.kind {
+        *wgmma = tc >= TensorCores::WgmmaSparse && !t.b_kn;
+    }
+    Some(t)
 }
 
 /// The launch of a product whose sparse operand, stored as `values` (+ `kind`'s arrays), is A:
@@ -924,10 +957,15 @@ pub fn render(p: &LoopProgram, name: &str, tc: &TensorCore) -> String {
                 ldn = tc.ldn,
             );
         }
-        Kind::TwoFour { meta } => {
+        Kind::TwoFour { meta, wgmma } => {
+            let template = if *wgmma {
+                format!("tdsl_tc_wgmma_sp24<{input}, {out_kind}>")
+            } else {
+                format!("tdsl_tc_sp24<{input}, {b_kn}, {out_kind}>")
+            };
             let _ = writeln!(
                 out,
-                "  tdsl_tc_sp24<{input}, {b_kn}, {out_kind}>(b{a} + oa, b{e}, b{b} + ob, b{c} + oc, tile, {m}, {n}, {k}, {ldv}LL, {lde}LL, {ldb}LL, {ldm}LL, {ldn}LL, {acc});",
+                "  {template}(b{a} + oa, b{e}, b{b} + ob, b{c} + oc, tile, {m}, {n}, {k}, {ldv}LL, {lde}LL, {ldb}LL, {ldm}LL, {ldn}LL, {acc});",
                 a = tc.a.buf.0,
                 e = meta.buf.0,
                 b = tc.b.buf.0,

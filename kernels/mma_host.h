@@ -1,0 +1,424 @@
+// tdsl tensor-core primitives in the host emulation: the functions mma_device.cuh defines with
+// PTX, written in software, so the templates of mma.cuh run without a GPU.
+//
+// A tensor-core launch runs its blocks one after another (tdsl_emu_launch); a block's threads are
+// fibers (ucontext), each running the kernel until it reaches an instruction that needs other
+// threads: a block barrier, a warp-wide instruction (ldmatrix, mma.sync, mma.sp) or a
+// warpgroup-wide one (wgmma and its commit and wait). When every thread of a group waits at the
+// same instruction, the scheduler performs it on the gathered lanes and resumes them. A thread
+// group that can never complete (threads of a warp at different instructions, a barrier some
+// threads never reach) stops the emulator with a message: on a GPU it would hang or be undefined.
+//
+// The lane maps are PTX's (shared/GPU.md §2), as bench/gpu/probe_mma.cu checked them on an H200;
+// the wgmma operands are read through their descriptors with the 128-byte swizzle applied to
+// the shared-memory address, as the hardware does. Asynchronous work is deferred to the last
+// moment the program allows, so a kernel that reads too early sees stale data: a cp.async copy
+// lands at the cp.async.wait_group that retires its group (or, with TDSL_EMU_COPIES=early, when
+// issued, so a stage overwritten too soon shows instead), a wgmma at the wgmma.wait_group that
+// retires its group. Shared memory starts filled with 0xff bytes (NaN in f16, bf16 and f32), so
+// reading what no copy wrote shows in the result.
+#include <ucontext.h>
+#include <functional>
+#include <vector>
+
+#define __CUDA_ARCH_FEAT_SM90_ALL 1
+struct uint4 { unsigned x, y, z, w; };
+struct uint2 { unsigned x, y; };
+
+#define TDSL_EMU_SMEM (256 * 1024)
+#define TDSL_EMU_STACK (256 * 1024)
+alignas(1024) static unsigned char tdsl_emu_smem[TDSL_EMU_SMEM];
+#define TDSL_DYN_SMEM(name) uint4 *name = reinterpret_cast<uint4 *>(tdsl_emu_smem)
+
+static void tdsl_emu_fail(const char *what) {
+  fprintf(stderr, "tdsl emulation: block %lld thread %lld: %s\n", blockIdx.x, threadIdx.x, what);
+  exit(7);
+}
+
+// What a fiber is doing.
+enum { TDSL_EMU_RUN, TDSL_EMU_DONE, TDSL_EMU_BAR, TDSL_EMU_WARP, TDSL_EMU_WG };
+// Warp and warpgroup instructions.
+enum {
+  TDSL_OP_LDM,
+  TDSL_OP_LDM_T,
+  TDSL_OP_MMA_F16,
+  TDSL_OP_MMA_BF16,
+  TDSL_OP_SP_F16,
+  TDSL_OP_SP_BF16,
+  TDSL_OP_WGMMA,
+  TDSL_OP_WGMMA_SP,
+  TDSL_OP_WG_COMMIT,
+  TDSL_OP_WG_WAIT,
+};
+
+struct tdsl_emu_copy {
+  unsigned dst;
+  const void *src;
+  int bytes, size;
+};
+struct tdsl_emu_fiber {
+  ucontext_t ctx;
+  int state, op;
+  unsigned in[12], out[4];
+  unsigned long long da, db;
+  int n, type;
+  float *d;
+  std::vector<tdsl_emu_copy> open;                  // cp.async copies since the last commit
+  std::vector<std::vector<tdsl_emu_copy>> groups;  // committed groups, oldest first
+};
+// One wgmma: its operands and the accumulators (and for wgmma.sp the metadata) of the
+// warpgroup's 128 threads.
+struct tdsl_emu_wgmma {
+  unsigned long long da, db;
+  int n, type;
+  bool sparse;
+  float *d[128];
+  unsigned e[128];
+};
+struct tdsl_emu_wgroup {
+  std::vector<tdsl_emu_wgmma> open;
+  std::vector<std::vector<tdsl_emu_wgmma>> groups;
+};
+
+static std::vector<tdsl_emu_fiber> tdsl_emu_fibers;
+static std::vector<tdsl_emu_wgroup> tdsl_emu_wgroups;
+static ucontext_t tdsl_emu_sched;
+static int tdsl_emu_self;
+static std::function<void()> *tdsl_emu_body;
+
+static tdsl_emu_fiber &tdsl_emu_me() { return tdsl_emu_fibers[tdsl_emu_self]; }
+// Wait at an instruction of a group (`state`) until the scheduler has performed it.
+static void tdsl_emu_wait(int state, int op) {
+  tdsl_emu_fiber &f = tdsl_emu_me();
+  f.state = state;
+  f.op = op;
+  swapcontext(&f.ctx, &tdsl_emu_sched);
+}
+static void tdsl_emu_entry() {
+  (*tdsl_emu_body)();
+  tdsl_emu_me().state = TDSL_EMU_DONE;
+}
+#define __syncthreads() tdsl_emu_wait(TDSL_EMU_BAR, 0)
+
+static unsigned char *tdsl_emu_at(unsigned addr, unsigned bytes) {
+  if (addr % bytes != 0 || addr + bytes > TDSL_EMU_SMEM) tdsl_emu_fail("a misaligned or out-of-range shared address");
+  return tdsl_emu_smem + addr;
+}
+static float tdsl_emu_half(unsigned short h, int type) {
+  return type ? tdsl_bf16_to_f32(h) : tdsl_f16_to_f32(h);
+}
+static unsigned short tdsl_emu_lo(unsigned r) { return (unsigned short)(r & 0xffffu); }
+static unsigned short tdsl_emu_hi(unsigned r) { return (unsigned short)(r >> 16); }
+
+// ldmatrix .x4 (.trans): lanes 8j .. 8j + 7 give the rows of matrix j; lane l receives matrix j's
+// row l / 4, halves 2 (l mod 4) and 2 (l mod 4) + 1 (transposed: column l / 4, rows 2 (l mod 4)
+// and 2 (l mod 4) + 1).
+static void tdsl_emu_ldmatrix(tdsl_emu_fiber *w, bool trans) {
+  for (int l = 0; l < 32; l++) {
+    const int g = l >> 2, t = l & 3;
+    for (int j = 0; j < 4; j++) {
+      if (!trans) {
+        unsigned v;
+        memcpy(&v, tdsl_emu_at(w[8 * j + g].in[0], 16) + 4 * t, 4);
+        w[l].out[j] = v;
+      } else {
+        unsigned short lo, hi;
+        memcpy(&lo, tdsl_emu_at(w[8 * j + 2 * t].in[0], 16) + 2 * g, 2);
+        memcpy(&hi, tdsl_emu_at(w[8 * j + 2 * t + 1].in[0], 16) + 2 * g, 2);
+        w[l].out[j] = (unsigned)lo | ((unsigned)hi << 16);
+      }
+    }
+  }
+}
+
+// D[16][8] += A[16][K] B[K][8] for the warp's fragments, in f32 (products of 16-bit values are
+// exact in f32; the sum runs in k order).
+static void tdsl_emu_mma(tdsl_emu_fiber *w, int type, bool sparse) {
+  float A[16][32], B[32][8];
+  const int K = sparse ? 32 : 16;
+  memset(A, 0, sizeof A);
+  for (int l = 0; l < 32; l++) {
+    const int g = l >> 2, t = l & 3;
+    const unsigned *a = w[l].in, *b = w[l].in + 4;
+    // A fragment (compressed 16 x 16 for mma.sp): reg 0 row g, reg 1 row g + 8, columns 2t, 2t + 1;
+    // regs 2 and 3 likewise at columns 8 + 2t.
+    for (int r = 0; r < 4; r++) {
+      const int row = g + 8 * (r & 1), col = 2 * t + 8 * (r >> 1);
+      const float v0 = tdsl_emu_half(tdsl_emu_lo(a[r]), type), v1 = tdsl_emu_half(tdsl_emu_hi(a[r]), type);
+      if (!sparse) {
+        A[row][col] = v0;
+        A[row][col + 1] = v1;
+      } else {
+        // Compressed columns 2q and 2q + 1 hold group q's two values; the metadata nibble of row
+        // `row`, group q is in lane 4 (row mod 8) + q / 4, bits 4 (q mod 4) + 16 (row >= 8).
+        const int q = col / 2;
+        const unsigned e = w[4 * (row & 7) + q / 4].in[8];
+        const unsigned nib = (e >> (4 * (q & 3) + 16 * (row >= 8))) & 0xfu;
+        const unsigned i0 = nib & 3u, i1 = nib >> 2;
+        if (i0 >= i1) tdsl_emu_fail("mma.sp metadata with indices that do not increase (ordered_metadata)");
+        A[row][4 * q + i0] = v0;
+        A[row][4 * q + i1] = v1;
+      }
+    }
+    // B fragment: reg j holds k = 2t + 8j and 2t + 8j + 1 of column g.
+    for (int j = 0; j < K / 8; j++) {
+      B[2 * t + 8 * j][g] = tdsl_emu_half(tdsl_emu_lo(b[j]), type);
+      B[2 * t + 8 * j + 1][g] = tdsl_emu_half(tdsl_emu_hi(b[j]), type);
+    }
+  }
+  for (int l = 0; l < 32; l++) {
+    const int g = l >> 2, t = l & 3;
+    for (int i = 0; i < 4; i++) {
+      const int row = g + 8 * (i >> 1), col = 2 * t + (i & 1);
+      float acc = w[l].d[i];
+      for (int k = 0; k < K; k++) acc += A[row][k] * B[k][col];
+      w[l].d[i] = acc;
+    }
+  }
+}
+
+// A k-major operand of `rows` x `cols` halves (16, or 32 for wgmma.sp's B) read through a wgmma
+// descriptor: start address and stride byte offset (between 8-row atoms), 128-byte swizzle
+// (chunk bits 4..6 of the address XORed with its row bits 7..9).
+static void tdsl_emu_desc_read(unsigned long long desc, int rows, int cols, int type, float *out) {
+  const unsigned start = (unsigned)(desc & 0x3fffu) << 4, sbo = (unsigned)((desc >> 32) & 0x3fffu) << 4;
+  if ((desc >> 62) != 1) tdsl_emu_fail("a wgmma descriptor without the 128-byte swizzle (not emulated)");
+  if ((start & 127u) + 2 * cols > 128) tdsl_emu_fail("a wgmma operand row that crosses its 128-byte swizzle row");
+  for (int r = 0; r < rows; r++)
+    for (int k = 0; k < cols; k++) {
+      unsigned addr = start + (r / 8) * sbo + (r % 8) * 128 + 2 * k;
+      addr ^= ((addr >> 7) & 7u) << 4;
+      unsigned short h;
+      memcpy(&h, tdsl_emu_at(addr, 2), 2);
+      out[r * cols + k] = tdsl_emu_half(h, type);
+    }
+}
+// D[64][n] += A[64][K] B[K][n] (K = 16; for wgmma.sp, 32 logical from A's 16 compressed columns
+// and the metadata: the row 16w + g + 8h, group q nibble is in thread 32w + 4g + q / 4, bits
+// 4 (q mod 4) + 16h, as mma.sp's per warp).
+static void tdsl_emu_wgmma_run(const tdsl_emu_wgmma &op) {
+  static float Ac[64 * 16], A[64 * 32], B[256 * 32];
+  const int K = op.sparse ? 32 : 16;
+  tdsl_emu_desc_read(op.da, 64, 16, op.type, op.sparse ? Ac : A);
+  tdsl_emu_desc_read(op.db, op.n, K, op.type, B);
+  if (op.sparse) {
+    memset(A, 0, sizeof A);
+    for (int row = 0; row < 64; row++)
+      for (int q = 0; q < 8; q++) {
+        const int w = row / 16, g = row % 8, h = (row % 16) / 8;
+        const unsigned nib = (op.e[32 * w + 4 * g + q / 4] >> (4 * (q % 4) + 16 * h)) & 0xfu;
+        const unsigned i0 = nib & 3u, i1 = nib >> 2;
+        if (i0 >= i1) tdsl_emu_fail("wgmma.sp metadata with indices that do not increase");
+        A[row * 32 + 4 * q + i0] = Ac[row * 16 + 2 * q];
+        A[row * 32 + 4 * q + i1] = Ac[row * 16 + 2 * q + 1];
+      }
+  }
+  for (int tid = 0; tid < 128; tid++) {
+    const int w = tid >> 5, lane = tid & 31;
+    for (int j = 0; j < op.n / 8; j++)
+      for (int i = 0; i < 4; i++) {
+        const int row = 16 * w + (lane >> 2) + 8 * (i >> 1), col = 8 * j + 2 * (lane & 3) + (i & 1);
+        float acc = op.d[tid][4 * j + i];
+        for (int k = 0; k < K; k++) acc += A[row * K + k] * B[col * K + k];
+        op.d[tid][4 * j + i] = acc;
+      }
+  }
+}
+
+// Performs the instruction every lane of the group `w` (32 or 128 fibers) waits at.
+static void tdsl_emu_perform(tdsl_emu_fiber *w, int lanes, int group) {
+  const int op = w[0].op;
+  switch (op) {
+    case TDSL_OP_LDM: tdsl_emu_ldmatrix(w, false); break;
+    case TDSL_OP_LDM_T: tdsl_emu_ldmatrix(w, true); break;
+    case TDSL_OP_MMA_F16: tdsl_emu_mma(w, 0, false); break;
+    case TDSL_OP_MMA_BF16: tdsl_emu_mma(w, 1, false); break;
+    case TDSL_OP_SP_F16: tdsl_emu_mma(w, 0, true); break;
+    case TDSL_OP_SP_BF16: tdsl_emu_mma(w, 1, true); break;
+    case TDSL_OP_WGMMA:
+    case TDSL_OP_WGMMA_SP: {
+      tdsl_emu_wgmma g{w[0].da, w[0].db, w[0].n, w[0].type, op == TDSL_OP_WGMMA_SP, {}, {}};
+      for (int l = 0; l < lanes; l++) {
+        if (w[l].da != g.da || w[l].db != g.db) tdsl_emu_fail("wgmma descriptors that differ across the warpgroup");
+        g.d[l] = w[l].d;
+        g.e[l] = w[l].in[8];
+      }
+      tdsl_emu_wgroups[group].open.push_back(g);
+      break;
+    }
+    case TDSL_OP_WG_COMMIT: {
+      tdsl_emu_wgroup &wg = tdsl_emu_wgroups[group];
+      wg.groups.push_back(wg.open);
+      wg.open.clear();
+      break;
+    }
+    case TDSL_OP_WG_WAIT: {
+      tdsl_emu_wgroup &wg = tdsl_emu_wgroups[group];
+      while (wg.groups.size() > w[0].in[0]) {
+        for (const tdsl_emu_wgmma &g : wg.groups.front()) tdsl_emu_wgmma_run(g);
+        wg.groups.erase(wg.groups.begin());
+      }
+      break;
+    }
+  }
+  (void)lanes;
+}
+
+// Runs `body` as `blocks` blocks of `threads` threads (blockIdx.x, threadIdx.x set).
+static void tdsl_emu_launch(long long blocks, int threads, std::function<void()> body) {
+  static std::vector<char> stacks;
+  stacks.resize((size_t)threads * TDSL_EMU_STACK);
+  gridDim.x = blocks;
+  blockDim.x = threads;
+  tdsl_emu_body = &body;
+  for (long long bx = 0; bx < blocks; bx++) {
+    blockIdx.x = bx;
+    memset(tdsl_emu_smem, 0xff, sizeof tdsl_emu_smem);
+    tdsl_emu_fibers.assign(threads, tdsl_emu_fiber{});
+    tdsl_emu_wgroups.assign((threads + 127) / 128, tdsl_emu_wgroup{});
+    for (int t = 0; t < threads; t++) {
+      tdsl_emu_fiber &f = tdsl_emu_fibers[t];
+      getcontext(&f.ctx);
+      f.ctx.uc_stack.ss_sp = stacks.data() + (size_t)t * TDSL_EMU_STACK;
+      f.ctx.uc_stack.ss_size = TDSL_EMU_STACK;
+      f.ctx.uc_link = &tdsl_emu_sched;
+      makecontext(&f.ctx, tdsl_emu_entry, 0);
+      f.state = TDSL_EMU_RUN;
+    }
+    for (;;) {
+      for (int t = 0; t < threads; t++) {
+        if (tdsl_emu_fibers[t].state != TDSL_EMU_RUN) continue;
+        tdsl_emu_self = t;
+        threadIdx.x = t;
+        swapcontext(&tdsl_emu_sched, &tdsl_emu_fibers[t].ctx);
+      }
+      int done = 0, bar = 0;
+      bool released = false;
+      for (const tdsl_emu_fiber &f : tdsl_emu_fibers) {
+        done += f.state == TDSL_EMU_DONE;
+        bar += f.state == TDSL_EMU_BAR;
+      }
+      if (done == threads) break;
+      for (int size : {32, 128}) {
+        const int state = size == 32 ? TDSL_EMU_WARP : TDSL_EMU_WG;
+        for (int g = 0; g + size <= threads; g += size) {
+          tdsl_emu_fiber *w = &tdsl_emu_fibers[g];
+          bool all = true;
+          for (int l = 0; l < size; l++) all = all && w[l].state == state && w[l].op == w[0].op;
+          if (!all) continue;
+          tdsl_emu_perform(w, size, g / size);
+          for (int l = 0; l < size; l++) w[l].state = TDSL_EMU_RUN;
+          released = true;
+        }
+      }
+      if (!released && bar == threads) {
+        for (tdsl_emu_fiber &f : tdsl_emu_fibers) f.state = TDSL_EMU_RUN;
+        released = true;
+      }
+      if (!released) {
+        threadIdx.x = 0;
+        tdsl_emu_fail("threads wait at instructions that can never complete (divergent barrier or warp instruction)");
+      }
+    }
+    for (const tdsl_emu_fiber &f : tdsl_emu_fibers)
+      if (!f.groups.empty() || !f.open.empty()) tdsl_emu_fail("cp.async copies still pending at the end of the kernel");
+    for (const tdsl_emu_wgroup &g : tdsl_emu_wgroups)
+      if (!g.groups.empty() || !g.open.empty()) tdsl_emu_fail("wgmma still pending at the end of the kernel");
+  }
+}
+
+// The primitives of mma_device.cuh.
+TDSL_FN unsigned tdsl_smem(const void *p) {
+  const unsigned char *b = static_cast<const unsigned char *>(p);
+  if (b < tdsl_emu_smem || b > tdsl_emu_smem + TDSL_EMU_SMEM) tdsl_emu_fail("a shared address outside shared memory");
+  return (unsigned)(b - tdsl_emu_smem);
+}
+static void tdsl_emu_copy_now(const tdsl_emu_copy &c) {
+  unsigned char *d = tdsl_emu_at(c.dst, c.bytes);
+  memset(d, 0, c.bytes);
+  if (c.size) memcpy(d, c.src, c.size);
+}
+// TDSL_EMU_COPIES=early: every cp.async lands when issued (a stage overwritten while another warp
+// still reads it shows); otherwise at the wait that retires its group (a read before the wait
+// shows).
+static bool tdsl_emu_copies_early() {
+  static int early = -1;
+  if (early < 0) {
+    const char *v = getenv("TDSL_EMU_COPIES");
+    early = v && strcmp(v, "early") == 0;
+  }
+  return early;
+}
+TDSL_FN void tdsl_cp_async(unsigned dst, const void *src, int bytes, bool ok) {
+  const tdsl_emu_copy c{dst, src, bytes, ok ? bytes : 0};
+  tdsl_emu_at(dst, bytes);
+  if (tdsl_emu_copies_early()) tdsl_emu_copy_now(c);
+  else tdsl_emu_me().open.push_back(c);
+}
+TDSL_FN void tdsl_cp16(unsigned dst, const void *src, bool ok) { tdsl_cp_async(dst, src, 16, ok); }
+TDSL_FN void tdsl_cp8(unsigned dst, const void *src, bool ok) { tdsl_cp_async(dst, src, 8, ok); }
+TDSL_FN void tdsl_cp_commit() {
+  tdsl_emu_fiber &f = tdsl_emu_me();
+  f.groups.push_back(f.open);
+  f.open.clear();
+}
+template <int N> TDSL_FN void tdsl_cp_wait() {
+  tdsl_emu_fiber &f = tdsl_emu_me();
+  while (f.groups.size() > (size_t)N) {
+    for (const tdsl_emu_copy &c : f.groups.front()) tdsl_emu_copy_now(c);
+    f.groups.erase(f.groups.begin());
+  }
+}
+TDSL_FN void tdsl_emu_ldm(int op, unsigned addr, unsigned &r0, unsigned &r1, unsigned &r2, unsigned &r3) {
+  tdsl_emu_me().in[0] = addr;
+  tdsl_emu_wait(TDSL_EMU_WARP, op);
+  const unsigned *o = tdsl_emu_me().out;
+  r0 = o[0], r1 = o[1], r2 = o[2], r3 = o[3];
+}
+TDSL_FN void tdsl_ldm_x4(unsigned addr, unsigned &r0, unsigned &r1, unsigned &r2, unsigned &r3) {
+  tdsl_emu_ldm(TDSL_OP_LDM, addr, r0, r1, r2, r3);
+}
+TDSL_FN void tdsl_ldm_x4_t(unsigned addr, unsigned &r0, unsigned &r1, unsigned &r2, unsigned &r3) {
+  tdsl_emu_ldm(TDSL_OP_LDM_T, addr, r0, r1, r2, r3);
+}
+template <int IN> TDSL_FN void tdsl_mma16816(float *d, const unsigned *a, const unsigned *b) {
+  tdsl_emu_fiber &f = tdsl_emu_me();
+  memcpy(f.in, a, 16);
+  memcpy(f.in + 4, b, 8);
+  f.d = d;
+  tdsl_emu_wait(TDSL_EMU_WARP, IN == 1 ? TDSL_OP_MMA_BF16 : TDSL_OP_MMA_F16);
+}
+template <int IN> TDSL_FN void tdsl_mma_sp16832(float *d, const unsigned *a, const unsigned *b, unsigned e) {
+  tdsl_emu_fiber &f = tdsl_emu_me();
+  memcpy(f.in, a, 16);
+  memcpy(f.in + 4, b, 16);
+  f.in[8] = e;
+  f.d = d;
+  tdsl_emu_wait(TDSL_EMU_WARP, IN == 1 ? TDSL_OP_SP_BF16 : TDSL_OP_SP_F16);
+}
+template <int IN, int BN> TDSL_FN void tdsl_wgmma(float *d, unsigned long long da, unsigned long long db) {
+  tdsl_emu_fiber &f = tdsl_emu_me();
+  f.da = da;
+  f.db = db;
+  f.n = BN;
+  f.type = IN;
+  f.d = d;
+  tdsl_emu_wait(TDSL_EMU_WG, TDSL_OP_WGMMA);
+}
+template <int IN> TDSL_FN void tdsl_wgmma_sp(float *d, unsigned long long da, unsigned long long db, unsigned e) {
+  tdsl_emu_fiber &f = tdsl_emu_me();
+  f.da = da;
+  f.db = db;
+  f.n = 128;
+  f.type = IN;
+  f.d = d;
+  f.in[8] = e;
+  tdsl_emu_wait(TDSL_EMU_WG, TDSL_OP_WGMMA_SP);
+}
+TDSL_FN void tdsl_wg_fence() {}
+TDSL_FN void tdsl_wg_commit() { tdsl_emu_wait(TDSL_EMU_WG, TDSL_OP_WG_COMMIT); }
+template <int N> TDSL_FN void tdsl_wg_wait() {
+  tdsl_emu_me().in[0] = N;
+  tdsl_emu_wait(TDSL_EMU_WG, TDSL_OP_WG_WAIT);
+}
+TDSL_FN void tdsl_fence_async_smem() {}

@@ -1,0 +1,93 @@
+//! The tensor-core templates (`kernels/mma.cuh`: dense `mma.sync`, dense `wgmma`, 2:4 `mma.sp`,
+//! BSR) run without a GPU: the host emulation performs their warp- and warpgroup-wide
+//! instructions in software (`kernels/mma_host.h`), and the results must agree with the
+//! interpreter. The lane maps the emulation uses are the ones the fragment probe checked on an
+//! H200, and the templates it runs passed on that device, so a mismatch here is a bug in a
+//! template's index, swizzle or pipeline logic (or in a template not yet run on a device).
+
+use tdsl_cuda::emulate::Copies;
+use tdsl_cuda::tensor::TensorCores;
+
+/// The scripts: the tensor-core corpus, and products whose edges in M, N and K are not
+/// multiples of the tiles.
+fn scripts() -> Vec<(String, String)> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus");
+    let mut out: Vec<(String, String)> = std::fs::read_dir(&root)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("tc_") && n.ends_with(".tdsl"))
+        })
+        .filter_map(|p| Some((p.display().to_string(), std::fs::read_to_string(&p).ok()?)))
+        .collect();
+    out.sort();
+    let inline = [
+        // Rows and columns past a 128 x 128 tile; K = 72 ends mid-stage.
+        "input x: bf16[n=150, i=72] = randn(seed=0)\ninput w: bf16[o=136, i] = randn(seed=1)\ny = einsum(x, w, 'n i, o i -> n o')\noutput y\n",
+        // f16 in, f16 out, K over several stages.
+        "input x: f16[n=40, i=520] = randn(seed=2)\ninput w: f16[o=24, i] = randn(seed=3)\ny = einsum(x, w, 'n i, o i -> n o')\noutput y\n",
+        // Batched, bf16 out, added to a bias after.
+        "input x: bf16[b=2, n=72, i=128] = randn(seed=4)\ninput w: bf16[o=40, i] = randn(seed=5)\ninput c: f32[o] = randn(seed=6)\ny = einsum(x, w, 'b n i, o i -> b n o') + c\noutput y\n",
+        // 2:4 in torch layout over 5 stages of 128 (wgmma.sp) or 10 of 64 (mma.sp), two tiles of
+        // rows, the second mostly past M.
+        "input x: bf16[m=200, k=640] = randn(seed=7)\ninput w: bf16[n=136, k] @ 2:4(k) = randn(seed=8)\ny = einsum(x, w, 'm k, n k -> m n')\noutput y\n",
+        // f16, K = 320: wgmma.sp's last stage is half past K.
+        "input x: f16[m=40, k=320] = randn(seed=9)\ninput w: f16[n=72, k] @ 2:4(k) = randn(seed=10)\ny = einsum(x, w, 'm k, n k -> m n')\noutput y\n",
+    ];
+    for (i, t) in inline.iter().enumerate() {
+        out.push((format!("inline product {i}"), t.to_string()));
+    }
+    out
+}
+
+#[test]
+fn tensor_core_templates_agree_with_the_interpreter_in_emulation() {
+    let Some(cxx) = crate::diff::cxx() else {
+        return;
+    };
+    let mut launches = 0;
+    for tc in [
+        TensorCores::Mma,
+        TensorCores::Wgmma,
+        TensorCores::WgmmaSparse,
+    ] {
+        for (name, text) in scripts() {
+            let p =
+                tdsl::compile(&text, &Default::default()).unwrap_or_else(|d| panic!("{name}: {d}"));
+            let inputs = tdsl::bind::bind_inputs(&p, Default::default()).expect("binds");
+            let plan = tdsl::plan::lower::plan_program(&p).expect("plans");
+            let (_, steps) = tdsl_cuda::map_program_with(&plan.loops, tc);
+            let here = steps
+                .iter()
+                .filter(|s| matches!(s, tdsl_cuda::Step::Launch(l) if l.lib.is_some()))
+                .count();
+            assert!(here > 0, "{name}: no product runs on tensor cores ({tc:?})");
+            launches += here;
+            let emu = tdsl_cuda::emulate::Emulator::compile_with(&plan.loops, cxx, tc)
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            let shapes = crate::diff::output_shapes(&p);
+            let want = tdsl::interp::run(&p, &inputs);
+            for copies in [Copies::Late, Copies::Early] {
+                let mut bufs = tdsl::runtime::buffers(&plan, &inputs).expect("buffers");
+                emu.run_with(&mut bufs, copies)
+                    .unwrap_or_else(|e| panic!("{name} ({tc:?}, {copies:?}): {e}"));
+                let got = tdsl::runtime::outputs(&plan, &shapes, bufs);
+                for (o, (g, w)) in got.iter().zip(&want).enumerate() {
+                    let (g, w) = (g.to_f64(), w.to_f64());
+                    let scale = w.iter().fold(1e-30f64, |m, x| m.max(x.abs()));
+                    for (i, (a, b)) in g.iter().zip(&w).enumerate() {
+                        assert!(
+                            (a - b).abs() <= 1e-2 * scale,
+                            "{name} ({tc:?}, copies {copies:?}): output {o} element {i} is {a} in emulation, {b} in the interpreter"
+                        );
+                    }
+                }
+            }
+        }
+    }
+    eprintln!("{launches} tensor-core launches agree with the interpreter in emulation");
+}
