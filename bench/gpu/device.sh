@@ -5,7 +5,8 @@
 # writes logs to $OUT (or /tmp/out). Knobs (environment): PROBE=0 skips the probe; TESTS picks
 # the test filter (default "gpu diff"), TEST_S and BENCH_S cap their seconds; ONLY restricts the
 # bench to workloads matching a regex; .dev/tdsl-base, if present, is benched on BASE_ONLY for
-# before/after; VARIANTS lists TDSL_TC_GEMM=BKxSTAGES settings (mma.sync) to bench besides.
+# before/after; VARIANTS lists TDSL_TC_GEMM=BKxSTAGES settings (mma.sync) to bench besides;
+# SP_WGMMA=0 skips the tests and bench of 2:4 on wgmma.sp (TDSL_TC_SP=wgmma, not yet the default).
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv,noheader | tee "$OUT/device.txt"
@@ -17,6 +18,12 @@ if [ "${PROBE:-1}" = 1 ] && command -v nvcc >/dev/null; then
 fi
 timeout "${TEST_S:-150}" env TDSL_REQUIRE_GPU=1 .dev/it ${TESTS:-gpu diff} --test-threads 8 2>&1 | tee "$OUT/tests.txt" | tail -40
 .dev/tdsl run --device cuda examples/quickstart.tdsl 2>&1 | tail -5
+# 2:4 on wgmma.mma_async.sp: written from the PTX ISA and checked in emulation only; the GPU
+# tests (every tc_* corpus script and the 2:4 products) must pass before it becomes the default.
+if [ "${SP_WGMMA:-1}" = 1 ]; then
+  echo "## TDSL_TC_SP=wgmma: GPU tests" | tee "$OUT/tests_wgmma_sp.txt"
+  timeout "${SP_TEST_S:-60}" env TDSL_REQUIRE_GPU=1 TDSL_TC_SP=wgmma .dev/it gpu_ --test-threads 8 2>&1 | tee -a "$OUT/tests_wgmma_sp.txt" | tail -15
+fi
 timeout "${BENCH_S:-120}" python3 bench/gpu/run.py --tdsl .dev/tdsl --runs 10 --no-compile --only "${ONLY:-.}" 2>&1 | tee "$OUT/bench.txt"
 # The previous commit's binary on the same device, for before/after figures (optional).
 if [ -x .dev/tdsl-base ]; then
@@ -28,3 +35,8 @@ for v in ${VARIANTS:-}; do
   echo "## TDSL_TC_GEMM=$v" | tee -a "$OUT/bench.txt"
   TDSL_TC_GEMM=$v timeout 60 python3 bench/gpu/run.py --tdsl .dev/tdsl --runs 10 --no-compile --only '^gemm_bf16' --no-anchors 2>&1 | tee -a "$OUT/bench.txt"
 done
+# 2:4 on wgmma.sp against the mma.sp figures above (tdsl only; the anchors are in the table above).
+if [ "${SP_WGMMA:-1}" = 1 ]; then
+  echo "## TDSL_TC_SP=wgmma" | tee -a "$OUT/bench.txt"
+  TDSL_TC_SP=wgmma timeout 60 python3 bench/gpu/run.py --tdsl .dev/tdsl --runs 10 --no-compile --only '^sp24' --no-anchors 2>&1 | tee -a "$OUT/bench.txt"
+fi
