@@ -8,7 +8,9 @@
 // - A is k-contiguous: element (m, k) at A[m * lda + k].
 // - B is k-contiguous (B_KN = false, torch's `[out, in]` weight read as B^T: (k, n) at
 //   B[n * ldb + k]) or n-contiguous (B_KN = true: (k, n) at B[k * ldb + n]).
-// - C is any strided view: (m, n) at C[m * ldm + n * ldn], f32, f16 or bf16 (OUT 0, 1, 2).
+// - C is written by the wrapper's `put(m, n, v)`: the f32 accumulator of (m, n), which the
+//   wrapper stores into any strided view (f32, f16 or bf16: tdsl_tc_put), through the
+//   elementwise epilogue fused into the product when there is one (tensor.rs).
 // - IN: 0 f16, 1 bf16 (one type for both operands).
 // Edges: rows and columns past M and N are zero-filled by cp.async (src-size 0) and not stored;
 // the mapping pass requires K and, for B_KN, N to be multiples of 8 and every row start
@@ -51,10 +53,9 @@ template <int BN> TDSL_FN void tdsl_tc_tile(long long tile, int M, int N, int &m
   n0 = (r / rows) * BN;
 }
 
-// The accumulators of one warp (16 MI x 8 NI) into C.
-template <int OUT, int MI, int NI, typename CT>
-TDSL_FN void tdsl_tc_epilogue(float (&acc)[MI][NI][4], CT *C, int M, int N, long long ldm, long long ldn, bool accumulate,
-                              int row0, int col0) {
+// The accumulators of one warp (16 MI x 8 NI) into C, through `put`.
+template <int MI, int NI, typename Put>
+TDSL_FN void tdsl_tc_epilogue(float (&acc)[MI][NI][4], Put &put, int M, int N, int row0, int col0) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int mi = 0; mi < MI; mi++)
@@ -63,7 +64,7 @@ TDSL_FN void tdsl_tc_epilogue(float (&acc)[MI][NI][4], CT *C, int M, int N, long
 #pragma unroll
       for (int i = 0; i < 4; i++) {
         const int m = row0 + mi * 16 + g + 8 * (i >> 1), n = col0 + ni * 8 + 2 * t + (i & 1);
-        if (m < M && n < N) tdsl_tc_put<OUT>(C + (long long)m * ldm + (long long)n * ldn, acc[mi][ni][i], accumulate);
+        if (m < M && n < N) put(m, n, acc[mi][ni][i]);
       }
 }
 
@@ -131,10 +132,9 @@ TDSL_FN void tdsl_warp_k16(float (&acc)[MI][NI][4], const uint4 *a_st, const uin
 // BN = 128 (64 x 32 warp tiles, 2 blocks per SM); BN = 256 (64 x 64 warp tiles, 212 registers,
 // 1 block per SM) measured slower on an H200 (bench/RESULTS.md) and is kept as a parameter.
 #define TDSL_TC_GEMM_SMEM(BN, BK, STAGES) ((STAGES) * (TDSL_TC_BM + (BN)) * (BK) * 2)
-template <int IN, bool B_KN, int OUT, int BN, int BK, int STAGES, typename CT>
-TDSL_FN void tdsl_tc_gemm(const unsigned short *__restrict__ A, const unsigned short *__restrict__ B, CT *__restrict__ C,
-                          long long tile, int M, int N, int K, long long lda, long long ldb, long long ldm, long long ldn,
-                          bool accumulate) {
+template <int IN, bool B_KN, int BN, int BK, int STAGES, typename Put>
+TDSL_FN void tdsl_tc_gemm(const unsigned short *__restrict__ A, const unsigned short *__restrict__ B, Put put,
+                          long long tile, int M, int N, int K, long long lda, long long ldb) {
   constexpr int NI = BN / 32, BCH = BN / 8, CH = BK / 8;
   static_assert(BK == 32 || BK == 64, "BK of 32 or 64");
   // Chunks of 8 halves: A [128 rows][CH], B [BN n][CH] (k-contiguous) or [BK k][BN / 8] (n-contiguous).
@@ -182,7 +182,7 @@ TDSL_FN void tdsl_tc_gemm(const unsigned short *__restrict__ A, const unsigned s
     for (int kk = 0; kk < BK / 16; kk++)  // k16 steps
       tdsl_warp_k16<IN, B_KN, 4, NI, CH, BCH>(acc, a_st, b_st, kk, wm * 64, wn * (BN / 4));
   });
-  tdsl_tc_epilogue<OUT>(acc, C, M, N, ldm, ldn, accumulate, m0 + wm * 64, n0 + wn * (BN / 4));
+  tdsl_tc_epilogue(acc, put, M, N, m0 + wm * 64, n0 + wn * (BN / 4));
 }
 
 // Dense on sm_90a (H100, H200): `wgmma.mma_async` m64nBNk16, both operands read by the tensor
@@ -204,11 +204,10 @@ TDSL_FN unsigned long long tdsl_wg_desc(unsigned addr) {
   return (unsigned long long)((addr & 0x3FFFFu) >> 4) | (1ull << 16) | ((unsigned long long)(1024 >> 4) << 32) |
          (1ull << 62);
 }
-// A warpgroup's m64nBN accumulators into C, rows row0 .. row0 + 63 and columns col0 ..: d[4j + i]
-// at row 16w + lane / 4 (+ 8 for i >= 2), column 8j + 2 (lane mod 4) + (i mod 2).
-template <int OUT, int BN, typename CT>
-TDSL_FN void tdsl_wg_epilogue(const float *d, CT *C, int M, int N, long long ldm, long long ldn, bool accumulate,
-                              int row0, int col0) {
+// A warpgroup's m64nBN accumulators into C through `put`, rows row0 .. row0 + 63 and columns
+// col0 ..: d[4j + i] at row 16w + lane / 4 (+ 8 for i >= 2), column 8j + 2 (lane mod 4) + (i mod 2).
+template <int BN, typename Put>
+TDSL_FN void tdsl_wg_epilogue(const float *d, Put &put, int M, int N, int row0, int col0) {
   const int lane = threadIdx.x & 31, w = (threadIdx.x >> 5) & 3;
   const int r0 = row0 + w * 16 + (lane >> 2), c0 = col0 + 2 * (lane & 3);
 #pragma unroll
@@ -216,13 +215,12 @@ TDSL_FN void tdsl_wg_epilogue(const float *d, CT *C, int M, int N, long long ldm
 #pragma unroll
     for (int i = 0; i < 4; i++) {
       const int m = r0 + 8 * (i >> 1), n = c0 + 8 * j + (i & 1);
-      if (m < M && n < N) tdsl_tc_put<OUT>(C + (long long)m * ldm + (long long)n * ldn, d[4 * j + i], accumulate);
+      if (m < M && n < N) put(m, n, d[4 * j + i]);
     }
 }
-template <int IN, int OUT, int BN, typename CT>
-TDSL_FN void tdsl_tc_wgmma(const unsigned short *__restrict__ A, const unsigned short *__restrict__ B, CT *__restrict__ C,
-                           long long tile, int M, int N, int K, long long lda, long long ldb, long long ldm, long long ldn,
-                           bool accumulate) {
+template <int IN, int BN, typename Put>
+TDSL_FN void tdsl_tc_wgmma(const unsigned short *__restrict__ A, const unsigned short *__restrict__ B, Put put,
+                           long long tile, int M, int N, int K, long long lda, long long ldb) {
   static_assert(BN == 128 || BN == 256, "wgmma tiles 128 or 256 wide");
   constexpr int STAGES = TDSL_TC_WG_STAGES, AHEAD = STAGES - 2;
   constexpr unsigned A_BYTES = TDSL_TC_BM * 128, STAGE = TDSL_TC_WG_STAGE_BYTES(BN);
@@ -275,7 +273,7 @@ TDSL_FN void tdsl_tc_wgmma(const unsigned short *__restrict__ A, const unsigned 
   }
   tdsl_wg_wait<0>();
   tdsl_cp_wait<0>();
-  tdsl_wg_epilogue<OUT, BN>(d, C, M, N, ldm, ldn, accumulate, m0 + wg * 64, n0);
+  tdsl_wg_epilogue<BN>(d, put, M, N, m0 + wg * 64, n0);
 }
 
 // 2:4 on sm_90a (H100, H200): `wgmma.mma_async.sp` m64n128k32, the compressed values (A) and B
@@ -290,11 +288,10 @@ TDSL_FN void tdsl_tc_wgmma(const unsigned short *__restrict__ A, const unsigned 
 #define TDSL_TC_WGSP_STAGES 4
 #define TDSL_TC_WGSP_STAGE_BYTES (TDSL_TC_BM * 128 + TDSL_TC_BN * 256 + TDSL_TC_BM * 16)
 #define TDSL_TC_WGSP_SMEM (TDSL_TC_WGSP_STAGES * TDSL_TC_WGSP_STAGE_BYTES + 1024)
-template <int IN, int OUT, typename CT>
+template <int IN, typename Put>
 TDSL_FN void tdsl_tc_wgmma_sp24(const unsigned short *__restrict__ Av, const int *__restrict__ Am,
-                                const unsigned short *__restrict__ B, CT *__restrict__ C, long long tile, int M, int N,
-                                int K, long long ldv, long long ldmeta, long long ldb, long long ldm, long long ldn,
-                                bool accumulate) {
+                                const unsigned short *__restrict__ B, Put put, long long tile, int M, int N, int K,
+                                long long ldv, long long ldmeta, long long ldb) {
   constexpr int STAGES = TDSL_TC_WGSP_STAGES, BN = TDSL_TC_BN;
   constexpr unsigned A_BYTES = TDSL_TC_BM * 128, B_PANEL = BN * 128, STAGE = TDSL_TC_WGSP_STAGE_BYTES;
   TDSL_DYN_SMEM(tdsl_smem_dyn);
@@ -367,7 +364,7 @@ TDSL_FN void tdsl_tc_wgmma_sp24(const unsigned short *__restrict__ Av, const int
     tdsl_wg_wait<0>();
   }
   tdsl_cp_wait<0>();
-  tdsl_wg_epilogue<OUT, BN>(d, C, M, N, ldm, ldn, accumulate, m0 + wg * 64, n0);
+  tdsl_wg_epilogue<BN>(d, put, M, N, m0 + wg * 64, n0);
 }
 #endif
 
@@ -379,10 +376,10 @@ TDSL_FN void tdsl_tc_wgmma_sp24(const unsigned short *__restrict__ Av, const int
 // A values 128 x 32 halves, B 64 x 128 halves and the 128 rows' two metadata words.
 #define TDSL_TC_SP24_STAGES 3
 #define TDSL_TC_SP24_SMEM (TDSL_TC_SP24_STAGES * (TDSL_TC_BM * 4 + TDSL_TC_BN * 8 + TDSL_TC_BM / 2) * 16)
-template <int IN, bool B_KN, int OUT, typename CT>
+template <int IN, bool B_KN, typename Put>
 TDSL_FN void tdsl_tc_sp24(const unsigned short *__restrict__ Av, const int *__restrict__ Am,
-                          const unsigned short *__restrict__ B, CT *__restrict__ C, long long tile, int M, int N, int K,
-                          long long ldv, long long ldmeta, long long ldb, long long ldm, long long ldn, bool accumulate) {
+                          const unsigned short *__restrict__ B, Put put, long long tile, int M, int N, int K,
+                          long long ldv, long long ldmeta, long long ldb) {
   constexpr int BK = 64, STAGES = TDSL_TC_SP24_STAGES;
   TDSL_DYN_SMEM(tdsl_smem_dyn);
   uint4 *sA = tdsl_smem_dyn, *sB = sA + STAGES * TDSL_TC_BM * 4;
@@ -463,7 +460,7 @@ TDSL_FN void tdsl_tc_sp24(const unsigned short *__restrict__ Av, const int *__re
         for (int ni = 0; ni < 4; ni++) tdsl_mma_sp16832<IN>(acc[mi][ni], a[mi], b[ni], e[mi]);
     }
   });
-  tdsl_tc_epilogue<OUT>(acc, C, M, N, ldm, ldn, accumulate, m0 + wm * 64, n0 + wn * 32);
+  tdsl_tc_epilogue(acc, put, M, N, m0 + wm * 64, n0 + wn * 32);
 }
 
 // BSR on the left: A is stored in R x C blocks (values nnzb x R x C, each block row-major; block
@@ -480,10 +477,10 @@ TDSL_FN void tdsl_tc_sp24(const unsigned short *__restrict__ Av, const int *__re
 #define TDSL_TC_BSR_BN 256
 #define TDSL_TC_BSR_STAGES 3
 #define TDSL_TC_BSR_SMEM(R, C) (TDSL_TC_BSR_STAGES * ((R) + TDSL_TC_BSR_BN) * (C) * 2)
-template <int IN, bool B_KN, int OUT, int R, int C, int WN, typename CT>
+template <int IN, bool B_KN, int R, int C, int WN, typename Put>
 TDSL_FN void tdsl_tc_bsr(const unsigned short *__restrict__ Av, const int *__restrict__ ptr, const int *__restrict__ idx,
-                         const unsigned short *__restrict__ B, CT *__restrict__ Cm, long long tile, int M, int N, int K,
-                         long long ldb, long long ldm, long long ldn, bool accumulate) {
+                         const unsigned short *__restrict__ B, Put put, long long tile, int M, int N, int K,
+                         long long ldb) {
   constexpr int BN = TDSL_TC_BSR_BN, STAGES = TDSL_TC_BSR_STAGES, MI = R / 16, CH = C / 8, BCH = BN / 8;
   constexpr int NI = WN / 8, THREADS = 32 * BN / WN;
   static_assert(WN == 32 || WN == 64, "warps of 32 or 64 columns");
@@ -533,5 +530,5 @@ TDSL_FN void tdsl_tc_bsr(const unsigned short *__restrict__ Av, const int *__res
 #pragma unroll
     for (int kk = 0; kk < C / 16; kk++) tdsl_warp_k16<IN, B_KN, MI, NI, CH, BCH>(acc, a_st, b_st, kk, 0, warp * WN);
   });
-  tdsl_tc_epilogue<OUT>(acc, Cm, M, N, ldm, ldn, accumulate, br * R, n0 + warp * WN);
+  tdsl_tc_epilogue(acc, put, M, N, br * R, n0 + warp * WN);
 }

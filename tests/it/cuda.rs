@@ -421,3 +421,38 @@ fn nvrtc_compiles_two_four_on_wgmma_sp_without_spills() {
     }
     assert!(sparse >= 1, "no 2:4 product of the corpus took wgmma.sp");
 }
+
+#[test]
+fn elementwise_kernels_after_a_tensor_core_product_fuse_into_its_store() {
+    // A bias and gelu; a per-batch scale over rows the planner flattened (`b n` into one); relu
+    // after 2:4 in torch layout, through the transposing copy of the result.
+    for script in [
+        "input x: bf16[n=150, i=72] = randn(seed=0)\ninput w: bf16[o=136, i] = randn(seed=1)\n\
+         input b: f32[o] = randn(seed=2)\ny = gelu(einsum(x, w, 'n i, o i -> n o') + b)\noutput y\n",
+        "input x: f16[b=3, n=40, i=64] = randn(seed=3)\ninput w: f16[o=24, i] = randn(seed=4)\n\
+         input s: f32[b, o] = randn(seed=5)\n\
+         y = einsum(x, w, 'b n i, o i -> b n o') * rearrange(s, 'b o -> b 1 o')\noutput y\n",
+        "input x: bf16[m=100, k=128] = randn(seed=6)\ninput w: bf16[n=72, k] @ 2:4(k) = randn(seed=7)\n\
+         input b: f32[n] = randn(seed=8)\ny = relu(einsum(x, w, 'm k, n k -> m n') - b)\noutput y\n",
+    ] {
+        let (calls, dead) = tensor_cores(script);
+        assert_eq!(calls.len(), 1, "{script}: {calls:?}");
+        assert!(calls[0].1.contains("fused into the store"), "{script}: {calls:?}");
+        assert!(!dead.is_empty(), "{script}");
+    }
+    // Not fused: a result read twice, a reduction of the result, an elementwise kernel that
+    // reads what a kernel between computes.
+    for script in [
+        "input x: bf16[n=64, i=64] = randn(seed=0)\ninput w: bf16[o=64, i] = randn(seed=1)\n\
+         h = einsum(x, w, 'n i, o i -> n o')\ny = gelu(h)\nz = reduce(h, 'n o -> o', 'max')\n\
+         output y\noutput z\n",
+        "input x: bf16[n=64, i=64] = randn(seed=0)\ninput w: bf16[o=64, i] = randn(seed=1)\n\
+         y = reduce(einsum(x, w, 'n i, o i -> n o'), 'n o -> n', 'sum')\noutput y\n",
+    ] {
+        let (calls, _) = tensor_cores(script);
+        assert!(
+            !calls.iter().any(|c| c.1.contains("fused")),
+            "{script}: {calls:?}"
+        );
+    }
+}

@@ -37,6 +37,13 @@ fn scripts() -> Vec<(String, String)> {
         "input x: bf16[m=200, k=640] = randn(seed=7)\ninput w: bf16[n=136, k] @ 2:4(k) = randn(seed=8)\ny = einsum(x, w, 'm k, n k -> m n')\noutput y\n",
         // f16, K = 320: wgmma.sp's last stage is half past K.
         "input x: f16[m=40, k=320] = randn(seed=9)\ninput w: f16[n=72, k] @ 2:4(k) = randn(seed=10)\ny = einsum(x, w, 'm k, n k -> m n')\noutput y\n",
+        // Epilogues fused into the store: a bias and gelu after a bf16 product (rounded to bf16
+        // first, as the unfused kernels do), a per-batch scale, relu after 2:4 and silu after BSR
+        // (torch layout: the template computes the transposed product).
+        "input x: bf16[n=150, i=72] = randn(seed=11)\ninput w: bf16[o=136, i] = randn(seed=12)\ninput b: f32[o] = randn(seed=13)\ny = gelu(einsum(x, w, 'n i, o i -> n o') + b)\noutput y\n",
+        "input x: f16[b=3, n=40, i=64] = randn(seed=14)\ninput w: f16[o=24, i] = randn(seed=15)\ninput s: f32[b, o] = randn(seed=16)\ny = einsum(x, w, 'b n i, o i -> b n o') * rearrange(s, 'b o -> b 1 o')\noutput y\n",
+        "input x: bf16[m=100, k=128] = randn(seed=17)\ninput w: bf16[n=72, k] @ 2:4(k) = randn(seed=18)\ninput b: f32[n] = randn(seed=19)\ny = relu(einsum(x, w, 'm k, n k -> m n') - b)\noutput y\n",
+        "input x: bf16[m=100, k=128] = randn(seed=20)\ninput w: bf16[n=96, k] @ bsr(32, 32) = randn(seed=21, density=0.5)\ny = silu(einsum(x, w, 'm k, n k -> m n'))\noutput y\n",
     ];
     for (i, t) in inline.iter().enumerate() {
         out.push((format!("inline product {i}"), t.to_string()));

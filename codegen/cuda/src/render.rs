@@ -584,6 +584,25 @@ impl Renderer<'_> {
     }
 }
 
+/// `value` in f32, as the epilogue of a tensor-core product ([`crate::tensor::Epilogue`]):
+/// every load of `temp` at `index` reads `stored` (an expression of the temp's element type).
+pub(crate) fn epilogue_value(
+    p: &LoopProgram,
+    value: &Expr,
+    temp: tdsl_loop::BufId,
+    index: &Index,
+    stored: &str,
+) -> String {
+    let r = Renderer {
+        p,
+        out: String::new(),
+        depth: 0,
+        accs: Vec::new(),
+        staged: Some((temp, index.clone(), stored.to_string())),
+    };
+    r.expr_as(value, ElemType::F32)
+}
+
 /// The value that leaves an accumulator unchanged under `op`.
 fn identity(op: AccOp) -> f64 {
     match op {
@@ -641,7 +660,7 @@ fn constant(c: f64, t: ElemType) -> String {
 }
 
 /// An affine index as a `long long` expression.
-fn index(ix: &Index) -> String {
+pub(crate) fn index(ix: &Index) -> String {
     let mut parts = Vec::new();
     for &(v, s) in &ix.terms {
         match s {

@@ -76,6 +76,47 @@ pub struct TensorCore {
     pub accumulate: bool,
     /// Batch axes: (extent, stride of a, of b, of c).
     pub batch: Vec<(u64, i64, i64, i64)>,
+    /// The template's (m, n) are the call's (n, m): it computes Cᵀ = Bᵀ·Aᵀ.
+    pub swapped: bool,
+    /// An elementwise kernel fused into the store (C is then its destination).
+    pub epilogue: Option<Box<Epilogue>>,
+}
+
+/// An elementwise kernel fused into a product's store: for every element of the product's
+/// result, its destination gets `value`, where each load of the result (`temp` at
+/// `temp_index`) reads the accumulator rounded to the result's type, so the values are those
+/// of the two kernels run one after the other.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Epilogue {
+    /// The fused kernel (not launched).
+    pub kernel: usize,
+    pub temp: BufId,
+    pub temp_index: Index,
+    pub value: Expr,
+    /// The fused kernel's store: its destination's index over the nest's variables.
+    pub dst_index: Index,
+    /// Each loop variable of the fused nest, from the coordinates of the call's result.
+    pub vars: Vec<(VarId, VarCoord)>,
+}
+
+/// A coordinate of a call's result: its row, its column, or a batch axis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Coord {
+    Row,
+    Col,
+    Batch(usize),
+}
+
+/// A loop variable as a digit of one coordinate of the result: `(coord / div) % extent`, or 0
+/// for a unit loop (`coord` `None`). A coordinate split over several loops (the CPU planner's
+/// rows `b n` of a batched product flattened into one) is a mixed-radix number of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VarCoord {
+    pub coord: Option<Coord>,
+    pub div: u64,
+    pub extent: u64,
+    /// The coordinate's extent.
+    pub len: u64,
 }
 
 impl TensorCore {
@@ -148,6 +189,15 @@ impl TensorCore {
                 v.extend([*ptr, *idx]);
             }
         }
+        if let Some(e) = &self.epilogue {
+            e.value.visit(&mut |x| {
+                if let Expr::Load { buf, .. } = x {
+                    if *buf != e.temp {
+                        v.insert(*buf);
+                    }
+                }
+            });
+        }
         v.into_iter().collect()
     }
 
@@ -173,8 +223,14 @@ impl TensorCore {
                 3,
             ),
         };
+        let fused = self.epilogue.as_ref().map_or(String::new(), |e| {
+            format!(
+                ", the elementwise kernel k{} fused into the store",
+                e.kernel
+            )
+        });
         format!(
-            "tensor cores: {instr} {ty}, f32 accumulate, M={} N={} K={}, tiles {}x{}x{bk}, {stages} cp.async stages, {} KiB shared, B {}",
+            "tensor cores: {instr} {ty}, f32 accumulate, M={} N={} K={}, tiles {}x{}x{bk}, {stages} cp.async stages, {} KiB shared, B {}{fused}",
             self.m,
             self.n,
             self.k,
@@ -245,7 +301,7 @@ pub fn select(p: &LoopProgram, tc: TensorCores) -> Selection {
             } => {
                 let a = fold_input(p, ki, a, &[*m, *k], batch, &sel.dead, &mut dead);
                 let b = fold_input(p, ki, b, &[*k, *n], batch, &sel.dead, &mut dead);
-                let c = fold_output(
+                let (c, epilogue) = fold_result(
                     p,
                     ki,
                     c,
@@ -256,6 +312,7 @@ pub fn select(p: &LoopProgram, tc: TensorCores) -> Selection {
                     &mut dead,
                 );
                 dense(p, *m, *n, *k, batch, &a, &b, &c, *accumulate, tc)
+                    .map(|t| TensorCore { epilogue, ..t })
             }
             LibCall::SpMM {
                 m,
@@ -273,8 +330,9 @@ pub fn select(p: &LoopProgram, tc: TensorCores) -> Selection {
                     Side::Right => [*m, *k],
                 };
                 let d = fold_input(p, ki, d, &d_dims, &[], &sel.dead, &mut dead);
-                let c = fold_output(p, ki, c, &[*m, *n], &[], *accumulate, &sel.dead, &mut dead);
-                match s.layout {
+                let (c, epilogue) =
+                    fold_result(p, ki, c, &[*m, *n], &[], *accumulate, &sel.dead, &mut dead);
+                let t = match s.layout {
                     SparseLayout::TwoFour { .. } => two_four(
                         p,
                         *m,
@@ -292,7 +350,8 @@ pub fn select(p: &LoopProgram, tc: TensorCores) -> Selection {
                         bsr(p, *m, *n, *k, s, *transposed, *side, &d, &c, *accumulate)
                     }
                     _ => None,
-                }
+                };
+                t.map(|t| TensorCore { epilogue, ..t })
             }
             _ => None,
         };
@@ -398,6 +457,8 @@ fn dense(
         ldn: cn,
         accumulate,
         batch: batches(swap),
+        swapped: swap,
+        epilogue: None,
     })
 }
 
@@ -535,6 +596,8 @@ fn sparse_left(
         ldn: cn,
         accumulate,
         batch: Vec::new(),
+        swapped: side == Side::Right,
+        epilogue: None,
     })
 }
 
@@ -613,6 +676,32 @@ struct Copy {
 }
 
 fn copy_nest(body: &[Stmt]) -> Option<Copy> {
+    let nest = store_nest(body)?;
+    let Expr::Load {
+        buf: src,
+        index: src_index,
+    } = nest.value
+    else {
+        return None;
+    };
+    Some(Copy {
+        vars: nest.vars,
+        dst: nest.dst,
+        dst_index: nest.dst_index,
+        src: *src,
+        src_index: src_index.clone(),
+    })
+}
+
+/// A kernel that is one perfect nest of range loops around one store `dst[dst_index] = value`.
+struct StoreNest<'a> {
+    vars: BTreeMap<VarId, u64>,
+    dst: BufId,
+    dst_index: Index,
+    value: &'a Expr,
+}
+
+fn store_nest(body: &[Stmt]) -> Option<StoreNest<'_>> {
     let mut vars = BTreeMap::new();
     let mut stmts = body;
     loop {
@@ -625,19 +714,11 @@ fn copy_nest(body: &[Stmt]) -> Option<Copy> {
                 stmts = &l.body;
             }
             [Stmt::Store { buf, index, value }] => {
-                let Expr::Load {
-                    buf: src,
-                    index: src_index,
-                } = value
-                else {
-                    return None;
-                };
-                return Some(Copy {
+                return Some(StoreNest {
                     vars,
                     dst: *buf,
                     dst_index: index.clone(),
-                    src: *src,
-                    src_index: src_index.clone(),
+                    value,
                 });
             }
             _ => return None,
@@ -833,6 +914,197 @@ fn fold_output(
     }
 }
 
+/// The view a product writes and the epilogue fused into its store: the result moved by a
+/// later copy ([`fold_output`]), else the destination of a later elementwise kernel
+/// ([`fold_epilogue`]), else `view` itself.
+#[allow(clippy::too_many_arguments)]
+fn fold_result(
+    p: &LoopProgram,
+    ki: usize,
+    view: &MatView,
+    dims: &[u64],
+    batch: &[u64],
+    accumulate: bool,
+    taken: &BTreeSet<usize>,
+    dead: &mut BTreeSet<usize>,
+) -> (MatView, Option<Box<Epilogue>>) {
+    let c = fold_output(p, ki, view, dims, batch, accumulate, taken, dead);
+    // The copy's destination, written by the copy kernel (now not launched), may feed an
+    // elementwise kernel in turn.
+    let writer = if c.buf == view.buf {
+        ki
+    } else {
+        users(p, c.buf, usize::MAX, false)
+            .into_iter()
+            .find(|j| dead.contains(j))
+            .unwrap_or(ki)
+    };
+    match fold_epilogue(p, ki, writer, &c, dims, batch, accumulate, taken) {
+        Some((c, e)) => {
+            dead.insert(e.kernel);
+            (c, Some(Box::new(e)))
+        }
+        None => (c, None),
+    }
+}
+
+/// When the product's result (`view`, a temp of f32, f16 or bf16) is read only by one later
+/// kernel that is an elementwise nest over it (one store per element, every read of the result
+/// at that element, no reduction, computed in f32), the view of that kernel's destination and
+/// the epilogue that computes it from the accumulator. The other buffers it reads must not be
+/// written between the product and it, and nothing between may touch its destination.
+#[allow(clippy::too_many_arguments)]
+fn fold_epilogue(
+    p: &LoopProgram,
+    ki: usize,
+    writer: usize,
+    view: &MatView,
+    dims: &[u64],
+    batch: &[u64],
+    accumulate: bool,
+    taken: &BTreeSet<usize>,
+) -> Option<(MatView, Epilogue)> {
+    let t = view.buf;
+    let b = p.buffer(t);
+    if accumulate || b.role != Role::Temp || view.offset != 0 || !out_ok(b.ty) {
+        return None;
+    }
+    let (writers, readers) = (users(p, t, writer, false), users(p, t, writer, true));
+    let ([], &[j]) = (writers.as_slice(), readers.as_slice()) else {
+        return None;
+    };
+    if j <= writer || taken.contains(&j) {
+        return None;
+    }
+    let nest = store_nest(&p.kernels[j].body)?;
+    if nest.dst == t || nest.vars.values().product::<u64>() != b.elems {
+        return None;
+    }
+    // Every read of the result at one index; no accumulator, no f64, no read of the destination.
+    let (mut temp_index, mut ok, mut reads) = (None::<Index>, true, BTreeSet::new());
+    nest.value.visit(&mut |e| match e {
+        Expr::Load { buf, index } if *buf == t => match &temp_index {
+            None => temp_index = Some(index.clone()),
+            Some(i) => ok &= i == index,
+        },
+        Expr::Load { buf, .. } => {
+            ok &= *buf != nest.dst && p.buffer(*buf).ty.compute() != ElemType::F64;
+            reads.insert(*buf);
+        }
+        Expr::Acc(_) | Expr::Cast(ElemType::F64, _) => ok = false,
+        _ => {}
+    });
+    let temp_index = temp_index?;
+    let dst_ty = p.buffer(nest.dst).ty;
+    if !ok || !out_ok(dst_ty) {
+        return None;
+    }
+    let writes_between = |buf: BufId| {
+        users(p, buf, usize::MAX, false)
+            .iter()
+            .any(|&x| x >= ki && x < j)
+    };
+    if reads.iter().any(|&r| writes_between(r))
+        || writes_between(nest.dst)
+        || users(p, nest.dst, usize::MAX, true)
+            .iter()
+            .any(|&x| x > ki && x < j)
+    {
+        return None;
+    }
+    let vars = var_coords(view, dims, batch, &temp_index, &nest.vars)?;
+    // The template stores through the epilogue's own index: the view only names the buffer.
+    let c = MatView {
+        buf: nest.dst,
+        offset: 0,
+        row_stride: 0,
+        col_stride: 0,
+        batch_strides: vec![0; batch.len()],
+    };
+    Some((
+        c,
+        Epilogue {
+            kernel: j,
+            temp: t,
+            temp_index,
+            value: nest.value.clone(),
+            dst_index: nest.dst_index,
+            vars,
+        },
+    ))
+}
+
+/// Each loop variable of a nest that reads the result (`view`: dims `dims`, then `batch`) at
+/// `index`, as a digit of one of the result's coordinates ([`VarCoord`]); `None` unless every
+/// coordinate is exactly the mixed-radix number of its variables (one element per iteration).
+fn var_coords(
+    view: &MatView,
+    dims: &[u64],
+    batch: &[u64],
+    index: &Index,
+    vars: &BTreeMap<VarId, u64>,
+) -> Option<Vec<(VarId, VarCoord)>> {
+    if index.offset != 0 {
+        return None;
+    }
+    let mut strides = vec![view.row_stride, view.col_stride];
+    strides.extend(&view.batch_strides);
+    let mut lens = dims.to_vec();
+    lens.extend(batch);
+    let coord = |d: usize| match d {
+        0 => Coord::Row,
+        1 => Coord::Col,
+        i => Coord::Batch(i - 2),
+    };
+    let mut out = Vec::new();
+    let mut digits: Vec<Vec<(u64, u64)>> = vec![Vec::new(); lens.len()];
+    for (&v, &extent) in vars {
+        let s = index.stride_of(v);
+        if extent == 1 {
+            out.push((
+                v,
+                VarCoord {
+                    coord: None,
+                    div: 1,
+                    extent: 1,
+                    len: 1,
+                },
+            ));
+            continue;
+        }
+        let d = (0..lens.len()).find(|&d| {
+            let sd = strides[d];
+            sd != 0 && s % sd == 0 && s / sd > 0 && ((s / sd) as u64) < lens[d]
+        })?;
+        let div = (s / strides[d]) as u64;
+        digits[d].push((div, extent));
+        out.push((
+            v,
+            VarCoord {
+                coord: Some(coord(d)),
+                div,
+                extent,
+                len: lens[d],
+            },
+        ));
+    }
+    // Each coordinate: digits 1, e0, e0·e1, … up to its extent exactly.
+    for (d, ds) in digits.iter_mut().enumerate() {
+        ds.sort();
+        let mut unit = 1;
+        for &(div, extent) in ds.iter() {
+            if div != unit {
+                return None;
+            }
+            unit *= extent;
+        }
+        if unit != lens[d] {
+            return None;
+        }
+    }
+    Some(out)
+}
+
 /// `view` over the copy's destination (`from_src` false) or source, re-expressed over the other
 /// side: through the copy's loops as written, else with its cache tiles merged.
 fn rebase_copy(
@@ -887,7 +1159,8 @@ fn rebase(
     })
 }
 
-/// The wrapper kernel for `tc`: batch offsets, then the template call.
+/// The wrapper kernel for `tc`: batch offsets, the store of one accumulator (`put`: into C,
+/// through the fused epilogue if there is one), then the template call.
 pub fn render(p: &LoopProgram, name: &str, tc: &TensorCore) -> String {
     use std::fmt::Write;
     let mut out = String::new();
@@ -917,10 +1190,10 @@ pub fn render(p: &LoopProgram, name: &str, tc: &TensorCore) -> String {
         "  long long oa = {}LL, ob = {}LL, oc = {}LL;",
         tc.a.offset, tc.b.offset, tc.c_offset
     );
-    for (e, sa, sb, sc) in tc.batch.iter().rev() {
+    for (i, (e, sa, sb, sc)) in tc.batch.iter().enumerate().rev() {
         let _ = writeln!(
             out,
-            "  {{ const long long i = bz % {e}LL; bz /= {e}LL; oa += i * {sa}LL; ob += i * {sb}LL; oc += i * {sc}LL; }}"
+            "  const long long bi{i} = bz % {e}LL; bz /= {e}LL; oa += bi{i} * {sa}LL; ob += bi{i} * {sb}LL; oc += bi{i} * {sc}LL;"
         );
     }
     let input = if tc.input == ElemType::BF16 { 1 } else { 0 };
@@ -929,75 +1202,88 @@ pub fn render(p: &LoopProgram, name: &str, tc: &TensorCore) -> String {
         ElemType::BF16 => 2,
         _ => 0,
     };
-    let b_kn = if tc.b_kn { "true" } else { "false" };
-    let acc = if tc.accumulate { "true" } else { "false" };
-    match &tc.kind {
-        Kind::Dense { .. } | Kind::Wgmma { .. } => {
-            let template = match tc.kind {
-                Kind::Dense { bk, stages } => {
-                    format!(
-                        "tdsl_tc_gemm<{input}, {b_kn}, {out_kind}, {}, {bk}, {stages}>",
-                        tc.bn()
-                    )
+    let at = format!(
+        "b{} + oc + (long long)m * {}LL + (long long)n * {}LL",
+        tc.c.0, tc.ldm, tc.ldn
+    );
+    match &tc.epilogue {
+        None => {
+            let _ = writeln!(
+                out,
+                "  auto put = [&](int m, int n, float v) {{ tdsl_tc_put<{out_kind}>({at}, v, {}); }};",
+                tc.accumulate
+            );
+        }
+        Some(e) => {
+            let _ = writeln!(out, "  auto put = [&](int m, int n, float v) {{");
+            for (var, vc) in &e.vars {
+                let mut value = match (vc.coord, tc.swapped) {
+                    (None, _) => "0".to_string(),
+                    (Some(Coord::Row), false) | (Some(Coord::Col), true) => "(long long)m".into(),
+                    (Some(Coord::Col), false) | (Some(Coord::Row), true) => "(long long)n".into(),
+                    (Some(Coord::Batch(i)), _) => format!("bi{i}"),
+                };
+                if vc.div > 1 {
+                    value = format!("({value} / {}LL)", vc.div);
                 }
-                _ => format!("tdsl_tc_wgmma<{input}, {out_kind}, {}>", tc.bn()),
+                if vc.coord.is_some() && vc.div * vc.extent < vc.len {
+                    value = format!("({value} % {}LL)", vc.extent);
+                }
+                let _ = writeln!(out, "    const long long v{} = {value};", var.0);
+            }
+            // The result as the unfused kernels saw it: rounded to its type.
+            let stored = match p.buffer(e.temp).ty {
+                ElemType::F16 => "tdsl_f32_to_f16(v)",
+                ElemType::BF16 => "tdsl_f32_to_bf16(v)",
+                _ => "v",
             };
+            let value = crate::render::epilogue_value(p, &e.value, e.temp, &e.temp_index, stored);
             let _ = writeln!(
                 out,
-                "  {template}(b{a} + oa, b{b} + ob, b{c} + oc, tile, {m}, {n}, {k}, {lda}LL, {ldb}LL, {ldm}LL, {ldn}LL, {acc});",
-                a = tc.a.buf.0,
-                b = tc.b.buf.0,
-                c = tc.c.0,
-                m = tc.m,
-                n = tc.n,
-                k = tc.k,
-                lda = tc.a.ld,
-                ldb = tc.b.ld,
-                ldm = tc.ldm,
-                ldn = tc.ldn,
-            );
-        }
-        Kind::TwoFour { meta, wgmma } => {
-            let template = if *wgmma {
-                format!("tdsl_tc_wgmma_sp24<{input}, {out_kind}>")
-            } else {
-                format!("tdsl_tc_sp24<{input}, {b_kn}, {out_kind}>")
-            };
-            let _ = writeln!(
-                out,
-                "  {template}(b{a} + oa, b{e}, b{b} + ob, b{c} + oc, tile, {m}, {n}, {k}, {ldv}LL, {lde}LL, {ldb}LL, {ldm}LL, {ldn}LL, {acc});",
-                a = tc.a.buf.0,
-                e = meta.buf.0,
-                b = tc.b.buf.0,
-                c = tc.c.0,
-                m = tc.m,
-                n = tc.n,
-                k = tc.k,
-                ldv = tc.a.ld,
-                lde = meta.ld,
-                ldb = tc.b.ld,
-                ldm = tc.ldm,
-                ldn = tc.ldn,
-            );
-        }
-        Kind::Bsr { ptr, idx, r, c, wn } => {
-            let _ = writeln!(
-                out,
-                "  tdsl_tc_bsr<{input}, {b_kn}, {out_kind}, {r}, {c}, {wn}>(b{a}, b{p}, b{i}, b{b} + ob, b{cb} + oc, tile, {m}, {n}, {k}, {ldb}LL, {ldm}LL, {ldn}LL, {acc});",
-                a = tc.a.buf.0,
-                p = ptr.0,
-                i = idx.0,
-                b = tc.b.buf.0,
-                cb = tc.c.0,
-                m = tc.m,
-                n = tc.n,
-                k = tc.k,
-                ldb = tc.b.ld,
-                ldm = tc.ldm,
-                ldn = tc.ldn,
+                "    tdsl_tc_put<{out_kind}>(b{} + {}, {value}, false);\n  }};",
+                tc.c.0,
+                crate::render::index(&e.dst_index)
             );
         }
     }
+    let b_kn = if tc.b_kn { "true" } else { "false" };
+    let (a, b) = (tc.a.buf.0, tc.b.buf.0);
+    let (m, n, k) = (tc.m, tc.n, tc.k);
+    let call = match &tc.kind {
+        Kind::Dense { bk, stages } => format!(
+            "tdsl_tc_gemm<{input}, {b_kn}, {}, {bk}, {stages}>(b{a} + oa, b{b} + ob, put, tile, {m}, {n}, {k}, {}LL, {}LL)",
+            tc.bn(),
+            tc.a.ld,
+            tc.b.ld
+        ),
+        Kind::Wgmma { .. } => format!(
+            "tdsl_tc_wgmma<{input}, {}>(b{a} + oa, b{b} + ob, put, tile, {m}, {n}, {k}, {}LL, {}LL)",
+            tc.bn(),
+            tc.a.ld,
+            tc.b.ld
+        ),
+        Kind::TwoFour { meta, wgmma } => {
+            let template = if *wgmma {
+                format!("tdsl_tc_wgmma_sp24<{input}>")
+            } else {
+                format!("tdsl_tc_sp24<{input}, {b_kn}>")
+            };
+            format!(
+                "{template}(b{a} + oa, b{e}, b{b} + ob, put, tile, {m}, {n}, {k}, {}LL, {}LL, {}LL)",
+                tc.a.ld,
+                meta.ld,
+                tc.b.ld,
+                e = meta.buf.0
+            )
+        }
+        Kind::Bsr { ptr, idx, r, c, wn } => format!(
+            "tdsl_tc_bsr<{input}, {b_kn}, {r}, {c}, {wn}>(b{a}, b{}, b{}, b{b} + ob, put, tile, {m}, {n}, {k}, {}LL)",
+            ptr.0,
+            idx.0,
+            tc.b.ld
+        ),
+    };
+    let _ = writeln!(out, "  {call};");
     out.push_str("}\n");
     out
 }
