@@ -532,3 +532,112 @@ TDSL_FN void tdsl_tc_bsr(const unsigned short *__restrict__ Av, const int *__res
   });
   tdsl_tc_epilogue(acc, put, M, N, br * R, n0 + warp * WN);
 }
+
+// BSR over groups of block rows: a thread block computes G = 128 / R block rows by 128 columns
+// and walks the sorted union of their block columns, so one strip of B (the C x 128 columns a
+// stored block multiplies) serves every block row of the group that has a block there, where
+// tdsl_tc_bsr loads it once per block row. A stage holds the strip and the group's blocks at
+// that column (slot g for block row g; a block row without one skips the step). 8 warps:
+// 8 / G per block row, each R x (16 G) (MI = R / 16, NI = 2 G: 64 accumulators per thread).
+// Every thread walks the union itself (G cursors over the block rows' column lists), once ahead
+// for the loads and once behind for the products, so nothing is precomputed and nothing is
+// shared but the stages.
+#define TDSL_TC_BSRU_BN 128
+#define TDSL_TC_BSRU_STAGES 4
+#define TDSL_TC_BSRU_SMEM(C) (TDSL_TC_BSRU_STAGES * (TDSL_TC_BM + TDSL_TC_BSRU_BN) * (C) * 2)
+// The union of G sorted column lists, one column at a time: cursors `at` up to `end`.
+template <int G> struct tdsl_bsr_walk {
+  int at[G], end[G];
+};
+template <int G> TDSL_FN void tdsl_bsr_walk_start(tdsl_bsr_walk<G> &w, const int *ptr, int br0, int block_rows) {
+#pragma unroll
+  for (int g = 0; g < G; g++) {
+    const bool in = br0 + g < block_rows;
+    w.at[g] = in ? ptr[br0 + g] : 0;
+    w.end[g] = in ? ptr[br0 + g + 1] : 0;
+  }
+}
+// The next column of the union (-1 when none) and, per block row, the stored block there (its
+// index into the values, or -1); the cursors move past it.
+template <int G> TDSL_FN int tdsl_bsr_walk_next(tdsl_bsr_walk<G> &w, const int *idx, int (&p)[G]) {
+  int col = 0x7fffffff;
+#pragma unroll
+  for (int g = 0; g < G; g++)
+    if (w.at[g] < w.end[g] && idx[w.at[g]] < col) col = idx[w.at[g]];
+#pragma unroll
+  for (int g = 0; g < G; g++) {
+    p[g] = w.at[g] < w.end[g] && idx[w.at[g]] == col ? w.at[g] : -1;
+    if (p[g] >= 0) w.at[g]++;
+  }
+  return col == 0x7fffffff ? -1 : col;
+}
+template <int IN, bool B_KN, int R, int C, typename Put>
+TDSL_FN void tdsl_tc_bsr_union(const unsigned short *__restrict__ Av, const int *__restrict__ ptr,
+                               const int *__restrict__ idx, const unsigned short *__restrict__ B, Put put, long long tile,
+                               int M, int N, int K, long long ldb) {
+  constexpr int G = TDSL_TC_BM / R, BN = TDSL_TC_BSRU_BN, STAGES = TDSL_TC_BSRU_STAGES;
+  constexpr int MI = R / 16, NI = 2 * G, WN = 16 * G, CH = C / 8, BCH = BN / 8, ROW_WARPS = 8 / G;
+  static_assert(R % 16 == 0 && R <= 64 && C % 16 == 0 && C <= 64, "BSR blocks of 16, 32 or 64");
+  TDSL_DYN_SMEM(tdsl_smem_dyn);
+  uint4 *sA = tdsl_smem_dyn, *sB = sA + STAGES * TDSL_TC_BM * CH;
+  const int block_rows = M / R, groups = (block_rows + G - 1) / G;
+  const int br0 = (int)(tile % groups) * G, n0 = (int)(tile / groups) * BN;
+  const int tid = threadIdx.x, warp = tid >> 5, g_w = warp / ROW_WARPS;
+  (void)K;
+  // The union's length, then the two walks: loads ahead, products behind.
+  tdsl_bsr_walk<G> ahead, behind;
+  tdsl_bsr_walk_start(ahead, ptr, br0, block_rows);
+  int steps = 0, p[G];
+  while (tdsl_bsr_walk_next(ahead, idx, p) >= 0) steps++;
+  tdsl_bsr_walk_start(ahead, ptr, br0, block_rows);
+  tdsl_bsr_walk_start(behind, ptr, br0, block_rows);
+
+  auto load = [&](int stage, int) {
+    const int k0 = tdsl_bsr_walk_next(ahead, idx, p) * C;
+    uint4 *a_st = sA + stage * TDSL_TC_BM * CH, *b_st = sB + stage * BN * CH;
+#pragma unroll
+    for (int g = 0; g < G; g++) {  // A: each present block into its slot, R x CH chunks
+      if (p[g] < 0) continue;
+      const unsigned short *a = Av + (long long)p[g] * (R * C);
+#pragma unroll
+      for (int q0 = 0; q0 < R * CH; q0 += TDSL_TC_THREADS) {
+        const int q = q0 + tid;
+        if (q < R * CH) {
+          const int r = q / CH, c = q % CH;
+          tdsl_cp16(tdsl_smem(&a_st[g * R * CH + tdsl_sw<CH>(r, c)]), a + r * C + c * 8, true);
+        }
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < BN * CH / TDSL_TC_THREADS; j++) {  // B: the C x BN strip
+      const int q = tid + j * TDSL_TC_THREADS;
+      if (!B_KN) {
+        const int r = q / CH, c = q % CH;
+        const bool ok = n0 + r < N;
+        const unsigned short *src = ok ? B + (long long)(n0 + r) * ldb + k0 + c * 8 : B;
+        tdsl_cp16(tdsl_smem(&b_st[tdsl_sw<CH>(r, c)]), src, ok);
+      } else {
+        const int r = q / BCH, c = q % BCH;
+        const bool ok = n0 + c * 8 < N;
+        const unsigned short *src = ok ? B + (long long)(k0 + r) * ldb + n0 + c * 8 : B;
+        tdsl_cp16(tdsl_smem(&b_st[r * BCH + (c ^ (r & 7))]), src, ok);
+      }
+    }
+  };
+
+  float acc[MI][NI][4];
+  tdsl_zero(acc);
+  tdsl_cp_pipeline<STAGES>(steps, load, [&](int st) {
+    int q[G];
+    tdsl_bsr_walk_next(behind, idx, q);
+    bool here = false;  // this warp's block row has a block at this column (q indexed unrolled)
+#pragma unroll
+    for (int g = 0; g < G; g++) here |= g == g_w && q[g] >= 0;
+    if (!here) return;
+    const uint4 *a_st = sA + st * TDSL_TC_BM * CH + g_w * R * CH, *b_st = sB + st * BN * CH;
+#pragma unroll
+    for (int kk = 0; kk < C / 16; kk++)
+      tdsl_warp_k16<IN, B_KN, MI, NI, CH, BCH>(acc, a_st, b_st, kk, 0, (warp % ROW_WARPS) * WN);
+  });
+  if (br0 + g_w < block_rows) tdsl_tc_epilogue(acc, put, M, N, (br0 + g_w) * R, n0 + (warp % ROW_WARPS) * WN);
+}

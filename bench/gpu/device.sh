@@ -6,7 +6,8 @@
 # the test filter (default "gpu diff"), TEST_S and BENCH_S cap their seconds; ONLY restricts the
 # bench to workloads matching a regex; .dev/tdsl-base, if present, is benched on BASE_ONLY for
 # before/after; VARIANTS lists TDSL_TC_GEMM=BKxSTAGES settings (mma.sync) to bench besides;
-# SP_WGMMA=0 skips the tests and bench of 2:4 on wgmma.sp (TDSL_TC_SP=wgmma, not yet the default).
+# SP_WGMMA=0 skips the tests and bench of 2:4 on wgmma.sp (TDSL_TC_SP=wgmma, not yet the default);
+# BSR_VARIANTS=0 skips the BSR comparison of one block row per thread block against groups.
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv,noheader | tee "$OUT/device.txt"
@@ -39,4 +40,12 @@ done
 if [ "${SP_WGMMA:-1}" = 1 ]; then
   echo "## TDSL_TC_SP=wgmma" | tee -a "$OUT/bench.txt"
   TDSL_TC_SP=wgmma timeout 60 python3 bench/gpu/run.py --tdsl .dev/tdsl --runs 10 --no-compile --only '^sp24' --no-anchors 2>&1 | tee -a "$OUT/bench.txt"
+fi
+# BSR: the default (groups of block rows walking the union of their columns for large launches)
+# against one block row per thread block, and groups where the default takes rows (256 rows).
+if [ "${BSR_VARIANTS:-1}" = 1 ]; then
+  echo "## TDSL_TC_BSR=rows" | tee -a "$OUT/bench.txt"
+  TDSL_TC_BSR=rows timeout 60 python3 bench/gpu/run.py --tdsl .dev/tdsl --runs 10 --no-compile --only '^bsr_bf16_d(25|50)$' --no-anchors 2>&1 | tee -a "$OUT/bench.txt"
+  echo "## TDSL_TC_BSR=union" | tee -a "$OUT/bench.txt"
+  TDSL_TC_BSR=union timeout 60 python3 bench/gpu/run.py --tdsl .dev/tdsl --runs 10 --no-compile --only '^bsr_bf16_d(25|50)_256$' --no-anchors 2>&1 | tee -a "$OUT/bench.txt"
 fi

@@ -65,6 +65,14 @@ def gemm_cases(torch):
         if w24s is not None:
             anchors["cuSPARSELt"] = lambda x=x: F.linear(x, w24s)
         out[f"sp24_bf16{suffix}"] = (flop, anchors)
+    # The product with its bias and gelu (fused into tdsl's store; cuBLAS's bias epilogue and a
+    # separate gelu kernel in torch).
+    x = torch.randn(8192, 8192, generator=g, device=dev, dtype=torch.bfloat16)
+    bias = torch.randn(8192, generator=g, device=dev, dtype=torch.bfloat16)
+    out["linear_gelu_bf16"] = (2 * 8192 ** 3, {
+        "F.gelu(F.linear(x, w, b))": lambda: F.gelu(F.linear(x, w, bias), approximate="tanh"),
+        "F.linear(x, w) alone": lambda: F.linear(x, w),
+    })
     # Block-sparse 32×32 at densities 0.25 and 0.5: a random block mask of that density (tdsl
     # keeps the largest-norm blocks of its own randn: the same count of stored blocks).
     for d in (25, 50):

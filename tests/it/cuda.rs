@@ -384,42 +384,54 @@ fn snapshot_transpose_through_a_shared_memory_tile() {
     ));
 }
 
-/// 2:4 on `wgmma.mma_async.sp` (sm_90a; chosen on a device only with `TDSL_TC_SP=wgmma` until a
-/// device run confirms it): the tensor-core corpus compiles for sm_90a with it, without
-/// spills, and its 2:4 products in torch layout take it.
+/// The templates not chosen by default: 2:4 on `wgmma.mma_async.sp` (sm_90a; chosen on a
+/// device only with `TDSL_TC_SP=wgmma` until a device run confirms it) and BSR over groups of
+/// block rows (chosen for large launches; the corpus's are small): the tensor-core corpus
+/// compiles for sm_90a and sm_80 with them, without spills, and its products take them.
 #[test]
-fn nvrtc_compiles_two_four_on_wgmma_sp_without_spills() {
-    if !nvrtc_or_skip("the wgmma.sp compile check") {
+fn nvrtc_compiles_the_other_tensor_core_templates_without_spills() {
+    if !nvrtc_or_skip("the compile check of the other templates") {
         return;
     }
-    let mut sparse = 0;
+    use tdsl_cuda::tensor::{select_with, TensorCores, Variants};
+    let union = Variants {
+        bsr_union: Some(true),
+    };
+    let (mut sparse, mut groups) = (0, 0);
     for (name, text) in scripts_in("tests/corpus") {
         if !name.contains("/tc_") {
             continue;
         }
         let plan = plan(&text).expect("plans");
-        let sel =
-            tdsl_cuda::tensor::select(&plan.loops, tdsl_cuda::tensor::TensorCores::WgmmaSparse);
-        sparse += sel
-            .calls
-            .values()
-            .filter(|t| t.describe().contains("wgmma.mma_async.sp m64n128k32"))
-            .count();
-        let unit =
-            tdsl_cuda::cuda_unit_with(&plan.loops, tdsl_cuda::tensor::TensorCores::WgmmaSparse);
-        let c = tdsl_cuda::nvrtc::compile(&unit, 90, true)
-            .unwrap_or_else(|e| panic!("{name} does not compile for sm_90a:\n{e}"));
-        for k in tdsl_cuda::nvrtc::resources(&c.log) {
-            assert_eq!(
-                (k.spill_stores, k.spill_loads),
-                (0, 0),
-                "{name}: kernel {} spills on sm_90a ({} registers)",
-                k.name,
-                k.registers
-            );
+        let count = |tc: TensorCores, what: &str| {
+            select_with(&plan.loops, tc, union)
+                .calls
+                .values()
+                .filter(|t| t.describe().contains(what))
+                .count()
+        };
+        sparse += count(TensorCores::WgmmaSparse, "wgmma.mma_async.sp m64n128k32");
+        groups += count(TensorCores::Mma, "over the union");
+        for (sm, tc) in [(90, TensorCores::WgmmaSparse), (80, TensorCores::Mma)] {
+            let unit = tdsl_cuda::cuda_unit_with(&plan.loops, tc, union);
+            let c = tdsl_cuda::nvrtc::compile(&unit, sm, true)
+                .unwrap_or_else(|e| panic!("{name} does not compile for sm_{sm}:\n{e}"));
+            for k in tdsl_cuda::nvrtc::resources(&c.log) {
+                assert_eq!(
+                    (k.spill_stores, k.spill_loads),
+                    (0, 0),
+                    "{name}: kernel {} spills on sm_{sm} ({} registers)",
+                    k.name,
+                    k.registers
+                );
+            }
         }
     }
     assert!(sparse >= 1, "no 2:4 product of the corpus took wgmma.sp");
+    assert!(
+        groups >= 2,
+        "only {groups} BSR products of the corpus took the grouped template"
+    );
 }
 
 #[test]

@@ -5,8 +5,23 @@
 //! H200, and the templates it runs passed on that device, so a mismatch here is a bug in a
 //! template's index, swizzle or pipeline logic (or in a template not yet run on a device).
 
+use proptest::prelude::*;
 use tdsl_cuda::emulate::Copies;
-use tdsl_cuda::tensor::TensorCores;
+use tdsl_cuda::tensor::{TensorCores, Variants};
+
+/// The instruction sets and template variants the emulation runs: `mma.sync`/`mma.sp` (BSR one
+/// block row per thread block at these sizes), `wgmma` for dense products, and `wgmma.sp` for
+/// 2:4 with BSR over groups of block rows.
+fn configs() -> [(TensorCores, Variants); 3] {
+    let union = Variants {
+        bsr_union: Some(true),
+    };
+    [
+        (TensorCores::Mma, Variants::default()),
+        (TensorCores::Wgmma, Variants::default()),
+        (TensorCores::WgmmaSparse, union),
+    ]
+}
 
 /// The scripts: the tensor-core corpus, and products whose edges in M, N and K are not
 /// multiples of the tiles.
@@ -57,24 +72,20 @@ fn tensor_core_templates_agree_with_the_interpreter_in_emulation() {
         return;
     };
     let mut launches = 0;
-    for tc in [
-        TensorCores::Mma,
-        TensorCores::Wgmma,
-        TensorCores::WgmmaSparse,
-    ] {
+    for (tc, v) in configs() {
         for (name, text) in scripts() {
             let p =
                 tdsl::compile(&text, &Default::default()).unwrap_or_else(|d| panic!("{name}: {d}"));
             let inputs = tdsl::bind::bind_inputs(&p, Default::default()).expect("binds");
             let plan = tdsl::plan::lower::plan_program(&p).expect("plans");
-            let (_, steps) = tdsl_cuda::map_program_with(&plan.loops, tc);
+            let (_, steps) = tdsl_cuda::map_program_variants(&plan.loops, tc, v);
             let here = steps
                 .iter()
                 .filter(|s| matches!(s, tdsl_cuda::Step::Launch(l) if l.lib.is_some()))
                 .count();
             assert!(here > 0, "{name}: no product runs on tensor cores ({tc:?})");
             launches += here;
-            let emu = tdsl_cuda::emulate::Emulator::compile_with(&plan.loops, cxx, tc)
+            let emu = tdsl_cuda::emulate::Emulator::compile_variants(&plan.loops, cxx, tc, v)
                 .unwrap_or_else(|e| panic!("{name}: {e}"));
             let shapes = crate::diff::output_shapes(&p);
             let want = tdsl::interp::run(&p, &inputs);
@@ -97,4 +108,137 @@ fn tensor_core_templates_agree_with_the_interpreter_in_emulation() {
         }
     }
     eprintln!("{launches} tensor-core launches agree with the interpreter in emulation");
+}
+
+/// One random tensor-core product's script: the extents are rounded up to what each form
+/// needs to run on tensor cores.
+#[allow(clippy::too_many_arguments)]
+fn product_script(
+    form: usize,
+    rows: u64,
+    cols: u64,
+    depth: u64,
+    ty: usize,
+    out: usize,
+    epilogue: usize,
+    blk: usize,
+    seed: u64,
+) -> String {
+    let t = ["f16", "bf16"][ty];
+    let (r, c) = [(16, 32), (32, 32), (64, 16)][blk];
+    // K: a multiple of 8 (16-byte chunks), of 64 for 2:4, of the block for BSR; N a multiple
+    // of 8 where B is n-contiguous, of the block rows for BSR.
+    let (k, n) = match form {
+        3 | 4 => (64 * depth.min(5), cols.next_multiple_of(8)),
+        5 => (c * depth.min(6), cols.next_multiple_of(r)),
+        _ => (
+            8 * depth,
+            if form == 1 {
+                cols.next_multiple_of(8)
+            } else {
+                cols
+            },
+        ),
+    };
+    let (decl, product) = match form {
+        0 => (
+            format!("input x: {t}[n={rows}, i={k}] = randn(seed={seed})\ninput w: {t}[o={n}, i] = randn(seed={})", seed + 1),
+            "einsum(x, w, 'n i, o i -> n o')".to_string(),
+        ),
+        1 => (
+            format!("input x: {t}[n={rows}, i={k}] = randn(seed={seed})\ninput w: {t}[i, o={n}] = randn(seed={})", seed + 1),
+            "einsum(x, w, 'n i, i o -> n o')".to_string(),
+        ),
+        2 => (
+            format!("input x: {t}[b=2, n={rows}, i={k}] = randn(seed={seed})\ninput w: {t}[o={n}, i] = randn(seed={})", seed + 1),
+            "einsum(x, w, 'b n i, o i -> b n o')".to_string(),
+        ),
+        3 => (
+            format!("input x: {t}[n={rows}, i={k}] = randn(seed={seed})\ninput w: {t}[o={n}, i] @ 2:4(i) = randn(seed={})", seed + 1),
+            "einsum(x, w, 'n i, o i -> n o')".to_string(),
+        ),
+        4 => (
+            format!("input w: {t}[o={rows}, i={k}] @ 2:4(i) = randn(seed={seed})\ninput x: {t}[i, n={n}] = randn(seed={})", seed + 1),
+            "einsum(w, x, 'o i, i n -> o n')".to_string(),
+        ),
+        _ => (
+            format!("input x: {t}[n={rows}, i={k}] = randn(seed={seed})\ninput w: {t}[o={n}, i] @ bsr({r}, {c}) = randn(seed={}, density=0.5)", seed + 1),
+            "einsum(x, w, 'n i, o i -> n o')".to_string(),
+        ),
+    };
+    // The last axis of every form's result has extent `n` except form 4 (o n: n too).
+    let value = match epilogue {
+        0 => product,
+        1 => format!("{product} + b"),
+        2 => format!("gelu({product} + b)"),
+        _ => format!("relu({product} * b)"),
+    };
+    let value = match out {
+        0 => value,
+        1 => format!("cast({value}, f32)"),
+        _ => format!("cast({value}, {})", ["bf16", "f16"][ty]),
+    };
+    format!(
+        "{decl}\ninput b: f32[{n}] = randn(seed={})\ny = {value}\noutput y\n",
+        seed + 2
+    )
+}
+
+fn tc_config() -> ProptestConfig {
+    let cases = std::env::var("TDSL_TC_CASES")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(8);
+    ProptestConfig {
+        cases,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    }
+}
+
+proptest! {
+    #![proptest_config(tc_config())]
+
+    /// Random tensor-core products (dense in torch and [in, out] layouts, batched, 2:4 on
+    /// either side, BSR of three block shapes; f16 and bf16; odd extents; an elementwise
+    /// epilogue or none; f32, f16 or bf16 results) agree with the interpreter when the
+    /// templates run in emulation, for every instruction set tdsl targets.
+    #[test]
+    fn prop_tensor_core_products_agree_in_emulation(
+        form in 0usize..6, rows in 1u64..300, cols in 1u64..300, depth in 1u64..40,
+        ty in 0usize..2, out in 0usize..3, epilogue in 0usize..4, blk in 0usize..3,
+        seed in 0u64..1000,
+    ) {
+        let Some(cxx) = crate::diff::cxx() else { return Ok(()) };
+        let text = product_script(form, rows, cols, depth, ty, out, epilogue, blk, seed);
+        let p = tdsl::compile(&text, &Default::default())
+            .map_err(|d| TestCaseError::fail(format!("{text}\n{d}")))?;
+        let inputs = tdsl::bind::bind_inputs(&p, Default::default()).expect("binds");
+        let plan = tdsl::plan::lower::plan_program(&p).expect("plans");
+        let shapes = crate::diff::output_shapes(&p);
+        let want = tdsl::interp::run(&p, &inputs);
+        for (tc, v) in configs() {
+            let (_, steps) = tdsl_cuda::map_program_variants(&plan.loops, tc, v);
+            prop_assert!(
+                steps.iter().any(|s| matches!(s, tdsl_cuda::Step::Launch(l) if l.lib.is_some())),
+                "{text}: no tensor-core launch ({tc:?})"
+            );
+            let emu = tdsl_cuda::emulate::Emulator::compile_variants(&plan.loops, cxx, tc, v)
+                .map_err(TestCaseError::fail)?;
+            let mut bufs = tdsl::runtime::buffers(&plan, &inputs).expect("buffers");
+            emu.run_with(&mut bufs, Copies::Early)
+                .map_err(|e| TestCaseError::fail(format!("{text} ({tc:?}): {e}")))?;
+            let got = tdsl::runtime::outputs(&plan, &shapes, bufs);
+            for (g, w) in got.iter().zip(&want) {
+                let (g, w) = (g.to_f64(), w.to_f64());
+                let scale = w.iter().fold(1e-30f64, |m, x| m.max(x.abs()));
+                for (i, (a, b)) in g.iter().zip(&w).enumerate() {
+                    prop_assert!(
+                        (a - b).abs() <= 1e-2 * scale,
+                        "{text} ({tc:?}): element {i} is {a} in emulation, {b} in the interpreter"
+                    );
+                }
+            }
+        }
+    }
 }

@@ -23,9 +23,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tdsl_loop::{Data, LoopProgram};
 
-use crate::map::{map_program_with, Launch, Step};
+use crate::map::{Launch, Step};
 use crate::render::{render_unit, UnitTarget};
-use crate::tensor::TensorCores;
+use crate::tensor::{TensorCores, Variants};
 
 /// A C++ compiler to emulate with: `$CXX`, else `c++`, `g++` or `clang++` if one runs.
 pub fn compiler() -> Option<PathBuf> {
@@ -142,7 +142,17 @@ impl Emulator {
     /// [`Emulator::compile`] as for a device with the tensor-core instructions `tc`: the
     /// templates of `kernels/mma.cuh` run on the emulated instructions of `kernels/mma_host.h`.
     pub fn compile_with(p: &LoopProgram, cxx: &Path, tc: TensorCores) -> Result<Emulator, String> {
-        let (program, steps) = map_program_with(p, tc);
+        Emulator::compile_variants(p, cxx, tc, Variants::from_env())
+    }
+
+    /// [`Emulator::compile_with`] with the template variants `v`.
+    pub fn compile_variants(
+        p: &LoopProgram,
+        cxx: &Path,
+        tc: TensorCores,
+        v: Variants,
+    ) -> Result<Emulator, String> {
+        let (program, steps) = crate::map::map_program_variants(p, tc, v);
         let src = emulator_source(&program, &steps);
         let dir = std::env::temp_dir().join(format!(
             "tdsl-emulate-{}-{}",

@@ -19,7 +19,7 @@ pub mod tensor;
 use tdsl_loop::{data, Data, LibCall, LoopProgram};
 
 pub use device::CudaBackend;
-pub use map::{map_program, map_program_with, Launch, Split, Step};
+pub use map::{map_program, map_program_variants, map_program_with, Launch, Split, Step};
 
 /// The CUDA C++ translation unit of `p`: every kernel of the program, each launch with its
 /// shape as a comment, after the device prelude. What `tdsl emit --target cuda` prints and
@@ -36,10 +36,10 @@ pub fn cuda_unit_for(p: &LoopProgram, sm: u32) -> String {
     render::render_unit(&mapped, &steps, render::UnitTarget::Device)
 }
 
-/// [`cuda_unit`] with the tensor-core instructions `tc` (what NVRTC compiles for a device that
-/// has them).
-pub fn cuda_unit_with(p: &LoopProgram, tc: tensor::TensorCores) -> String {
-    let (mapped, steps) = map_program_with(p, tc);
+/// [`cuda_unit`] with the tensor-core instructions `tc` and the template variants `v` (what
+/// NVRTC compiles for a device that has them).
+pub fn cuda_unit_with(p: &LoopProgram, tc: tensor::TensorCores, v: tensor::Variants) -> String {
+    let (mapped, steps) = map_program_variants(p, tc, v);
     render::render_unit(&mapped, &steps, render::UnitTarget::Device)
 }
 

@@ -176,10 +176,19 @@ pub fn map_program(p: &LoopProgram) -> (LoopProgram, Vec<Step>) {
 /// ([`crate::tensor::select`]; none on devices before sm_80, and in the host emulation, which
 /// has no warp-level matrix instructions).
 pub fn map_program_with(p: &LoopProgram, tc: TensorCores) -> (LoopProgram, Vec<Step>) {
+    map_program_variants(p, tc, crate::tensor::Variants::from_env())
+}
+
+/// [`map_program_with`] with the template variants `v` ([`crate::tensor::Variants`]).
+pub fn map_program_variants(
+    p: &LoopProgram,
+    tc: TensorCores,
+    v: crate::tensor::Variants,
+) -> (LoopProgram, Vec<Step>) {
     let sel = if tc == TensorCores::None {
         crate::tensor::Selection::default()
     } else {
-        crate::tensor::select(p, tc)
+        crate::tensor::select_with(p, tc, v)
     };
     let mut out = expand_calls(p);
     let elem_bytes: Vec<u64> = out.buffers.iter().map(|b| b.ty.size_bytes()).collect();

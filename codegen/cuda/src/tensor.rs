@@ -44,13 +44,16 @@ pub enum Kind {
     TwoFour { meta: Operand, wgmma: bool },
     /// Block-sparse rows of `r × c` blocks (`mma.sync` over the stored blocks): `a` holds the
     /// blocks' values (`a.ld` is unused), `ptr` and `idx` the block rows' offsets and columns;
-    /// each warp computes `r × wn` (32 or 64 columns).
+    /// each warp computes `r × wn` (32 or 64 columns). With `union`, a thread block takes
+    /// 128 / `r` block rows and walks the union of their block columns (`tdsl_tc_bsr_union`;
+    /// `wn` unused).
     Bsr {
         ptr: BufId,
         idx: BufId,
         r: u64,
         c: u64,
         wn: u64,
+        union: bool,
     },
 }
 
@@ -126,16 +129,20 @@ impl TensorCore {
     /// BSR's is 256 (8 warps of 32 columns side by side over one block row).
     pub fn bn(&self) -> u64 {
         match self.kind {
+            Kind::Bsr { union: true, .. } => 128,
             Kind::Bsr { .. } => 256,
             Kind::Wgmma { bn } => bn,
             _ => 128,
         }
     }
 
-    /// The block tile's M extent: 128, or one block row for BSR.
+    /// The block tile's M extent: 128 (for BSR over groups, 128 / r block rows), or one block
+    /// row for BSR.
     pub fn bm(&self) -> u64 {
         match self.kind {
-            Kind::Bsr { r, .. } => r,
+            Kind::Bsr {
+                r, union: false, ..
+            } => r,
             _ => 128,
         }
     }
@@ -143,7 +150,9 @@ impl TensorCore {
     /// Threads per block of the launch.
     pub fn threads(&self) -> u64 {
         match self.kind {
-            Kind::Bsr { wn, .. } => 32 * self.bn() / wn,
+            Kind::Bsr {
+                wn, union: false, ..
+            } => 32 * self.bn() / wn,
             _ => THREADS,
         }
     }
@@ -173,7 +182,11 @@ impl TensorCore {
             // 128 x 4 metadata words, and room to align the first to 1024 bytes.
             Kind::TwoFour { wgmma: true, .. } => 4 * (128 * 128 + 128 * 256 + 128 * 16) + 1024,
             // 3 stages of one stored block (r x c halves) and its c x 256 strip of B.
-            Kind::Bsr { r, c, .. } => 3 * (r + self.bn()) * c * 2,
+            Kind::Bsr {
+                r, c, union: false, ..
+            } => 3 * (r + self.bn()) * c * 2,
+            // `TDSL_TC_BSRU_SMEM`: 4 stages of the group's blocks (128 x c) and the c x 128 strip.
+            Kind::Bsr { c, union: true, .. } => 4 * (128 + 128) * c * 2,
         }
     }
 
@@ -217,10 +230,27 @@ impl TensorCore {
             }
             Kind::Dense { bk, stages } => ("mma.sync m16n8k16".to_string(), bk, stages),
             Kind::Wgmma { bn } => (format!("wgmma.mma_async m64n{bn}k16"), 64, 4),
-            Kind::Bsr { r, c, wn, .. } => (
+            Kind::Bsr {
+                r,
+                c,
+                wn,
+                union: false,
+                ..
+            } => (
                 format!("BSR {r}x{c} blocks, {r}x{wn} warp tiles, mma.sync m16n8k16"),
                 c,
                 3,
+            ),
+            Kind::Bsr {
+                r, c, union: true, ..
+            } => (
+                format!(
+                    "BSR {r}x{c} blocks, {} block rows over the union of their block columns, {r}x{} warp tiles, mma.sync m16n8k16",
+                    128 / r,
+                    16 * (128 / r)
+                ),
+                c,
+                4,
             ),
         };
         let fused = self.epilogue.as_ref().map_or(String::new(), |e| {
@@ -280,8 +310,36 @@ impl TensorCores {
     }
 }
 
-/// Chooses the calls of `p` that run on tensor cores (module docs), with the instructions `tc`.
+/// Template variants a benchmark or a test pins; `None` lets the mapping pass decide.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Variants {
+    /// BSR over groups of block rows (`tdsl_tc_bsr_union`) rather than one block row per
+    /// thread block. The pass decides by the launch's size ([`bsr`]).
+    pub bsr_union: Option<bool>,
+}
+
+impl Variants {
+    /// From the environment: `TDSL_TC_BSR=union` or `TDSL_TC_BSR=rows` (the GPU benchmark's
+    /// comparison).
+    pub fn from_env() -> Variants {
+        Variants {
+            bsr_union: match std::env::var("TDSL_TC_BSR").as_deref() {
+                Ok("union") => Some(true),
+                Ok("rows") => Some(false),
+                _ => None,
+            },
+        }
+    }
+}
+
+/// Chooses the calls of `p` that run on tensor cores (module docs), with the instructions `tc`
+/// and the variants the environment pins ([`Variants::from_env`]).
 pub fn select(p: &LoopProgram, tc: TensorCores) -> Selection {
+    select_with(p, tc, Variants::from_env())
+}
+
+/// [`select`] with the variants `v`.
+pub fn select_with(p: &LoopProgram, tc: TensorCores, v: Variants) -> Selection {
     let mut sel = Selection::default();
     for (ki, k) in p.kernels.iter().enumerate() {
         let [Stmt::Call(call)] = k.body.as_slice() else {
@@ -347,7 +405,7 @@ pub fn select(p: &LoopProgram, tc: TensorCores) -> Selection {
                         tc,
                     ),
                     SparseLayout::Bsr { .. } => {
-                        bsr(p, *m, *n, *k, s, *transposed, *side, &d, &c, *accumulate)
+                        bsr(p, *m, *n, *k, s, *transposed, *side, &d, &c, *accumulate, v)
                     }
                     _ => None,
                 };
@@ -627,6 +685,7 @@ fn bsr(
     d: &MatView,
     c: &MatView,
     accumulate: bool,
+    v: Variants,
 ) -> Option<TensorCore> {
     let SparseLayout::Bsr { br, bc } = s.layout else {
         return None;
@@ -656,13 +715,23 @@ fn bsr(
         r,
         c: cb,
         wn: bsr_warp_columns(r),
+        union: false,
     };
     let values = Operand {
         buf: s.values,
         offset: 0,
         ld: cb as i64,
     };
-    sparse_left(kind, tv, values, (m, n, k), side, d, c, accumulate)
+    let mut t = sparse_left(kind, tv, values, (m, n, k), side, d, c, accumulate)?;
+    // Groups of block rows share each strip of B they read (the one-row kernel is bound by
+    // those reads on an H200: bench/RESULTS.md), but make 128 / r times fewer thread blocks:
+    // taken when there are still two per SM of an H100 or H200 (132).
+    let groups = t.m.div_ceil(128) * t.n.div_ceil(128);
+    let union = v.bsr_union.unwrap_or(groups >= 2 * 132);
+    if let Kind::Bsr { union: u, .. } = &mut t.kind {
+        *u = union;
+    }
+    Some(t)
 }
 
 /// A kernel that is one perfect nest of range loops around `dst[ix] = src[is]`: the loop
@@ -1276,12 +1345,26 @@ pub fn render(p: &LoopProgram, name: &str, tc: &TensorCore) -> String {
                 e = meta.buf.0
             )
         }
-        Kind::Bsr { ptr, idx, r, c, wn } => format!(
-            "tdsl_tc_bsr<{input}, {b_kn}, {r}, {c}, {wn}>(b{a}, b{}, b{}, b{b} + ob, put, tile, {m}, {n}, {k}, {}LL)",
-            ptr.0,
-            idx.0,
-            tc.b.ld
-        ),
+        Kind::Bsr {
+            ptr,
+            idx,
+            r,
+            c,
+            wn,
+            union,
+        } => {
+            let template = if *union {
+                format!("tdsl_tc_bsr_union<{input}, {b_kn}, {r}, {c}>")
+            } else {
+                format!("tdsl_tc_bsr<{input}, {b_kn}, {r}, {c}, {wn}>")
+            };
+            format!(
+                "{template}(b{a}, b{}, b{}, b{b} + ob, put, tile, {m}, {n}, {k}, {}LL)",
+                ptr.0,
+                idx.0,
+                tc.b.ld
+            )
+        }
     };
     let _ = writeln!(out, "  {call};");
     out.push_str("}\n");
