@@ -29,7 +29,12 @@ def torch_cases(torch):
     xt = randn(8192, 8192)
     img = randn(128, 64, 56, 56)
     proj = randn(32, 1024, 2048)
+    # CSR 8192² at density 0.02 (rows of ~164 entries) times a vector (cuSPARSE).
+    keep = torch.rand(8192, 8192, generator=g, device=dev) < 0.02
+    csr = torch.where(keep, randn(8192, 8192), torch.zeros((), device=dev)).to_sparse_csr()
+    vec = randn(8192)
     return {
+        "spmv_csr": lambda: csr @ vec,
         "transpose": lambda: xt.t().contiguous(),
         "permute_nhwc": lambda: img.permute(0, 2, 3, 1).contiguous(),
         "split_heads": lambda: proj.view(32, 16, 64, 2048).transpose(2, 3).contiguous(),

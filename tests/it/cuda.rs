@@ -468,3 +468,32 @@ fn elementwise_kernels_after_a_tensor_core_product_fuse_into_its_store() {
         );
     }
 }
+
+#[test]
+fn sparse_rows_run_on_one_warp_each_unless_a_wide_dense_axis_follows() {
+    let split = |script: &str| {
+        let plan = plan(script).expect("plans");
+        let (_, steps) = tdsl_cuda::map_program(&plan.loops);
+        steps
+            .iter()
+            .filter_map(|s| match s {
+                tdsl_cuda::Step::Launch(l) if !l.grid.is_empty() => Some(l.split),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+    // CSR times a vector: a warp per row, its lanes over the row's entries.
+    assert_eq!(
+        split(
+            "input w: f32[64, 300] @ csr = randn(seed=1, density=0.2)\ninput x: f32[300] = randn(seed=2)\n\
+             y = einsum(w, x, 'o i, i -> o')\noutput y\n"
+        ),
+        [tdsl_cuda::Split::Warp]
+    );
+    // CSR times 64 columns: consecutive threads share a row and read the columns contiguously.
+    assert!(!split(
+        "input w: f32[64, 300] @ csr = randn(seed=1, density=0.2)\ninput x: f32[300, 64] = randn(seed=2)\n\
+         y = einsum(w, x, 'o i, i c -> o c')\noutput y\n"
+    )
+    .contains(&tdsl_cuda::Split::Warp));
+}

@@ -219,7 +219,10 @@ pub fn map_program_variants(
             let params = stmt_buffers(&body).into_iter().collect();
             let split = match grid.is_empty() {
                 true => Split::Thread,
-                false => split_of(&body),
+                false => match split_of(&body) {
+                    Split::Thread if sparse_rows(&grid, &body) => Split::Warp,
+                    split => split,
+                },
             };
             let tiled = match split {
                 Split::Thread if !grid.is_empty() && wasteful(&grid, &body, &elem_bytes) => {
@@ -613,6 +616,38 @@ pub fn split_of(body: &[Stmt]) -> Split {
     } else {
         Split::Warp
     }
+}
+
+/// Whether a grid iteration is a reduction over a sparse row's stored entries (CSR: a
+/// compressed loop that only combines accumulators declared outside it) that should run on
+/// one warp, its lanes splitting the entries: when consecutive iterations are different rows
+/// (the grid's last axis is shorter than a warp, as in a matrix-vector product), a thread per
+/// row would read every row's entries with a different thread, one sector per entry. With a
+/// long dense axis last (a sparse × dense product), consecutive threads share the row and read
+/// the dense operand contiguously, and a thread per element stays.
+pub fn sparse_rows(grid: &[(VarId, u64)], body: &[Stmt]) -> bool {
+    if grid.last().is_none_or(|g| g.1 >= WARP) {
+        return false;
+    }
+    let mut rows = false;
+    for s in body {
+        let Stmt::Loop(l) = s else { continue };
+        if !matches!(l.iter, Iter::Compressed { .. }) {
+            return false;
+        }
+        let Some(updated) = outer_updates(l) else {
+            return false;
+        };
+        let a = Accesses::of(&l.body);
+        if !a.stores.is_empty()
+            || updated.is_empty()
+            || updated.iter().any(|(u, _)| a.accs_read.contains(u))
+        {
+            return false;
+        }
+        rows = true;
+    }
+    rows
 }
 
 /// Whether the body of a grid iteration can run as one warp: it has a top-level range loop of

@@ -437,9 +437,33 @@ impl Renderer<'_> {
         for s in stmts {
             match s {
                 Stmt::Loop(l) => {
-                    let Iter::Range { extent } = l.iter else {
-                        self.stmt(s);
-                        continue;
+                    let v = l.var.0;
+                    // The lanes split the loop: a range, or a row's stored entries (CSR).
+                    let (head, coord) = match &l.iter {
+                        Iter::Range { extent } => (
+                            format!(
+                                "for (long long v{v} = lane; v{v} < {extent}LL; v{v} += {stride}) {{"
+                            ),
+                            None,
+                        ),
+                        Iter::Compressed {
+                            ptr,
+                            ptr_index,
+                            crd,
+                            coord,
+                        } => {
+                            let (p, at) = (ptr.0, index(ptr_index));
+                            (
+                                format!(
+                                    "for (long long v{v} = b{p}[{at}] + lane; v{v} < b{p}[{at} + 1]; v{v} += {stride}) {{"
+                                ),
+                                Some(format!("  const long long v{} = b{}[v{v}];", coord.0, crd.0)),
+                            )
+                        }
+                        _ => {
+                            self.stmt(s);
+                            continue;
+                        }
                     };
                     let updates = crate::map::outer_updates(l).unwrap_or_default();
                     for (a, op) in &updates {
@@ -450,12 +474,12 @@ impl Renderer<'_> {
                             constant(identity(*op), t)
                         ));
                     }
-                    let v = l.var.0;
                     // Several loads in flight per thread: the loop's iterations are independent.
                     self.line("#pragma unroll 4");
-                    self.line(&format!(
-                        "for (long long v{v} = lane; v{v} < {extent}LL; v{v} += {stride}) {{"
-                    ));
+                    self.line(&head);
+                    if let Some(c) = coord {
+                        self.line(&c);
+                    }
                     self.depth += 1;
                     self.stmts(&l.body);
                     self.depth -= 1;

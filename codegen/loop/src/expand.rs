@@ -287,7 +287,7 @@ fn spmm(
     let update = Stmt::Store {
         buf: c.buf,
         index: c_at.clone(),
-        value: add(load(c.buf, c_at), product),
+        value: add(load(c.buf, c_at.clone()), product.clone()),
     };
     // Owned rows: the outer stored loop walks the output's sparse-side axis.
     let outer = loops.first().and_then(|l| match l.iter {
@@ -341,6 +341,42 @@ fn spmm(
         body
     };
     match outer {
+        // One compressed loop inside the owned row (CSR): the element's sum in an accumulator,
+        // stored once, as GEMM accumulates (f32 for 16-bit results), and a row a GPU warp can
+        // split between its lanes.
+        Some((o, extent))
+            if loops.len() == 2
+                && matches!(loops[1].iter, Iter::Compressed { .. })
+                && c_at.terms.iter().all(|t| t.0 == o || t.0 == dense) =>
+        {
+            let mut inner = loops.pop().expect("two loops");
+            let acc = ids.acc();
+            let init = if accumulate {
+                load(c.buf, c_at.clone())
+            } else {
+                Expr::Const(0.0)
+            };
+            inner.parallel = false;
+            inner.body = vec![Stmt::Update {
+                acc,
+                op: AccOp::Add,
+                value: product,
+            }];
+            let body = vec![
+                Stmt::Let { acc, ty, init },
+                Stmt::Loop(inner),
+                Stmt::Store {
+                    buf: c.buf,
+                    index: c_at,
+                    value: Expr::Acc(acc),
+                },
+            ];
+            vec![owned_loop(
+                o,
+                extent,
+                vec![owned_loop(dense, dense_extent, body)],
+            )]
+        }
         Some((o, extent)) => {
             let rest = loops.split_off(1);
             let mut body = zero(ids, Some(o));
