@@ -42,14 +42,14 @@ template <int OUT, typename CT> TDSL_FN void tdsl_tc_put(CT *c, float v, bool ac
 
 // The block's output tile from its index: tiles walk M in groups of 8 so that consecutive blocks
 // share B panels in L2.
-template <int BN> TDSL_FN void tdsl_tc_tile(long long tile, int M, int N, int &m0, int &n0) {
-  const int tm = (M + TDSL_TC_BM - 1) / TDSL_TC_BM, tn = (N + BN - 1) / BN;
+template <int BN, int BM = TDSL_TC_BM> TDSL_FN void tdsl_tc_tile(long long tile, int M, int N, int &m0, int &n0) {
+  const int tm = (M + BM - 1) / BM, tn = (N + BN - 1) / BN;
   const int group = 8;
   const int in_group = group * tn;
   const int g = (int)(tile / in_group), first = g * group;
   const int rows = tm - first < group ? tm - first : group;
   const int r = (int)(tile % in_group);
-  m0 = (first + r % rows) * TDSL_TC_BM;
+  m0 = (first + r % rows) * BM;
   n0 = (r / rows) * BN;
 }
 
@@ -278,34 +278,37 @@ TDSL_FN void tdsl_tc_wgmma(const unsigned short *__restrict__ A, const unsigned 
 
 // 2:4 on sm_90a (H100, H200): `wgmma.mma_async.sp` m64n128k32, the compressed values (A) and B
 // from shared memory through descriptors, the metadata from registers. Same operands as
-// tdsl_tc_sp24 (K a multiple of 64; B k-contiguous only). Block tile 128 x 128, two warpgroups
-// of 64 rows. A stage holds 128 logical K: A's 128 rows of 64 compressed halves (128 bytes),
-// B's 128 rows of 128 halves as two 64-half panels, each in the 128-byte swizzle, and the rows'
-// 4 metadata words. Each k32 step advances A's descriptor by 32 bytes and B's by 64 (the second
-// pair of steps reads the second panel). As CUTLASS's sparse mainloop does, every stage waits
-// for its wgmma group before the next is issued (the metadata registers are read by the
-// asynchronous instruction), and loads run STAGES - 1 tiles ahead.
-#define TDSL_TC_WGSP_STAGES 4
-#define TDSL_TC_WGSP_STAGE_BYTES (TDSL_TC_BM * 128 + TDSL_TC_BN * 256 + TDSL_TC_BM * 16)
-#define TDSL_TC_WGSP_SMEM (TDSL_TC_WGSP_STAGES * TDSL_TC_WGSP_STAGE_BYTES + 1024)
-template <int IN, typename Put>
+// tdsl_tc_sp24 (K a multiple of 64; B k-contiguous only). Block tile (128 MW) x 128: two
+// warpgroups, each MW blocks of 64 rows (MW = 2 halves the B bytes per product, which the
+// 128 x 128 tile reads at 100 bytes per clock per SM at the sparse peak). A stage holds 128
+// logical K: A's rows of 64 compressed halves (128 bytes), B's 128 rows of 128 halves as two
+// 64-half panels, each in the 128-byte swizzle, and the rows' 4 metadata words. Each k32 step
+// advances A's descriptor by 32 bytes and B's by 64 (the second pair of steps reads the second
+// panel). As CUTLASS's sparse mainloop does, every stage waits for its wgmma group before the
+// next is issued (the metadata registers are read by the asynchronous instruction), and loads
+// run STAGES - 1 tiles ahead.
+#define TDSL_TC_WGSP_STAGES(MW) ((MW) == 1 ? 4 : 3)
+#define TDSL_TC_WGSP_STAGE_BYTES(MW) (TDSL_TC_BM * (MW) * (128 + 16) + TDSL_TC_BN * 256)
+#define TDSL_TC_WGSP_SMEM(MW) (TDSL_TC_WGSP_STAGES(MW) * TDSL_TC_WGSP_STAGE_BYTES(MW) + 1024)
+template <int IN, int MW, typename Put>
 TDSL_FN void tdsl_tc_wgmma_sp24(const unsigned short *__restrict__ Av, const int *__restrict__ Am,
                                 const unsigned short *__restrict__ B, Put put, long long tile, int M, int N, int K,
                                 long long ldv, long long ldmeta, long long ldb) {
-  constexpr int STAGES = TDSL_TC_WGSP_STAGES, BN = TDSL_TC_BN;
-  constexpr unsigned A_BYTES = TDSL_TC_BM * 128, B_PANEL = BN * 128, STAGE = TDSL_TC_WGSP_STAGE_BYTES;
+  static_assert(MW == 1 || MW == 2, "one or two m64 blocks per warpgroup");
+  constexpr int STAGES = TDSL_TC_WGSP_STAGES(MW), BN = TDSL_TC_BN, BM = TDSL_TC_BM * MW;
+  constexpr unsigned A_BYTES = BM * 128, B_PANEL = BN * 128, STAGE = TDSL_TC_WGSP_STAGE_BYTES(MW);
   TDSL_DYN_SMEM(tdsl_smem_dyn);
   const unsigned smem0 = tdsl_smem(tdsl_smem_dyn), base = (smem0 + 1023u) & ~1023u;
   const unsigned char *gbase = reinterpret_cast<const unsigned char *>(tdsl_smem_dyn) + (base - smem0);
   int m0, n0;
-  tdsl_tc_tile<BN>(tile, M, N, m0, n0);
+  tdsl_tc_tile<BN, BM>(tile, M, N, m0, n0);
   const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, w = (tid >> 5) & 3;
   const int KT = (K + 127) / 128, KV = K / 2, KW = K / 32;  // stages; values and metadata words per row
 
   auto load = [&](int stage, int kt) {
     const unsigned a_st = base + stage * STAGE, b_st = a_st + A_BYTES, e_st = b_st + 2 * B_PANEL;
 #pragma unroll
-    for (int j = 0; j < TDSL_TC_BM * 8 / TDSL_TC_THREADS; j++) {  // A: 128 rows x 8 chunks
+    for (int j = 0; j < BM * 8 / TDSL_TC_THREADS; j++) {  // A: BM rows x 8 chunks
       const int q = tid + j * TDSL_TC_THREADS, r = q >> 3, c = q & 7;
       const bool ok = m0 + r < M && kt * 64 + c * 8 < KV;
       const unsigned short *src = ok ? Av + (long long)(m0 + r) * ldv + kt * 64 + c * 8 : Av;
@@ -318,24 +321,28 @@ TDSL_FN void tdsl_tc_wgmma_sp24(const unsigned short *__restrict__ Av, const int
       const unsigned short *src = ok ? B + (long long)(n0 + r) * ldb + kt * 128 + c * 8 : B;
       tdsl_cp16(b_st + (c >> 3) * B_PANEL + r * 128 + (((c & 7) ^ (r & 7)) << 4), src, ok);
     }
-    {  // metadata: words 4 kt .. 4 kt + 3 of each row, as two 8-byte copies (K / 32 is even)
-      const int r = tid >> 1, h = tid & 1, word = kt * 4 + 2 * h;
-      const bool ok = m0 + r < M && word < KW;
+#pragma unroll
+    for (int j = 0; j < MW; j++) {  // metadata: words 4 kt .. 4 kt + 3 of each row, two 8-byte copies
+      const int q = tid + j * TDSL_TC_THREADS, r = q >> 1, h = q & 1, word = kt * 4 + 2 * h;
+      const bool ok = m0 + r < M && word < KW;  // (K / 32 is even)
       const int *src = ok ? Am + (long long)(m0 + r) * ldmeta + word : Am;
       tdsl_cp8(e_st + r * 16 + h * 8, src, ok);
     }
   };
 
-  float d[BN / 2];
+  float d[MW][BN / 2];
 #pragma unroll
-  for (int i = 0; i < BN / 2; i++) d[i] = 0.0f;
+  for (int mw = 0; mw < MW; mw++)
+#pragma unroll
+    for (int i = 0; i < BN / 2; i++) d[mw][i] = 0.0f;
 #pragma unroll
   for (int s = 0; s < STAGES - 1; s++) {
     if (s < KT) load(s, s);
     tdsl_cp_commit();
   }
-  // This lane's metadata rows (mma.sp's map per warp): 16w + g (low half-words), + 8 (high).
-  const int er = wg * 64 + w * 16 + (lane >> 2);
+  // Block mw of this warpgroup: rows 64 (MW wg + mw) ..; this lane's metadata rows in it (mma.sp's
+  // map per warp): 16w + g (low half-words) and + 8 (high).
+  const int er = wg * 64 * MW + w * 16 + (lane >> 2);
   const unsigned sh = 16 * (lane & 1);
   for (int kt = 0; kt < KT; kt++) {
     tdsl_cp_wait<STAGES - 2>();  // tile kt has landed (this thread's copies)
@@ -343,28 +350,36 @@ TDSL_FN void tdsl_tc_wgmma_sp24(const unsigned short *__restrict__ Av, const int
     __syncthreads();             // every thread's copies; every warpgroup done with tile kt - 1
     if (kt + STAGES - 1 < KT) load((kt + STAGES - 1) % STAGES, kt + STAGES - 1);
     tdsl_cp_commit();
-    const unsigned st = base + (kt % STAGES) * STAGE, a_st = st + wg * 64 * 128, b_st = st + A_BYTES;
+    const unsigned st = base + (kt % STAGES) * STAGE, b_st = st + A_BYTES;
     const uint4 *e_st = reinterpret_cast<const uint4 *>(gbase + (kt % STAGES) * STAGE + A_BYTES + 2 * B_PANEL);
-    const uint4 lo4 = e_st[er], hi4 = e_st[er + 8];
-    const unsigned lo_w[4] = {lo4.x, lo4.y, lo4.z, lo4.w}, hi_w[4] = {hi4.x, hi4.y, hi4.z, hi4.w};
-    unsigned e[4];
+    unsigned e[MW][4];
 #pragma unroll
-    for (int s = 0; s < 4; s++) {
-      // Rows past M and k32 steps past K (zero values) get a valid pattern.
-      const bool k_in = kt * 128 + s * 32 < K;
-      const unsigned lo = k_in && m0 + er < M ? (lo_w[s] >> sh) & 0xffffu : 0x4444u;
-      const unsigned hi = k_in && m0 + er + 8 < M ? (hi_w[s] >> sh) & 0xffffu : 0x4444u;
-      e[s] = lo | (hi << 16);
+    for (int mw = 0; mw < MW; mw++) {
+      const int r = er + 64 * mw;
+      const uint4 lo4 = e_st[r], hi4 = e_st[r + 8];
+      const unsigned lo_w[4] = {lo4.x, lo4.y, lo4.z, lo4.w}, hi_w[4] = {hi4.x, hi4.y, hi4.z, hi4.w};
+#pragma unroll
+      for (int s = 0; s < 4; s++) {
+        // Rows past M and k32 steps past K (zero values) get a valid pattern.
+        const bool k_in = kt * 128 + s * 32 < K;
+        const unsigned lo = k_in && m0 + r < M ? (lo_w[s] >> sh) & 0xffffu : 0x4444u;
+        const unsigned hi = k_in && m0 + r + 8 < M ? (hi_w[s] >> sh) & 0xffffu : 0x4444u;
+        e[mw][s] = lo | (hi << 16);
+      }
     }
     tdsl_wg_fence();
 #pragma unroll
     for (int s = 0; s < 4; s++)
-      tdsl_wgmma_sp<IN>(d, tdsl_wg_desc(a_st + s * 32), tdsl_wg_desc(b_st + (s >> 1) * B_PANEL + (s & 1) * 64), e[s]);
+#pragma unroll
+      for (int mw = 0; mw < MW; mw++)
+        tdsl_wgmma_sp<IN>(d[mw], tdsl_wg_desc(st + (wg * MW + mw) * 64 * 128 + s * 32),
+                          tdsl_wg_desc(b_st + (s >> 1) * B_PANEL + (s & 1) * 64), e[mw][s]);
     tdsl_wg_commit();
     tdsl_wg_wait<0>();
   }
   tdsl_cp_wait<0>();
-  tdsl_wg_epilogue<BN>(d, put, M, N, m0 + wg * 64, n0);
+#pragma unroll
+  for (int mw = 0; mw < MW; mw++) tdsl_wg_epilogue<BN>(d[mw], put, M, N, m0 + (wg * MW + mw) * 64, n0);
 }
 #endif
 

@@ -36,10 +36,13 @@ for v in ${VARIANTS:-}; do
   echo "## TDSL_TC_GEMM=$v" | tee -a "$OUT/bench.txt"
   TDSL_TC_GEMM=$v timeout 60 python3 bench/gpu/run.py --tdsl .dev/tdsl --runs 10 --no-compile --only '^gemm_bf16' --no-anchors 2>&1 | tee -a "$OUT/bench.txt"
 done
-# 2:4 on wgmma.sp against the mma.sp figures above (tdsl only; the anchors are in the table above).
+# 2:4 on wgmma.sp against the mma.sp figures above (tdsl only; the anchors are in the table above):
+# the default tiles (256 rows where they fill the SMs, else 128), then 128-row tiles at 8192 rows.
 if [ "${SP_WGMMA:-1}" = 1 ]; then
   echo "## TDSL_TC_SP=wgmma" | tee -a "$OUT/bench.txt"
   TDSL_TC_SP=wgmma timeout 60 python3 bench/gpu/run.py --tdsl .dev/tdsl --runs 10 --no-compile --only '^sp24' --no-anchors 2>&1 | tee -a "$OUT/bench.txt"
+  echo "## TDSL_TC_SP=wgmma TDSL_TC_SP_BM=128" | tee -a "$OUT/bench.txt"
+  TDSL_TC_SP=wgmma TDSL_TC_SP_BM=128 timeout 40 python3 bench/gpu/run.py --tdsl .dev/tdsl --runs 10 --no-compile --only '^sp24_bf16$' --no-anchors 2>&1 | tee -a "$OUT/bench.txt"
 fi
 # BSR: the default (groups of block rows walking the union of their columns for large launches)
 # against one block row per thread block, and groups where the default takes rows (256 rows).

@@ -396,6 +396,11 @@ fn nvrtc_compiles_the_other_tensor_core_templates_without_spills() {
     use tdsl_cuda::tensor::{select_with, TensorCores, Variants};
     let union = Variants {
         bsr_union: Some(true),
+        ..Variants::default()
+    };
+    let wide = Variants {
+        sp_rows: Some(256),
+        ..union
     };
     let (mut sparse, mut groups) = (0, 0);
     for (name, text) in scripts_in("tests/corpus") {
@@ -412,8 +417,12 @@ fn nvrtc_compiles_the_other_tensor_core_templates_without_spills() {
         };
         sparse += count(TensorCores::WgmmaSparse, "wgmma.mma_async.sp m64n128k32");
         groups += count(TensorCores::Mma, "over the union");
-        for (sm, tc) in [(90, TensorCores::WgmmaSparse), (80, TensorCores::Mma)] {
-            let unit = tdsl_cuda::cuda_unit_with(&plan.loops, tc, union);
+        for (sm, tc, v) in [
+            (90, TensorCores::WgmmaSparse, union),
+            (90, TensorCores::WgmmaSparse, wide),
+            (80, TensorCores::Mma, union),
+        ] {
+            let unit = tdsl_cuda::cuda_unit_with(&plan.loops, tc, v);
             let c = tdsl_cuda::nvrtc::compile(&unit, sm, true)
                 .unwrap_or_else(|e| panic!("{name} does not compile for sm_{sm}:\n{e}"));
             for k in tdsl_cuda::nvrtc::resources(&c.log) {
@@ -424,6 +433,7 @@ fn nvrtc_compiles_the_other_tensor_core_templates_without_spills() {
                     k.name,
                     k.registers
                 );
+                eprintln!("{name} sm_{sm}: {} {} registers", k.name, k.registers);
             }
         }
     }

@@ -39,9 +39,9 @@ pub enum Kind {
     /// 128 × `bn` (256, or 128 when 256-wide tiles would leave SMs idle), B k-contiguous.
     Wgmma { bn: u64 },
     /// 2:4: `a` holds the compressed values, `meta` the metadata words; `mma.sp` (128 × 128
-    /// × 64 tiles), or with `wgmma` `wgmma.mma_async.sp` (sm_90a, B k-contiguous; 128 × 128 ×
-    /// 128 tiles).
-    TwoFour { meta: Operand, wgmma: bool },
+    /// × 64 tiles, `wgmma` 0), or `wgmma.mma_async.sp` (sm_90a, B k-contiguous) with `wgmma`
+    /// m64 blocks per warpgroup (1 or 2: tiles of 128 or 256 rows by 128, 128 of K).
+    TwoFour { meta: Operand, wgmma: u64 },
     /// Block-sparse rows of `r × c` blocks (`mma.sync` over the stored blocks): `a` holds the
     /// blocks' values (`a.ld` is unused), `ptr` and `idx` the block rows' offsets and columns;
     /// each warp computes `r × wn` (32 or 64 columns). With `union`, a thread block takes
@@ -136,13 +136,14 @@ impl TensorCore {
         }
     }
 
-    /// The block tile's M extent: 128 (for BSR over groups, 128 / r block rows), or one block
-    /// row for BSR.
+    /// The block tile's M extent: 128 (for BSR over groups, 128 / r block rows; 256 for 2:4 on
+    /// `wgmma.sp` with two m64 blocks per warpgroup), or one block row for BSR.
     pub fn bm(&self) -> u64 {
         match self.kind {
             Kind::Bsr {
                 r, union: false, ..
             } => r,
+            Kind::TwoFour { wgmma: 2, .. } => 256,
             _ => 128,
         }
     }
@@ -177,10 +178,14 @@ impl TensorCore {
             // align the first to the 1024 bytes of a swizzle atom.
             Kind::Wgmma { bn } => 4 * (128 + bn) * 64 * 2 + 1024,
             // 3 stages of A values (128 x 32 halves), B (64 x 128 halves), 128 x 2 metadata words.
-            Kind::TwoFour { wgmma: false, .. } => 3 * (128 * 4 + 128 * 8 + 64) * 16,
+            Kind::TwoFour { wgmma: 0, .. } => 3 * (128 * 4 + 128 * 8 + 64) * 16,
             // `TDSL_TC_WGSP_SMEM`: 4 stages of A values (128 x 64 halves), B (128 x 128 halves),
             // 128 x 4 metadata words, and room to align the first to 1024 bytes.
-            Kind::TwoFour { wgmma: true, .. } => 4 * (128 * 128 + 128 * 256 + 128 * 16) + 1024,
+            //   (`TDSL_TC_WGSP_SMEM(MW)`: 4 stages for one m64 block per warpgroup, 3 for two.)
+            Kind::TwoFour { wgmma: mw, .. } => {
+                let stages = if mw == 1 { 4 } else { 3 };
+                stages * (128 * mw * (128 + 16) + 128 * 256) + 1024
+            }
             // 3 stages of one stored block (r x c halves) and its c x 256 strip of B.
             Kind::Bsr {
                 r, c, union: false, ..
@@ -222,12 +227,14 @@ impl TensorCore {
             "f16"
         };
         let (instr, bk, stages) = match self.kind {
-            Kind::TwoFour { wgmma: false, .. } => {
+            Kind::TwoFour { wgmma: 0, .. } => {
                 ("mma.sp::ordered_metadata m16n8k32".to_string(), 64, 3)
             }
-            Kind::TwoFour { wgmma: true, .. } => {
-                ("wgmma.mma_async.sp m64n128k32".to_string(), 128, 4)
-            }
+            Kind::TwoFour { wgmma: mw, .. } => (
+                "wgmma.mma_async.sp m64n128k32".to_string(),
+                128,
+                if mw == 1 { 4 } else { 3 },
+            ),
             Kind::Dense { bk, stages } => ("mma.sync m16n8k16".to_string(), bk, stages),
             Kind::Wgmma { bn } => (format!("wgmma.mma_async m64n{bn}k16"), 64, 4),
             Kind::Bsr {
@@ -316,16 +323,23 @@ pub struct Variants {
     /// BSR over groups of block rows (`tdsl_tc_bsr_union`) rather than one block row per
     /// thread block. The pass decides by the launch's size ([`bsr`]).
     pub bsr_union: Option<bool>,
+    /// The rows of a 2:4 `wgmma.sp` tile, 128 or 256. The pass decides by the launch's size.
+    pub sp_rows: Option<u64>,
 }
 
 impl Variants {
-    /// From the environment: `TDSL_TC_BSR=union` or `TDSL_TC_BSR=rows` (the GPU benchmark's
-    /// comparison).
+    /// From the environment: `TDSL_TC_BSR=union` or `TDSL_TC_BSR=rows`, `TDSL_TC_SP_BM=128` or
+    /// `256` (the GPU benchmark's comparisons).
     pub fn from_env() -> Variants {
         Variants {
             bsr_union: match std::env::var("TDSL_TC_BSR").as_deref() {
                 Ok("union") => Some(true),
                 Ok("rows") => Some(false),
+                _ => None,
+            },
+            sp_rows: match std::env::var("TDSL_TC_SP_BM").as_deref() {
+                Ok("128") => Some(128),
+                Ok("256") => Some(256),
                 _ => None,
             },
         }
@@ -403,6 +417,7 @@ pub fn select_with(p: &LoopProgram, tc: TensorCores, v: Variants) -> Selection {
                         &c,
                         *accumulate,
                         tc,
+                        v,
                     ),
                     SparseLayout::Bsr { .. } => {
                         bsr(p, *m, *n, *k, s, *transposed, *side, &d, &c, *accumulate, v)
@@ -577,6 +592,7 @@ fn two_four(
     c: &MatView,
     accumulate: bool,
     tc: TensorCores,
+    v: Variants,
 ) -> Option<TensorCore> {
     let SparseLayout::TwoFour { axis } = s.layout else {
         return None;
@@ -599,7 +615,7 @@ fn two_four(
             offset: 0,
             ld: (k / 32) as i64,
         },
-        wgmma: false,
+        wgmma: 0,
     };
     let values = Operand {
         buf: s.values,
@@ -607,8 +623,19 @@ fn two_four(
         ld: (k / 2) as i64,
     };
     let mut t = sparse_left(kind, tv, values, (m, n, k), side, d, c, accumulate)?;
+    // wgmma.sp: tiles of 256 rows (half the B bytes per product) while they still fill every
+    // SM of an H100 or H200 (132, one thread block each), else 128.
+    let rows = v
+        .sp_rows
+        .unwrap_or(if t.m.div_ceil(256) * t.n.div_ceil(128) >= 132 {
+            256
+        } else {
+            128
+        });
     if let Kind::TwoFour { wgmma, .. } = &mut t.kind {
-        *wgmma = tc >= TensorCores::WgmmaSparse && !t.b_kn;
+        if tc >= TensorCores::WgmmaSparse && !t.b_kn {
+            *wgmma = rows / 128;
+        }
     }
     Some(t)
 }
@@ -1332,8 +1359,8 @@ pub fn render(p: &LoopProgram, name: &str, tc: &TensorCore) -> String {
             tc.b.ld
         ),
         Kind::TwoFour { meta, wgmma } => {
-            let template = if *wgmma {
-                format!("tdsl_tc_wgmma_sp24<{input}>")
+            let template = if *wgmma > 0 {
+                format!("tdsl_tc_wgmma_sp24<{input}, {wgmma}>")
             } else {
                 format!("tdsl_tc_sp24<{input}, {b_kn}>")
             };
