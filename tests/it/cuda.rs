@@ -480,7 +480,7 @@ fn elementwise_kernels_after_a_tensor_core_product_fuse_into_its_store() {
 }
 
 #[test]
-fn sparse_rows_run_on_one_warp_each_unless_a_wide_dense_axis_follows() {
+fn sparse_rows_run_on_one_warp_or_block_each_unless_a_wide_dense_axis_follows() {
     let split = |script: &str| {
         let plan = plan(script).expect("plans");
         let (_, steps) = tdsl_cuda::map_program(&plan.loops);
@@ -499,6 +499,14 @@ fn sparse_rows_run_on_one_warp_each_unless_a_wide_dense_axis_follows() {
              y = einsum(w, x, 'o i, i -> o')\noutput y\n"
         ),
         [tdsl_cuda::Split::Warp]
+    );
+    // Rows of 1024 entries or more on average: a block per row.
+    assert_eq!(
+        split(
+            "input w: f32[8, 40000] @ csr = randn(seed=1, density=0.05)\ninput x: f32[40000] = randn(seed=2)\n\
+             y = einsum(w, x, 'o i, i -> o')\noutput y\n"
+        ),
+        [tdsl_cuda::Split::Block]
     );
     // CSR times 64 columns: consecutive threads share a row and read the columns contiguously.
     assert!(!split(

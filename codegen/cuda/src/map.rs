@@ -192,6 +192,7 @@ pub fn map_program_variants(
     };
     let mut out = expand_calls(p);
     let elem_bytes: Vec<u64> = out.buffers.iter().map(|b| b.ty.size_bytes()).collect();
+    let elems: Vec<u64> = out.buffers.iter().map(|b| b.elems).collect();
     let mut steps = Vec::new();
     for (ki, k) in out.kernels.iter_mut().enumerate() {
         if sel.dead.contains(&ki) {
@@ -220,7 +221,15 @@ pub fn map_program_variants(
             let split = match grid.is_empty() {
                 true => Split::Thread,
                 false => match split_of(&body) {
-                    Split::Thread if sparse_rows(&grid, &body) => Split::Warp,
+                    Split::Thread if sparse_rows(&grid, &body) => {
+                        // Rows of BLOCK_ROW or more entries on average take a block each.
+                        let rows: u64 = grid.iter().map(|g| g.1).product();
+                        if stored_entries(&body, &elems) >= BLOCK_ROW.saturating_mul(rows) {
+                            Split::Block
+                        } else {
+                            Split::Warp
+                        }
+                    }
                     split => split,
                 },
             };
@@ -648,6 +657,21 @@ pub fn sparse_rows(grid: &[(VarId, u64)], body: &[Stmt]) -> bool {
         rows = true;
     }
     rows
+}
+
+/// The entries the compressed loops of `body` can walk in all: the capacity of their coordinate
+/// arrays (`elems` of every buffer).
+fn stored_entries(body: &[Stmt], elems: &[u64]) -> u64 {
+    body.iter()
+        .filter_map(|s| match s {
+            Stmt::Loop(Loop {
+                iter: Iter::Compressed { crd, .. },
+                ..
+            }) => elems.get(crd.0 as usize).copied(),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0)
 }
 
 /// Whether the body of a grid iteration can run as one warp: it has a top-level range loop of
