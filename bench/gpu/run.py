@@ -70,6 +70,10 @@ def gemm_cases(torch):
         if w24s is not None:
             anchors["cuSPARSELt"] = lambda x=x: F.linear(x, w24s)
         out[f"sp24_bf16{suffix}"] = (flop, anchors)
+    # f32 exactly (torch's default "highest" precision: no TF32), 4096³.
+    xf = torch.randn(4096, 4096, generator=g, device=dev)
+    wf = torch.randn(4096, 4096, generator=g, device=dev)
+    out["gemm_f32"] = (2 * 4096 ** 3, {"cuBLAS SGEMM": lambda: F.linear(xf, wf)})
     # The product with its bias and gelu (fused into tdsl's store; cuBLAS's bias epilogue and a
     # separate gelu kernel in torch).
     x = torch.randn(8192, 8192, generator=g, device=dev, dtype=torch.bfloat16)

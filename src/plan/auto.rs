@@ -159,10 +159,9 @@ fn use_secs(p: &Program, node: NodeId, inputs: &CostInputs) -> f64 {
                 .map(|&o| bytes_of(p, o))
                 .chain([bytes_of(p, e)])
                 .sum();
-            let dt = p.node(operands[0]).ty.dtype;
-            let sixteen =
-                dt.size_bytes() == 2 && operands.iter().all(|&o| p.node(o).ty.dtype == dt);
-            let eff = product_efficiency(crate::check::Format::Dense, sixteen, m);
+            let types: Vec<_> = operands.iter().map(|&o| p.node(o).ty.dtype).collect();
+            let ops = super::cost::Operands::of(&types);
+            let eff = product_efficiency(crate::check::Format::Dense, ops, m);
             predict_secs(flops as f64, bytes, eff, m)
         })
         .sum()

@@ -17,6 +17,7 @@
 use super::order::{contraction_path, format_path, ContractionPath};
 use super::sparse::{resolve, sparse_product, stored_sparse, SparseProduct, SparseSource};
 use crate::check::{format_name, Format, NodeId, NodeKind, Program, Select, TensorType};
+use crate::dtype::DType;
 use crate::machine::Machine;
 use crate::tensor::Tensor;
 use std::collections::BTreeSet;
@@ -266,9 +267,9 @@ pub mod efficiency {
 
 /// Efficiencies of the CUDA backend's kernels (`--device cuda`), as fractions of the GPU's dense
 /// 16-bit tensor-core peak ([`NOMINAL_GPU`]), measured on an H200 at 8192 × 8192 weights and
-/// 8192 rows (bench/RESULTS.md, 2026-11-27). Only f16/bf16 products run on tensor cores; f32 and
-/// f64 products, CSR, CSC, COO and BSR blocks other than 16, 32 or 64 run the generic loop-nest
-/// kernels.
+/// 8192 rows (bench/RESULTS.md, 2026-11-27). Only f16/bf16 products run on tensor cores; dense
+/// f32 ones on the SIMT template; f64 products, CSR, CSC, COO and BSR blocks other than 16, 32
+/// or 64 run the generic loop-nest kernels.
 pub mod gpu_efficiency {
     /// Dense on `wgmma` (sm_90a; 541 TFLOP/s at 8192³, cuBLAS 734 in the same run). Devices
     /// without `wgmma` run the `mma.sync` template at 0.31.
@@ -282,6 +283,9 @@ pub mod gpu_efficiency {
     /// estimate, not measured; it scales dense and sparse alike, so their verdicts follow the
     /// FLOP ratio.
     pub const GENERIC: f64 = 0.002;
+    /// Dense f32 (and f32 × 16-bit) on the SIMT template (`tdsl_sgemm`): an estimate, not
+    /// measured: 60% of an H100's 67 TFLOP/s f32 FMA peak, as 128 × 128 SGEMM tiles reach.
+    pub const SIMT: f64 = 0.04;
 
     /// Fractions of the HBM bandwidth the tensor-core products reach when a small batch makes
     /// them read-bound (16 rows × 8192 × 8192 bf16 on an H200: dense 90 µs for its 128 MiB
@@ -304,16 +308,41 @@ pub const NOMINAL_GPU: Machine = Machine {
     bandwidth_gbps: 4800.0,
 };
 
+/// A product's operand types, as the GPU's kernels tell them apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operands {
+    /// All f16 or all bf16: tensor cores.
+    Sixteen,
+    /// f32, or f32 with 16-bit operands: the f32 SIMT template for a dense product.
+    Wide,
+    /// Any f64: the generic kernels.
+    Double,
+}
+
+impl Operands {
+    pub fn of(types: &[DType]) -> Operands {
+        let first = types.first().copied().unwrap_or(DType::F32);
+        if first.size_bytes() == 2 && types.iter().all(|&t| t == first) {
+            Operands::Sixteen
+        } else if types.contains(&DType::F64) {
+            Operands::Double
+        } else {
+            Operands::Wide
+        }
+    }
+}
+
 /// The efficiency of a product in format `f` (dense included) on machine `m`, whose operands
-/// are all f16 or bf16 when `sixteen` (the GPU's tensor cores take only those).
-pub fn product_efficiency(f: Format, sixteen: bool, m: &Machine) -> f64 {
+/// are `ops` (the GPU's tensor cores take only 16-bit ones).
+pub fn product_efficiency(f: Format, ops: Operands, m: &Machine) -> f64 {
     if m.target == crate::machine::Target::Cpu {
         return format_efficiency(f);
     }
     use gpu_efficiency::*;
     let tc_block = |x: u64| [16, 32, 64].contains(&x);
     match f {
-        _ if !sixteen => GENERIC,
+        Format::Dense if ops == Operands::Wide => SIMT,
+        _ if ops != Operands::Sixteen => GENERIC,
         Format::Dense => DENSE,
         Format::Bsr { rows, cols } if tc_block(rows) && tc_block(cols) => BSR,
         Format::TwoFour { .. } => TWO_FOUR,
@@ -324,8 +353,8 @@ pub fn product_efficiency(f: Format, sixteen: bool, m: &Machine) -> f64 {
 /// The fraction of machine `m`'s bandwidth a product in format `f` reaches when memory bounds
 /// it: 1 on the CPU (its ceilings are what the kernels measured), the tensor-core kernels'
 /// small-batch figures on the GPU ([`gpu_efficiency::DENSE_BANDWIDTH`] and the others).
-pub fn product_bandwidth(f: Format, sixteen: bool, m: &Machine) -> f64 {
-    if m.target == crate::machine::Target::Cpu || !sixteen {
+pub fn product_bandwidth(f: Format, ops: Operands, m: &Machine) -> f64 {
+    if m.target == crate::machine::Target::Cpu || ops != Operands::Sixteen {
         return 1.0;
     }
     use gpu_efficiency::*;
@@ -545,16 +574,16 @@ pub fn sparse_op_cost(
     let dense_flops = path.opt_flops;
     let dense_bytes = bytes_of(s_ty) + other;
     let d_ty = &program.node(d_node).ty;
-    let sixteen = s_ty.dtype == d_ty.dtype && s_ty.dtype.size_bytes() == 2;
-    let eff = product_efficiency(s_ty.format, sixteen, m);
-    let bw_eff = product_bandwidth(s_ty.format, sixteen, m);
+    let ops = Operands::of(&[s_ty.dtype, d_ty.dtype]);
+    let eff = product_efficiency(s_ty.format, ops, m);
+    let bw_eff = product_bandwidth(s_ty.format, ops, m);
     let sparse_secs = predict_product_secs(flops as f64, bytes as f64, (eff, bw_eff), m);
     let dense_secs = predict_product_secs(
         dense_flops as f64,
         dense_bytes as f64,
         (
-            product_efficiency(Format::Dense, sixteen, m),
-            product_bandwidth(Format::Dense, sixteen, m),
+            product_efficiency(Format::Dense, ops, m),
+            product_bandwidth(Format::Dense, ops, m),
         ),
         m,
     );

@@ -173,11 +173,11 @@ fn cli_emit_prints_one_unit_with_every_kernel_and_plan_shows_the_gpu_mapping() {
     }
     assert!(out.stdout.contains("// launch: <<<"), "{}", out.stdout);
     assert!(out.stdout.contains("one warp each"), "{}", out.stdout);
-    // The GEMM call is a loop nest on the GPU, its loops spread over the grid.
+    // The softmax's loops spread over the grid; the GEMM call runs on the f32 template.
     let p = crate::common::tdsl_script(dir.path(), "plan", script, &["--device", "cuda"]);
     assert_eq!(p.code, 0, "{}", p.stderr);
     assert!(p.stdout.contains("gpu grid"), "{}", p.stdout);
-    assert!(!p.stdout.contains("gemm m="), "{}", p.stdout);
+    assert!(p.stdout.contains("f32 FMA"), "{}", p.stdout);
     let cpu = crate::common::tdsl_script(dir.path(), "plan", script, &[]);
     assert!(cpu.stdout.contains("gemm m="), "{}", cpu.stdout);
     // Without a GPU, running there is a diagnostic with exit status 1, never a panic.
@@ -273,18 +273,26 @@ fn tensor_cores_take_16_bit_products_and_fold_the_copies_around_them() {
     assert_eq!(calls.len(), 1, "{calls:?}");
     assert!(calls[0].1.contains("BSR 32x32 blocks"), "{calls:?}");
     assert!(calls[0].1.contains("tiles 32x256x32"), "{calls:?}");
-    // What stays on the generic kernel: f32 products (no TF32 unless asked), K not a multiple
-    // of 8 (16-byte chunks), 2:4 with K not a multiple of 64, mixed operand types, BSR blocks
-    // that are not 16, 32 or 64, and BSR whose block rows are not the output's rows.
+    // f32 products (and an f32 activation times a bf16 weight, widened by the planner) run on
+    // the f32 template, exact in f32: no TF32 unless asked.
     for script in [
         "input x: f32[n=64, i=64] = randn(seed=0)\ninput w: f32[o=64, i] = randn(seed=1)\n\
          y = einsum(x, w, 'n i, o i -> n o')\noutput y\n",
+        "input x: f32[n=64, i=64] = randn(seed=0)\ninput w: bf16[o=64, i] = randn(seed=1)\n\
+         y = einsum(x, w, 'n i, o i -> n o')\noutput y\n",
+    ] {
+        let (calls, _) = tensor_cores(script);
+        assert_eq!(calls.len(), 1, "{script}: {calls:?}");
+        assert!(calls[0].1.contains("f32 FMA (no tensor cores"), "{calls:?}");
+    }
+    // What stays on the generic kernel: 16-bit products with K not a multiple of 8 (16-byte
+    // chunks), 2:4 with K not a multiple of 64, BSR blocks that are not 16, 32 or 64, and BSR
+    // whose block rows are not the output's rows.
+    for script in [
         "input x: bf16[n=64, i=60] = randn(seed=0)\ninput w: bf16[o=64, i] = randn(seed=1)\n\
          y = einsum(x, w, 'n i, o i -> n o')\noutput y\n",
         "input x: bf16[m=16, k=96] = randn(seed=0)\ninput w: bf16[n=8, k] @ 2:4(k) = randn(seed=1)\n\
          y = einsum(x, w, 'm k, n k -> m n')\noutput y\n",
-        "input x: f32[n=64, i=64] = randn(seed=0)\ninput w: bf16[o=64, i] = randn(seed=1)\n\
-         y = einsum(x, w, 'n i, o i -> n o')\noutput y\n",
         "input x: bf16[n=64, i=64] = randn(seed=0)\ninput w: bf16[o=64, i] @ bsr(8, 8) = randn(seed=1)\n\
          y = einsum(x, w, 'n i, o i -> n o')\noutput y\n",
         "input x: bf16[n=64, i=64] = randn(seed=0)\ninput w: bf16[i, o=64] @ bsr(16, 16) = randn(seed=1)\n\

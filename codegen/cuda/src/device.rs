@@ -314,8 +314,9 @@ impl seam::Backend for CudaBackend {
                     let f = module
                         .load_function(&l.name)
                         .map_err(|e| driver_error(&format!("finding kernel {}", l.name), e))?;
-                    // Tensor-core launches take more than the default 48 KiB of shared memory.
-                    if let Some(tc) = &l.lib {
+                    // Tensor-core launches take more than the default 48 KiB of shared memory
+                    // (the f32 SIMT template's is static).
+                    if let Some(tc) = l.lib.as_ref().filter(|tc| tc.smem_bytes() > 0) {
                         f.set_attribute(
                             CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                             tc.smem_bytes() as i32,

@@ -38,6 +38,10 @@ pub enum Kind {
     /// Dense on sm_90a (`wgmma.mma_async` m64n`bn`k16 from shared-memory descriptors): tiles
     /// 128 × `bn` (256, or 128 when 256-wide tiles would leave SMs idle), B k-contiguous.
     Wgmma { bn: u64 },
+    /// Dense f32 without tensor cores, exact in f32 (`tdsl_sgemm`: 128 × 128 tiles, K in steps
+    /// of 8, 8 × 8 outputs per thread): any strides; an f16 or bf16 operand (not both of one
+    /// type: tensor cores take those) is widened as it is loaded.
+    Simt,
     /// 2:4: `a` holds the compressed values, `meta` the metadata words; `mma.sp` (128 × 128
     /// × 64 tiles, `wgmma` 0), or `wgmma.mma_async.sp` (sm_90a, B k-contiguous) with `wgmma`
     /// m64 blocks per warpgroup (1 or 2: tiles of 128 or 256 rows by 128, 128 of K).
@@ -174,6 +178,8 @@ impl TensorCore {
         match self.kind {
             // 3 stages of A (128 x 32) and B (BN x 32) halves.
             Kind::Dense { bk, stages } => stages * (128 + self.bn()) * bk * 2,
+            // Static: two buffers of 8 x 128 floats of A and of B (16 KiB).
+            Kind::Simt => 0,
             // `TDSL_TC_WG_SMEM`: 4 stages of A (128 x 64) and B (BN x 64) halves, and room to
             // align the first to the 1024 bytes of a swizzle atom.
             Kind::Wgmma { bn } => 4 * (128 + bn) * 64 * 2 + 1024,
@@ -199,7 +205,7 @@ impl TensorCore {
     pub fn params(&self) -> Vec<BufId> {
         let mut v: BTreeSet<BufId> = [self.a.buf, self.b.buf, self.c].into();
         match &self.kind {
-            Kind::Dense { .. } | Kind::Wgmma { .. } => {}
+            Kind::Dense { .. } | Kind::Wgmma { .. } | Kind::Simt => {}
             Kind::TwoFour { meta, .. } => {
                 v.insert(meta.buf);
             }
@@ -236,6 +242,19 @@ impl TensorCore {
                 if mw == 1 { 4 } else { 3 },
             ),
             Kind::Dense { bk, stages } => ("mma.sync m16n8k16".to_string(), bk, stages),
+            Kind::Simt => {
+                return format!(
+                    "f32 FMA (no tensor cores: exact f32), M={} N={} K={}, tiles 128x128x8, 8x8 outputs per thread, 2 shared buffers, B {}{}",
+                    self.m,
+                    self.n,
+                    self.k,
+                    if self.b_kn { "n-contiguous" } else { "k-contiguous" },
+                    self.epilogue.as_ref().map_or(String::new(), |e| format!(
+                        ", the elementwise kernel k{} fused into the store",
+                        e.kernel
+                    ))
+                );
+            }
             Kind::Wgmma { bn } => (format!("wgmma.mma_async m64n{bn}k16"), 64, 4),
             Kind::Bsr {
                 r,
@@ -371,20 +390,21 @@ pub fn select_with(p: &LoopProgram, tc: TensorCores, v: Variants) -> Selection {
                 c,
                 accumulate,
             } => {
-                let a = fold_input(p, ki, a, &[*m, *k], batch, &sel.dead, &mut dead);
-                let b = fold_input(p, ki, b, &[*k, *n], batch, &sel.dead, &mut dead);
-                let (c, epilogue) = fold_result(
-                    p,
-                    ki,
-                    c,
-                    &[*m, *n],
-                    batch,
-                    *accumulate,
-                    &sel.dead,
-                    &mut dead,
-                );
-                dense(p, *m, *n, *k, batch, &a, &b, &c, *accumulate, tc)
-                    .map(|t| TensorCore { epilogue, ..t })
+                // Tensor cores read a 16-bit source through the copy that widens it; the f32
+                // template, failing that, reads the widened f32 operands as they are.
+                let taken = &sel.dead;
+                let with = |widened: bool, dead: &mut BTreeSet<usize>| {
+                    let a = fold_input(p, ki, a, &[*m, *k], batch, widened, taken, dead);
+                    let b = fold_input(p, ki, b, &[*k, *n], batch, widened, taken, dead);
+                    let (c, epilogue) =
+                        fold_result(p, ki, c, &[*m, *n], batch, *accumulate, taken, dead);
+                    dense(p, *m, *n, *k, batch, &a, &b, &c, *accumulate, tc)
+                        .map(|t| TensorCore { epilogue, ..t })
+                };
+                with(true, &mut dead).or_else(|| {
+                    dead.clear();
+                    with(false, &mut dead)
+                })
             }
             LibCall::SpMM {
                 m,
@@ -401,7 +421,7 @@ pub fn select_with(p: &LoopProgram, tc: TensorCores, v: Variants) -> Selection {
                     Side::Left => [*k, *n],
                     Side::Right => [*m, *k],
                 };
-                let d = fold_input(p, ki, d, &d_dims, &[], &sel.dead, &mut dead);
+                let d = fold_input(p, ki, d, &d_dims, &[], true, &sel.dead, &mut dead);
                 let (c, epilogue) =
                     fold_result(p, ki, c, &[*m, *n], &[], *accumulate, &sel.dead, &mut dead);
                 let t = match s.layout {
@@ -458,11 +478,15 @@ fn dense(
     accumulate: bool,
     tc: TensorCores,
 ) -> Option<TensorCore> {
-    let ta = p.buffer(a.buf).ty;
-    if !is16(ta) || p.buffer(b.buf).ty != ta || !out_ok(p.buffer(c.buf).ty) {
+    let (ta, tb) = (p.buffer(a.buf).ty, p.buffer(b.buf).ty);
+    // Two 16-bit operands of one type: tensor cores (16-byte chunks). Otherwise f32, f16 and
+    // bf16 in any mix: the SIMT template, widening as it loads (any strides).
+    let wide = |t: ElemType| t == ElemType::F32 || is16(t);
+    let simt = !(is16(ta) && tb == ta);
+    if (simt && !(wide(ta) && wide(tb))) || !out_ok(p.buffer(c.buf).ty) {
         return None;
     }
-    if !k.is_multiple_of(8) || m.max(n).max(k) >= 1 << 30 {
+    if (!simt && !k.is_multiple_of(8)) || m.max(n).max(k) >= 1 << 30 {
         return None;
     }
     let bat = |i: usize| -> (i64, i64, i64) {
@@ -472,7 +496,7 @@ fn dense(
         let (x, y, _) = bat(i);
         aligned(&[x, y])
     });
-    if !batch_ok {
+    if !batch_ok && !simt {
         return None;
     }
     let batches = |swap: bool| -> Vec<(u64, i64, i64, i64)> {
@@ -503,12 +527,16 @@ fn dense(
     };
     // B(k, j) at k·b_rows + j·b_cols.
     let (b_kn, b_ld) = b_layout(b_rows, b_cols)?;
-    if !aligned(&[a_ld, b_ld, am.offset, an.offset]) || (b_kn && !nn.is_multiple_of(8)) {
+    if !simt && (!aligned(&[a_ld, b_ld, am.offset, an.offset]) || (b_kn && !nn.is_multiple_of(8))) {
         return None;
     }
     let blocks = batch.iter().product::<u64>().max(1) * mm.div_ceil(128);
     Some(TensorCore {
-        kind: dense_kind(tc, b_kn, blocks * nn.div_ceil(256), nn),
+        kind: if simt {
+            Kind::Simt
+        } else {
+            dense_kind(tc, b_kn, blocks * nn.div_ceil(256), nn)
+        },
         input: ta,
         m: mm,
         n: nn,
@@ -902,13 +930,16 @@ fn compose(
 }
 
 /// `view` (dims `dims` then the batch dims) read by kernel `ki`, or the view of the source it
-/// was copied from (and the copy kernel added to `dead`).
+/// was copied from (and the copy kernel added to `dead`): a copy of the same type, or with
+/// `widened` one that widens a 16-bit source.
+#[allow(clippy::too_many_arguments)]
 fn fold_input(
     p: &LoopProgram,
     ki: usize,
     view: &MatView,
     dims: &[u64],
     batch: &[u64],
+    widened: bool,
     taken: &BTreeSet<usize>,
     dead: &mut BTreeSet<usize>,
 ) -> MatView {
@@ -930,7 +961,10 @@ fn fold_input(
     };
     // Only exact conversions: the same type, or a 16-bit source widened.
     let src_ty = p.buffer(copy.src).ty;
-    if copy.dst != t || !(src_ty == b.ty || (is16(src_ty) && !is16(b.ty))) || taken.contains(j) {
+    if copy.dst != t
+        || !(src_ty == b.ty || (widened && is16(src_ty) && !is16(b.ty)))
+        || taken.contains(j)
+    {
         return view.clone();
     }
     // The copy must cover the temp: one store per element.
@@ -1352,6 +1386,20 @@ pub fn render(p: &LoopProgram, name: &str, tc: &TensorCore) -> String {
             tc.a.ld,
             tc.b.ld
         ),
+        Kind::Simt => {
+            let kind = |buf: BufId| match p.buffer(buf).ty {
+                ElemType::F16 => 1,
+                ElemType::BF16 => 2,
+                _ => 0,
+            };
+            format!(
+                "tdsl_sgemm<{}, {}, {b_kn}>(b{a} + oa, b{b} + ob, put, tile, {m}, {n}, {k}, {}LL, {}LL)",
+                kind(tc.a.buf),
+                kind(tc.b.buf),
+                tc.a.ld,
+                tc.b.ld
+            )
+        }
         Kind::Wgmma { .. } => format!(
             "tdsl_tc_wgmma<{input}, {}>(b{a} + oa, b{b} + ob, put, tile, {m}, {n}, {k}, {}LL, {}LL)",
             tc.bn(),
