@@ -455,7 +455,7 @@ fn nvrtc_compiles_the_other_tensor_core_templates_without_spills() {
 #[test]
 fn elementwise_kernels_after_a_tensor_core_product_fuse_into_its_store() {
     // A bias and gelu; a per-batch scale over rows the planner flattened (`b n` into one); relu
-    // after 2:4 in torch layout, through the transposing copy of the result.
+    // after 2:4 in torch layout, through the transposing copy of the result; a residual.
     for script in [
         "input x: bf16[n=150, i=72] = randn(seed=0)\ninput w: bf16[o=136, i] = randn(seed=1)\n\
          input b: f32[o] = randn(seed=2)\ny = gelu(einsum(x, w, 'n i, o i -> n o') + b)\noutput y\n",
@@ -464,6 +464,8 @@ fn elementwise_kernels_after_a_tensor_core_product_fuse_into_its_store() {
          y = einsum(x, w, 'b n i, o i -> b n o') * rearrange(s, 'b o -> b 1 o')\noutput y\n",
         "input x: bf16[m=100, k=128] = randn(seed=6)\ninput w: bf16[n=72, k] @ 2:4(k) = randn(seed=7)\n\
          input b: f32[n] = randn(seed=8)\ny = relu(einsum(x, w, 'm k, n k -> m n') - b)\noutput y\n",
+        "input x: bf16[n=130, i=64] = randn(seed=9)\ninput w: bf16[o=72, i] = randn(seed=10)\n\
+         input r: f32[n, o] = randn(seed=11)\ny = einsum(x, w, 'n i, o i -> n o') + r\noutput y\n",
     ] {
         let (calls, dead) = tensor_cores(script);
         assert_eq!(calls.len(), 1, "{script}: {calls:?}");

@@ -60,6 +60,8 @@ fn scripts() -> Vec<(String, String)> {
         "input x: f16[b=3, n=40, i=64] = randn(seed=14)\ninput w: f16[o=24, i] = randn(seed=15)\ninput s: f32[b, o] = randn(seed=16)\ny = einsum(x, w, 'b n i, o i -> b n o') * rearrange(s, 'b o -> b 1 o')\noutput y\n",
         "input x: bf16[m=100, k=128] = randn(seed=17)\ninput w: bf16[n=72, k] @ 2:4(k) = randn(seed=18)\ninput b: f32[n] = randn(seed=19)\ny = relu(einsum(x, w, 'm k, n k -> m n') - b)\noutput y\n",
         "input x: bf16[m=100, k=128] = randn(seed=20)\ninput w: bf16[n=96, k] @ bsr(32, 32) = randn(seed=21, density=0.5)\ny = silu(einsum(x, w, 'm k, n k -> m n'))\noutput y\n",
+        // A residual added to the product (another tensor read at the same element).
+        "input x: bf16[n=130, i=64] = randn(seed=29)\ninput w: bf16[o=72, i] = randn(seed=30)\ninput r: f32[n, o] = randn(seed=31)\ny = einsum(x, w, 'n i, o i -> n o') + r\noutput y\n",
         // f32 on the SIMT template: edges past the 128 x 128 tile, K not a multiple of 8, B
         // n-contiguous, batched with a bias, and an f32 activation times a bf16 weight (the
         // planner's widening copy read as it is).
