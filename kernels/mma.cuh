@@ -492,6 +492,29 @@ TDSL_FN void tdsl_tc_sp24(const unsigned short *__restrict__ Av, const int *__re
 #define TDSL_TC_BSR_BN 256
 #define TDSL_TC_BSR_STAGES 3
 #define TDSL_TC_BSR_SMEM(R, C) (TDSL_TC_BSR_STAGES * ((R) + TDSL_TC_BSR_BN) * (C) * 2)
+// The C x BN strip of B that a stored block at column k0 multiplies, into one stage (C / 8 chunks
+// per row, swizzled as tdsl_warp_k16 reads it; n-contiguous B as BN / 8 chunks per k row),
+// zero-filled past N; THREADS threads each copying their share.
+template <bool B_KN, int C, int BN, int THREADS>
+TDSL_FN void tdsl_bsr_strip(uint4 *b_st, const unsigned short *__restrict__ B, long long ldb, int k0, int n0, int N,
+                            int tid) {
+  constexpr int CH = C / 8, BCH = BN / 8;
+#pragma unroll
+  for (int j = 0; j < BN * CH / THREADS; j++) {
+    const int q = tid + j * THREADS;
+    if (!B_KN) {
+      const int r = q / CH, c = q % CH;
+      const bool ok = n0 + r < N;
+      const unsigned short *src = ok ? B + (long long)(n0 + r) * ldb + k0 + c * 8 : B;
+      tdsl_cp16(tdsl_smem(&b_st[tdsl_sw<CH>(r, c)]), src, ok);
+    } else {
+      const int r = q / BCH, c = q % BCH;
+      const bool ok = n0 + c * 8 < N;
+      const unsigned short *src = ok ? B + (long long)(k0 + r) * ldb + n0 + c * 8 : B;
+      tdsl_cp16(tdsl_smem(&b_st[r * BCH + (c ^ (r & 7))]), src, ok);
+    }
+  }
+}
 template <int IN, bool B_KN, int R, int C, int WN, typename Put>
 TDSL_FN void tdsl_tc_bsr(const unsigned short *__restrict__ Av, const int *__restrict__ ptr, const int *__restrict__ idx,
                          const unsigned short *__restrict__ B, Put put, long long tile, int M, int N, int K,
@@ -521,21 +544,7 @@ TDSL_FN void tdsl_tc_bsr(const unsigned short *__restrict__ Av, const int *__res
         tdsl_cp16(tdsl_smem(&a_st[tdsl_sw<CH>(r, c)]), a + r * C + c * 8, true);
       }
     }
-#pragma unroll
-    for (int j = 0; j < BN * CH / THREADS; j++) {  // B: C x BN
-      const int q = tid + j * THREADS;
-      if (!B_KN) {
-        const int r = q / CH, c = q % CH;
-        const bool ok = n0 + r < N;
-        const unsigned short *src = ok ? B + (long long)(n0 + r) * ldb + k0 + c * 8 : B;
-        tdsl_cp16(tdsl_smem(&b_st[tdsl_sw<CH>(r, c)]), src, ok);
-      } else {
-        const int r = q / BCH, c = q % BCH;
-        const bool ok = n0 + c * 8 < N;
-        const unsigned short *src = ok ? B + (long long)(k0 + r) * ldb + n0 + c * 8 : B;
-        tdsl_cp16(tdsl_smem(&b_st[r * BCH + (c ^ (r & 7))]), src, ok);
-      }
-    }
+    tdsl_bsr_strip<B_KN, C, BN, THREADS>(b_st, B, ldb, k0, n0, N, tid);
   };
 
   float acc[MI][NI][4];
@@ -623,21 +632,7 @@ TDSL_FN void tdsl_tc_bsr_union(const unsigned short *__restrict__ Av, const int 
         }
       }
     }
-#pragma unroll
-    for (int j = 0; j < BN * CH / TDSL_TC_THREADS; j++) {  // B: the C x BN strip
-      const int q = tid + j * TDSL_TC_THREADS;
-      if (!B_KN) {
-        const int r = q / CH, c = q % CH;
-        const bool ok = n0 + r < N;
-        const unsigned short *src = ok ? B + (long long)(n0 + r) * ldb + k0 + c * 8 : B;
-        tdsl_cp16(tdsl_smem(&b_st[tdsl_sw<CH>(r, c)]), src, ok);
-      } else {
-        const int r = q / BCH, c = q % BCH;
-        const bool ok = n0 + c * 8 < N;
-        const unsigned short *src = ok ? B + (long long)(k0 + r) * ldb + n0 + c * 8 : B;
-        tdsl_cp16(tdsl_smem(&b_st[r * BCH + (c ^ (r & 7))]), src, ok);
-      }
-    }
+    tdsl_bsr_strip<B_KN, C, BN, TDSL_TC_THREADS>(b_st, B, ldb, k0, n0, N, tid);
   };
 
   float acc[MI][NI][4];
