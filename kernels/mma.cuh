@@ -186,8 +186,9 @@ TDSL_FN void tdsl_tc_gemm(const unsigned short *__restrict__ A, const unsigned s
 }
 
 // Dense on sm_90a (H100, H200): `wgmma.mma_async` m64nBNk16, both operands read by the tensor
-// cores from shared memory through descriptors. Block tile 128 x BN x 64 (BN 256, or 128 when
-// 256 would leave SMs idle): two warpgroups, each 64 x BN (BN / 2 f32 accumulators per thread).
+// cores from shared memory through descriptors. Block tile 128 x BN x 64 (BN 256, 128 or 64: the
+// widest that still gives every SM work, tensor.rs): two warpgroups, each 64 x BN (BN / 2 f32
+// accumulators per thread).
 // A [128][64] and B [BN][64] halves per stage, both k-contiguous (B_KN = false only), in the
 // 128-byte swizzle wgmma's descriptors name (16-byte chunk c of row r at chunk c ^ (r mod 8);
 // 8-row atoms 1024 bytes apart), loaded by cp.async (zero-filled past M, N and K as in
@@ -221,7 +222,7 @@ TDSL_FN void tdsl_wg_epilogue(const float *d, Put &put, int M, int N, int row0, 
 template <int IN, int BN, typename Put>
 TDSL_FN void tdsl_tc_wgmma(const unsigned short *__restrict__ A, const unsigned short *__restrict__ B, Put put,
                            long long tile, int M, int N, int K, long long lda, long long ldb) {
-  static_assert(BN == 128 || BN == 256, "wgmma tiles 128 or 256 wide");
+  static_assert(BN == 64 || BN == 128 || BN == 256, "wgmma tiles 64, 128 or 256 wide");
   constexpr int STAGES = TDSL_TC_WG_STAGES, AHEAD = STAGES - 2;
   constexpr unsigned A_BYTES = TDSL_TC_BM * 128, STAGE = TDSL_TC_WG_STAGE_BYTES(BN);
   TDSL_DYN_SMEM(tdsl_smem_dyn);

@@ -7,7 +7,8 @@
 # bench to workloads matching a regex; .dev/tdsl-base, if present, is benched on BASE_ONLY for
 # before/after; VARIANTS lists TDSL_TC_GEMM=BKxSTAGES settings (mma.sync) to bench besides;
 # SP_WGMMA=0 skips the tests and bench of 2:4 on wgmma.sp (TDSL_TC_SP=wgmma, not yet the default);
-# BSR_VARIANTS=0 skips the BSR comparison of one block row per thread block against groups.
+# BSR_VARIANTS=0 skips the BSR comparison of one block row per thread block against groups;
+# WG_VARIANTS=0 skips the comparison of dense wgmma tile widths on short products.
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv,noheader | tee "$OUT/device.txt"
@@ -51,4 +52,10 @@ if [ "${BSR_VARIANTS:-1}" = 1 ]; then
   TDSL_TC_BSR=rows timeout 60 python3 bench/gpu/run.py --tdsl .dev/tdsl --runs 10 --no-compile --only '^bsr_bf16_d(25|50)$' --no-anchors 2>&1 | tee -a "$OUT/bench.txt"
   echo "## TDSL_TC_BSR=union" | tee -a "$OUT/bench.txt"
   TDSL_TC_BSR=union timeout 60 python3 bench/gpu/run.py --tdsl .dev/tdsl --runs 10 --no-compile --only '^bsr_bf16_d(25|50)_256$' --no-anchors 2>&1 | tee -a "$OUT/bench.txt"
+fi
+# Dense wgmma tile widths on short products: the default (64 wide when 128-wide tiles would not
+# cover the SMs) against the 128-wide tiles the previous commits used.
+if [ "${WG_VARIANTS:-1}" = 1 ]; then
+  echo "## TDSL_TC_WG_BN=128" | tee -a "$OUT/bench.txt"
+  TDSL_TC_WG_BN=128 timeout 40 python3 bench/gpu/run.py --tdsl .dev/tdsl --runs 10 --no-compile --only '^gemm_bf16_(16|256)$' --no-anchors 2>&1 | tee -a "$OUT/bench.txt"
 fi

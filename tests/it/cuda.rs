@@ -213,7 +213,7 @@ fn tensor_cores_on(
 #[test]
 fn tensor_cores_take_16_bit_products_and_fold_the_copies_around_them() {
     // torch layout, bf16: one launch, B read k-contiguous straight from the weight; `wgmma` on
-    // sm_90a (128-wide tiles: too few for 256), `mma.sync` before.
+    // sm_90a (64-wide tiles: too few for wider ones), `mma.sync` before.
     let linear = "input x: bf16[n=200, i=264] = randn(seed=0)\n\
          input w: bf16[o=136, i] = randn(seed=1)\n\
          y = einsum(x, w, 'n i, o i -> n o')\n\
@@ -221,7 +221,7 @@ fn tensor_cores_take_16_bit_products_and_fold_the_copies_around_them() {
     let (calls, dead) = tensor_cores(linear);
     assert_eq!(calls.len(), 1, "{calls:?}");
     assert!(
-        calls[0].1.contains("wgmma.mma_async m64n128k16 bf16"),
+        calls[0].1.contains("wgmma.mma_async m64n64k16 bf16"),
         "{calls:?}"
     );
     assert!(calls[0].1.contains("B k-contiguous"), "{calls:?}");
@@ -237,6 +237,20 @@ fn tensor_cores_take_16_bit_products_and_fold_the_copies_around_them() {
     );
     assert!(calls[0].1.contains("m64n256k16"), "{calls:?}");
     assert!(calls[0].1.contains("tiles 128x256x64"), "{calls:?}");
+    // The widest tiles that still cover the SMs (132): 128 wide for 1024 rows × 4096 (256
+    // tiles; 128 of 128 × 256), 64 wide for 256 rows × 8192 (256; 128 of 128 × 128).
+    for (rows, cols, width) in [(1024, 4096, 128), (256, 8192, 64)] {
+        let (calls, _) = tensor_cores(&format!(
+            "input x: bf16[n={rows}, i=64] = randn(seed=0)\n\
+             input w: bf16[o={cols}, i] = randn(seed=1)\n\
+             y = einsum(x, w, 'n i, o i -> n o')\n\
+             output y\n"
+        ));
+        assert!(
+            calls[0].1.contains(&format!("m64n{width}k16")),
+            "{rows} x {cols}: {calls:?}"
+        );
+    }
     // 2:4 in torch layout: the CPU planner's widening copy of x and the transposing copy of the
     // result are folded into the launch.
     let (calls, dead) = tensor_cores(
@@ -393,8 +407,9 @@ fn snapshot_transpose_through_a_shared_memory_tile() {
 }
 
 /// The templates not chosen by default: 2:4 on `wgmma.mma_async.sp` (sm_90a; chosen on a
-/// device only with `TDSL_TC_SP=wgmma` until a device run confirms it) and BSR over groups of
-/// block rows (chosen for large launches; the corpus's are small): the tensor-core corpus
+/// device only with `TDSL_TC_SP=wgmma` until a device run confirms it), BSR over groups of
+/// block rows and dense `wgmma` tiles 128 and 256 wide (chosen for large launches; the corpus's
+/// are small): the tensor-core corpus
 /// compiles for sm_90a and sm_80 with them, without spills, and its products take them.
 #[test]
 fn nvrtc_compiles_the_other_tensor_core_templates_without_spills() {
@@ -404,10 +419,12 @@ fn nvrtc_compiles_the_other_tensor_core_templates_without_spills() {
     use tdsl_cuda::tensor::{select_with, TensorCores, Variants};
     let union = Variants {
         bsr_union: Some(true),
+        wg_cols: Some(128),
         ..Variants::default()
     };
     let wide = Variants {
         sp_rows: Some(256),
+        wg_cols: Some(256),
         ..union
     };
     let (mut sparse, mut groups) = (0, 0);

@@ -10,17 +10,20 @@ use tdsl_cuda::emulate::Copies;
 use tdsl_cuda::tensor::{TensorCores, Variants};
 
 /// The instruction sets and template variants the emulation runs: `mma.sync`/`mma.sp` (BSR one
-/// block row per thread block at these sizes), `wgmma` for dense products with `wgmma.sp`
-/// 128-row tiles for 2:4, and the same with 256-row 2:4 tiles and BSR over groups of block rows.
-fn configs() -> [(TensorCores, Variants); 3] {
-    let other = Variants {
+/// block row per thread block at these sizes), `wgmma` for dense products (64-wide tiles at
+/// these sizes) with `wgmma.sp` 128-row tiles for 2:4, and the same with 128- and 256-wide dense
+/// tiles, 256-row 2:4 tiles and BSR over groups of block rows.
+fn configs() -> [(TensorCores, Variants); 4] {
+    let other = |wg_cols| Variants {
         bsr_union: Some(true),
         sp_rows: Some(256),
+        wg_cols: Some(wg_cols),
     };
     [
         (TensorCores::Mma, Variants::default()),
         (TensorCores::WgmmaSparse, Variants::default()),
-        (TensorCores::WgmmaSparse, other),
+        (TensorCores::WgmmaSparse, other(128)),
+        (TensorCores::Wgmma, other(256)),
     ]
 }
 

@@ -127,10 +127,11 @@ pub struct VarCoord {
 }
 
 impl TensorCore {
-    /// The block tile's N extent. 128 for both templates: the dense template's 128 × 256 tile
-    /// (64 × 64 warp tiles) ran at 310 TFLOP/s against 339 for 128 × 128 on an H200 at 8192³,
-    /// and at 143 against 208 with 256 rows (too few blocks), so it is not chosen.
-    /// BSR's is 256 (8 warps of 32 columns side by side over one block row).
+    /// The block tile's N extent: 128 for the `mma.sync` templates (the dense one's 128 × 256
+    /// tile, 64 × 64 warp tiles, ran at 310 TFLOP/s against 339 for 128 × 128 on an H200 at
+    /// 8192³, and at 143 against 208 with 256 rows, so it is not chosen), `wgmma`'s 64, 128 or
+    /// 256 ([`wgmma_columns`]), BSR's 256 (8 warps of 32 columns side by side over one block
+    /// row) or 128 over groups of block rows.
     pub fn bn(&self) -> u64 {
         match self.kind {
             Kind::Bsr { union: true, .. } => 128,
@@ -344,11 +345,14 @@ pub struct Variants {
     pub bsr_union: Option<bool>,
     /// The rows of a 2:4 `wgmma.sp` tile, 128 or 256. The pass decides by the launch's size.
     pub sp_rows: Option<u64>,
+    /// The columns of a dense `wgmma` tile, 64, 128 or 256. The pass decides by the launch's
+    /// size ([`wgmma_columns`]).
+    pub wg_cols: Option<u64>,
 }
 
 impl Variants {
     /// From the environment: `TDSL_TC_BSR=union` or `TDSL_TC_BSR=rows`, `TDSL_TC_SP_BM=128` or
-    /// `256` (the GPU benchmark's comparisons).
+    /// `256`, `TDSL_TC_WG_BN=64`, `128` or `256` (the GPU benchmark's comparisons).
     pub fn from_env() -> Variants {
         Variants {
             bsr_union: match std::env::var("TDSL_TC_BSR").as_deref() {
@@ -357,6 +361,12 @@ impl Variants {
                 _ => None,
             },
             sp_rows: match std::env::var("TDSL_TC_SP_BM").as_deref() {
+                Ok("128") => Some(128),
+                Ok("256") => Some(256),
+                _ => None,
+            },
+            wg_cols: match std::env::var("TDSL_TC_WG_BN").as_deref() {
+                Ok("64") => Some(64),
                 Ok("128") => Some(128),
                 Ok("256") => Some(256),
                 _ => None,
@@ -398,7 +408,7 @@ pub fn select_with(p: &LoopProgram, tc: TensorCores, v: Variants) -> Selection {
                     let b = fold_input(p, ki, b, &[*k, *n], batch, widened, taken, dead);
                     let (c, epilogue) =
                         fold_result(p, ki, c, &[*m, *n], batch, *accumulate, taken, dead);
-                    dense(p, *m, *n, *k, batch, &a, &b, &c, *accumulate, tc)
+                    dense(p, *m, *n, *k, batch, &a, &b, &c, *accumulate, tc, v)
                         .map(|t| TensorCore { epilogue, ..t })
                 };
                 with(true, &mut dead).or_else(|| {
@@ -477,6 +487,7 @@ fn dense(
     c: &MatView,
     accumulate: bool,
     tc: TensorCores,
+    v: Variants,
 ) -> Option<TensorCore> {
     let (ta, tb) = (p.buffer(a.buf).ty, p.buffer(b.buf).ty);
     // Two 16-bit operands of one type: tensor cores (16-byte chunks). Otherwise f32, f16 and
@@ -530,12 +541,12 @@ fn dense(
     if !simt && (!aligned(&[a_ld, b_ld, am.offset, an.offset]) || (b_kn && !nn.is_multiple_of(8))) {
         return None;
     }
-    let blocks = batch.iter().product::<u64>().max(1) * mm.div_ceil(128);
+    let row_tiles = batch.iter().product::<u64>().max(1) * mm.div_ceil(128);
     Some(TensorCore {
         kind: if simt {
             Kind::Simt
         } else {
-            dense_kind(tc, b_kn, blocks * nn.div_ceil(256), nn)
+            dense_kind(tc, b_kn, row_tiles, nn, v)
         },
         input: ta,
         m: mm,
@@ -563,20 +574,16 @@ fn dense(
     })
 }
 
-/// The dense template: on sm_90a with B k-contiguous, `wgmma` with 128 × 256 tiles, or 128 × 128
-/// when the wide tiles (`wide_tiles` of them) would not give every SM of an H100 or H200 (132)
-/// two, or N is at most 128. Else `mma.sync`, with its K step and stage count: 64 × 3 (96 KiB,
-/// 2 blocks per SM; on an H200 it matched 32 × 3 at 8192³ and beat it by 24% with 256 rows:
-/// bench/RESULTS.md), or `TDSL_TC_GEMM=BKxSTAGES` (BK 32 or 64, 2 to 5 stages within 200 KiB
-/// of shared memory), the knob the GPU benchmark compares them with (it also turns `wgmma` off).
-fn dense_kind(tc: TensorCores, b_kn: bool, wide_tiles: u64, n: u64) -> Kind {
+/// The dense template: on sm_90a with B k-contiguous, `wgmma` with 128-row tiles as wide as
+/// [`wgmma_columns`] picks for `row_tiles` (batch × 128-row tiles) and N. Else `mma.sync`, with
+/// its K step and stage count: 64 × 3 (96 KiB, 2 blocks per SM; on an H200 it matched 32 × 3 at
+/// 8192³ and beat it by 24% with 256 rows: bench/RESULTS.md), or `TDSL_TC_GEMM=BKxSTAGES` (BK
+/// 32 or 64, 2 to 5 stages within 200 KiB of shared memory), the knob the GPU benchmark compares
+/// them with (it also turns `wgmma` off).
+fn dense_kind(tc: TensorCores, b_kn: bool, row_tiles: u64, n: u64, v: Variants) -> Kind {
     let knob = std::env::var("TDSL_TC_GEMM").ok();
     if tc >= TensorCores::Wgmma && !b_kn && knob.is_none() {
-        let bn = if wide_tiles >= 2 * 132 && n > 128 {
-            256
-        } else {
-            128
-        };
+        let bn = v.wg_cols.unwrap_or_else(|| wgmma_columns(row_tiles, n));
         return Kind::Wgmma { bn };
     }
     let parsed = knob.and_then(|v| {
@@ -587,6 +594,25 @@ fn dense_kind(tc: TensorCores, b_kn: bool, wide_tiles: u64, n: u64) -> Kind {
     });
     let (bk, stages) = parsed.unwrap_or((64, 3));
     Kind::Dense { bk, stages }
+}
+
+/// SMs of an H100 or H200, which the tile choices below fill.
+const SMS: u64 = 132;
+
+/// The widest `wgmma` tile that still gives every SM of an H100 or H200 work: 256 columns (one
+/// block per SM, 197 KiB of shared memory) when there are two such tiles per SM; else 128 (one
+/// per SM, 133 KiB) when they cover the SMs; else 64 (two per SM, 99 KiB), which doubles the
+/// blocks of a short product (and N ≤ 64 wastes no columns). On an H200, 256 rows × 8192 × 8192 in 128-wide tiles (64 blocks)
+/// ran at 0.64× cuBLAS with half the SMs idle (bench/RESULTS.md); 64-wide tiles give it 256
+/// blocks, at 1.5× the shared-memory bytes per product.
+pub fn wgmma_columns(row_tiles: u64, n: u64) -> u64 {
+    if n > 128 && row_tiles * n.div_ceil(256) >= 2 * SMS {
+        256
+    } else if n > 64 && row_tiles * n.div_ceil(128) >= SMS {
+        128
+    } else {
+        64
+    }
 }
 
 /// The BSR template's warp width: 32 columns (8 warps per block). 64-column warps (twice the
@@ -655,7 +681,7 @@ fn two_four(
     // SM of an H100 or H200 (132, one thread block each), else 128.
     let rows = v
         .sp_rows
-        .unwrap_or(if t.m.div_ceil(256) * t.n.div_ceil(128) >= 132 {
+        .unwrap_or(if t.m.div_ceil(256) * t.n.div_ceil(128) >= SMS {
             256
         } else {
             128
@@ -782,7 +808,7 @@ fn bsr(
     // those reads on an H200: bench/RESULTS.md), but make 128 / r times fewer thread blocks:
     // taken when there are still two per SM of an H100 or H200 (132).
     let groups = t.m.div_ceil(128) * t.n.div_ceil(128);
-    let union = v.bsr_union.unwrap_or(groups >= 2 * 132);
+    let union = v.bsr_union.unwrap_or(groups >= 2 * SMS);
     if let Kind::Bsr { union: u, .. } = &mut t.kind {
         *u = union;
     }
