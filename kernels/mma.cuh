@@ -31,11 +31,12 @@
 
 TDSL_FN void tdsl_tc_store(float *c, float v, bool acc) { *c = acc ? *c + v : v; }
 TDSL_FN void tdsl_tc_store(double *c, float v, bool acc) { *c = acc ? *c + (double)v : (double)v; }
+TDSL_FN void tdsl_tc_store(double *c, double v, bool acc) { *c = acc ? *c + v : v; }
 template <int OUT> TDSL_FN void tdsl_tc_store16(unsigned short *c, float v, bool acc) {
   if (OUT == 2) *c = tdsl_f32_to_bf16(acc ? tdsl_bf16_to_f32(*c) + v : v);
   else *c = tdsl_f32_to_f16(acc ? tdsl_f16_to_f32(*c) + v : v);
 }
-template <int OUT, typename CT> TDSL_FN void tdsl_tc_put(CT *c, float v, bool acc) {
+template <int OUT, typename CT, typename V> TDSL_FN void tdsl_tc_put(CT *c, V v, bool acc) {
   if constexpr (OUT == 0) tdsl_tc_store(c, v, acc);
   else tdsl_tc_store16<OUT>(c, v, acc);
 }
@@ -653,41 +654,55 @@ TDSL_FN void tdsl_tc_bsr_union(const unsigned short *__restrict__ Av, const int 
   if (br0 + g_w < block_rows) tdsl_tc_epilogue(acc, put, M, N, (br0 + g_w) * R, n0 + (warp % ROW_WARPS) * WN);
 }
 
-// f32 products without tensor cores, exact in f32 as the interpreter computes them (TF32 would
-// round the operands): the classic shared-memory SGEMM. Block tile 128 x 128, K in steps of 8,
+// f32 and f64 products without tensor cores, exact in their type as the interpreter computes
+// them (TF32 would round the operands): the classic shared-memory SGEMM (DGEMM for T = double).
+// Block tile 128 x 128, K in steps of 8,
 // 256 threads as 16 x 16, each computing 8 x 8 outputs: rows 4 ty + {0..3} and 64 + 4 ty +
-// {0..3}, columns likewise from tx, so the shared-memory reads of a step are two float4 each.
+// {0..3}, columns likewise from tx, so the shared-memory reads of a step are two 16-byte
+// vectors each for f32 (four for f64).
 // The next step's 4 + 4 values per thread are loaded into registers while this one computes
 // and stored into the other of two shared buffers after it. Any strides and extents (scalar
 // loads, zero-filled past M, N and K); A k-contiguous, B k- or n-contiguous. Either operand
-// may be f16 or bf16 (KA, KB: 0 f32, 1 f16, 2 bf16), widened exactly as it is loaded: an f32
-// activation times a bf16 weight, as the CPU's mixed-precision GEMM computes it.
-template <int KIND, typename T> TDSL_FN float tdsl_ldf(const T *p) {
+// of an f32 product may be f16 or bf16 (KA, KB: 0 as stored, 1 f16, 2 bf16), widened exactly
+// as it is loaded: an f32 activation times a bf16 weight, as the CPU's mixed-precision GEMM
+// computes it.
+template <int KIND, typename T> TDSL_FN auto tdsl_ldf(const T *p) {
   if constexpr (KIND == 1) return tdsl_f16_to_f32(*p);
   else if constexpr (KIND == 2) return tdsl_bf16_to_f32(*p);
   else return *p;
 }
-template <int KA, int KB, bool B_KN, typename TA, typename TB, typename Put>
+// Four consecutive values of shared memory (16-byte aligned) into registers.
+template <typename T> TDSL_FN void tdsl_ld4(const T *p, T *out) {
+  if constexpr (sizeof(T) == 4) {
+    const float4 v = *reinterpret_cast<const float4 *>(p);
+    out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
+  } else {
+    const double2 v0 = *reinterpret_cast<const double2 *>(p), v1 = *reinterpret_cast<const double2 *>(p + 2);
+    out[0] = v0.x, out[1] = v0.y, out[2] = v1.x, out[3] = v1.y;
+  }
+}
+template <int KA, int KB, bool B_KN, typename T, typename TA, typename TB, typename Put>
 TDSL_FN void tdsl_sgemm(const TA *__restrict__ A, const TB *__restrict__ B, Put put, long long tile, int M, int N,
                         int K, long long lda, long long ldb) {
-  __shared__ __align__(16) float tdsl_sa[2][8][128], tdsl_sb[2][8][128];
+  __shared__ __align__(16) T tdsl_sa[2][8][128], tdsl_sb[2][8][128];
   int m0, n0;
   tdsl_tc_tile<128>(tile, M, N, m0, n0);
   const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
   const int KT = (K + 7) / 8;
-  float ra[4], rb[4];
+  const T zero = 0;
+  T ra[4], rb[4];
   // This thread's loads of step kt: A (m, k) with m = tid / 8 + 32 i, k = tid mod 8; B likewise
   // when k-contiguous, else k = tid / 32, n = tid mod 32 + 32 i (coalesced along n).
   auto fetch = [&](int kt) {
 #pragma unroll
     for (int i = 0; i < 4; i++) {
       const int m = (tid >> 3) + 32 * i, k = kt * 8 + (tid & 7);
-      ra[i] = m0 + m < M && k < K ? tdsl_ldf<KA>(A + (long long)(m0 + m) * lda + k) : 0.0f;
+      ra[i] = m0 + m < M && k < K ? (T)tdsl_ldf<KA>(A + (long long)(m0 + m) * lda + k) : zero;
       if (!B_KN) {
-        rb[i] = n0 + m < N && k < K ? tdsl_ldf<KB>(B + (long long)(n0 + m) * ldb + k) : 0.0f;
+        rb[i] = n0 + m < N && k < K ? (T)tdsl_ldf<KB>(B + (long long)(n0 + m) * ldb + k) : zero;
       } else {
         const int kb = kt * 8 + (tid >> 5), n = (tid & 31) + 32 * i;
-        rb[i] = n0 + n < N && kb < K ? tdsl_ldf<KB>(B + (long long)kb * ldb + n0 + n) : 0.0f;
+        rb[i] = n0 + n < N && kb < K ? (T)tdsl_ldf<KB>(B + (long long)kb * ldb + n0 + n) : zero;
       }
     }
   };
@@ -699,11 +714,11 @@ TDSL_FN void tdsl_sgemm(const TA *__restrict__ A, const TB *__restrict__ B, Put 
       else tdsl_sb[buf][tid >> 5][(tid & 31) + 32 * i] = rb[i];
     }
   };
-  float acc[8][8];
+  T acc[8][8];
 #pragma unroll
   for (int i = 0; i < 8; i++)
 #pragma unroll
-    for (int j = 0; j < 8; j++) acc[i][j] = 0.0f;
+    for (int j = 0; j < 8; j++) acc[i][j] = zero;
   fetch(0);
   stash(0);
   __syncthreads();
@@ -712,13 +727,11 @@ TDSL_FN void tdsl_sgemm(const TA *__restrict__ A, const TB *__restrict__ B, Put 
     if (kt + 1 < KT) fetch(kt + 1);
 #pragma unroll
     for (int k = 0; k < 8; k++) {
-      float a[8], b[8];
-      const float4 a0 = *reinterpret_cast<const float4 *>(&tdsl_sa[cur][k][4 * ty]);
-      const float4 a1 = *reinterpret_cast<const float4 *>(&tdsl_sa[cur][k][64 + 4 * ty]);
-      const float4 b0 = *reinterpret_cast<const float4 *>(&tdsl_sb[cur][k][4 * tx]);
-      const float4 b1 = *reinterpret_cast<const float4 *>(&tdsl_sb[cur][k][64 + 4 * tx]);
-      a[0] = a0.x, a[1] = a0.y, a[2] = a0.z, a[3] = a0.w, a[4] = a1.x, a[5] = a1.y, a[6] = a1.z, a[7] = a1.w;
-      b[0] = b0.x, b[1] = b0.y, b[2] = b0.z, b[3] = b0.w, b[4] = b1.x, b[5] = b1.y, b[6] = b1.z, b[7] = b1.w;
+      T a[8], b[8];
+      tdsl_ld4(&tdsl_sa[cur][k][4 * ty], a);
+      tdsl_ld4(&tdsl_sa[cur][k][64 + 4 * ty], a + 4);
+      tdsl_ld4(&tdsl_sb[cur][k][4 * tx], b);
+      tdsl_ld4(&tdsl_sb[cur][k][64 + 4 * tx], b + 4);
 #pragma unroll
       for (int i = 0; i < 8; i++)
 #pragma unroll

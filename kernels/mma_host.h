@@ -24,6 +24,7 @@
 #define __CUDA_ARCH_FEAT_SM90_ALL 1
 struct uint4 { unsigned x, y, z, w; };
 struct alignas(16) float4 { float x, y, z, w; };
+struct alignas(16) double2 { double x, y; };
 #define __align__(n) __attribute__((aligned(n)))
 struct uint2 { unsigned x, y; };
 

@@ -268,8 +268,8 @@ pub mod efficiency {
 /// Efficiencies of the CUDA backend's kernels (`--device cuda`), as fractions of the GPU's dense
 /// 16-bit tensor-core peak ([`NOMINAL_GPU`]), measured on an H200 at 8192 × 8192 weights and
 /// 8192 rows (bench/RESULTS.md, 2026-11-27). Only f16/bf16 products run on tensor cores; dense
-/// f32 ones on the SIMT template; f64 products, CSR, CSC, COO and BSR blocks other than 16, 32
-/// or 64 run the generic loop-nest kernels.
+/// f32 and f64 ones on the SIMT template; sparse f32 and f64 products, CSR, CSC, COO and BSR
+/// blocks other than 16, 32 or 64 run the generic loop-nest kernels.
 pub mod gpu_efficiency {
     /// Dense on `wgmma` (sm_90a; 541 TFLOP/s at 8192³, cuBLAS 734 in the same run). Devices
     /// without `wgmma` run the `mma.sync` template at 0.31.
@@ -286,6 +286,9 @@ pub mod gpu_efficiency {
     /// Dense f32 (and f32 × 16-bit) on the SIMT template (`tdsl_sgemm`): an estimate, not
     /// measured: 60% of an H100's 67 TFLOP/s f32 FMA peak, as 128 × 128 SGEMM tiles reach.
     pub const SIMT: f64 = 0.04;
+    /// Dense f64 on the SIMT template in f64: an estimate, not measured: 60% of an H100's 34
+    /// TFLOP/s f64 FMA peak (without the f64 tensor cores).
+    pub const SIMT_DOUBLE: f64 = 0.02;
 
     /// Fractions of the HBM bandwidth the tensor-core products reach when a small batch makes
     /// them read-bound (16 rows × 8192 × 8192 bf16 on an H200: dense 90 µs for its 128 MiB
@@ -315,7 +318,7 @@ pub enum Operands {
     Sixteen,
     /// f32, or f32 with 16-bit operands: the f32 SIMT template for a dense product.
     Wide,
-    /// Any f64: the generic kernels.
+    /// Any f64: the SIMT template in f64 for a dense product, else the generic kernels.
     Double,
 }
 
@@ -342,6 +345,7 @@ pub fn product_efficiency(f: Format, ops: Operands, m: &Machine) -> f64 {
     let tc_block = |x: u64| [16, 32, 64].contains(&x);
     match f {
         Format::Dense if ops == Operands::Wide => SIMT,
+        Format::Dense if ops == Operands::Double => SIMT_DOUBLE,
         _ if ops != Operands::Sixteen => GENERIC,
         Format::Dense => DENSE,
         Format::Bsr { rows, cols } if tc_block(rows) && tc_block(cols) => BSR,

@@ -92,18 +92,22 @@ fn gpu_runs_every_script_like_the_interpreter() {
     eprintln!("{ran} scripts agree on {dev}");
 }
 
-/// Dense products on `wgmma` (sm_90a) in both tile widths, with edges in M, N and K that are
+/// Dense products on `wgmma` (sm_90a) in every tile width, with edges in M, N and K that are
 /// not multiples of the tile (the scripts of `gpu_runs_every_script_like_the_interpreter` are
-/// too small for 128 × 256 tiles): compared with the CPU JIT, whose GEMM the differential tests
-/// hold to the interpreter.
+/// too small for 128 × 256 and 128 × 128 tiles), and f64 on the SIMT template: compared with
+/// the CPU JIT, whose GEMM the differential tests hold to the interpreter.
 #[test]
 fn gpu_dense_products_in_every_tile_width_agree_with_the_cpu() {
     let Some(dev) = device() else { return };
     let scripts = [
         // 18 × 16 tiles of 128 × 256: wide tiles; K = 72 ends mid-stage.
         "input x: bf16[n=2200, i=72] = randn(seed=0)\ninput w: bf16[o=4000, i] = randn(seed=1)\ny = einsum(x, w, 'n i, o i -> n o')\noutput y\n",
-        // Few rows: 128 × 128 tiles; f16 in, f16 out.
+        // 9 × 16 tiles of 128 × 128 (too few of 128 × 256); N = 2000 ends mid-tile.
+        "input x: bf16[n=1100, i=136] = randn(seed=7)\ninput w: bf16[o=2000, i] = randn(seed=8)\ny = einsum(x, w, 'n i, o i -> n o')\noutput y\n",
+        // Few rows: 128 × 64 tiles; f16 in, f16 out.
         "input x: f16[n=200, i=520] = randn(seed=2)\ninput w: f16[o=1000, i] = randn(seed=3)\ny = einsum(x, w, 'n i, o i -> n o')\noutput y\n",
+        // f64 (the SIMT template in f64), B n-contiguous, edges past the 128 × 128 tile.
+        "input x: f64[n=300, i=100] = randn(seed=9)\ninput w: f64[i, o=260] = randn(seed=10)\ny = einsum(x, w, 'n i, i o -> n o')\noutput y\n",
         // Batched, bf16 out, added to a bias after.
         "input x: bf16[b=3, n=300, i=128] = randn(seed=4)\ninput w: bf16[o=520, i] = randn(seed=5)\ninput c: f32[o] = randn(seed=6)\ny = einsum(x, w, 'b n i, o i -> b n o') + c\noutput y\n",
     ];

@@ -71,6 +71,9 @@ fn scripts() -> Vec<(String, String)> {
         "input x: f32[n=150, i=37] = randn(seed=22)\ninput w: f32[o=136, i] = randn(seed=23)\ny = einsum(x, w, 'n i, o i -> n o')\noutput y\n",
         "input x: f32[n=70, i=20] = randn(seed=24)\ninput w: f32[i, o=200] = randn(seed=25)\ninput b: f32[o] = randn(seed=26)\ny = tanh(einsum(x, w, 'n i, i o -> n o') + b)\noutput y\n",
         "input x: f32[b=2, n=30, i=16] = randn(seed=27)\ninput w: bf16[o=40, i] = randn(seed=28)\ny = einsum(x, w, 'b n i, o i -> b n o')\noutput y\n",
+        // f64 on the SIMT template: edges, K not a multiple of 8, B n-contiguous, batched.
+        "input x: f64[n=150, i=37] = randn(seed=32)\ninput w: f64[o=136, i] = randn(seed=33)\ny = einsum(x, w, 'n i, o i -> n o')\noutput y\n",
+        "input x: f64[b=2, n=70, i=20] = randn(seed=34)\ninput w: f64[i, o=140] = randn(seed=35)\ny = einsum(x, w, 'b n i, i o -> b n o')\noutput y\n",
     ];
     for (i, t) in inline.iter().enumerate() {
         out.push((format!("inline product {i}"), t.to_string()));
@@ -136,7 +139,7 @@ fn product_script(
     blk: usize,
     seed: u64,
 ) -> String {
-    let t = ["f16", "bf16", "f32"][ty];
+    let t = ["f16", "bf16", "f32", "f64"][ty];
     let (r, c) = [(16, 32), (32, 32), (64, 16)][blk];
     // K: a multiple of 8 (16-byte chunks), of 64 for 2:4, of the block for BSR; N a multiple
     // of 8 where B is n-contiguous, of the block rows for BSR.
@@ -188,7 +191,7 @@ fn product_script(
     let value = match out {
         0 => value,
         1 => format!("cast({value}, f32)"),
-        _ => format!("cast({value}, {})", ["bf16", "f16", "bf16"][ty]),
+        _ => format!("cast({value}, {})", ["bf16", "f16", "bf16", "f32"][ty]),
     };
     format!(
         "{decl}\ninput b: f32[{n}] = randn(seed={})\ny = {value}\noutput y\n",
@@ -212,14 +215,15 @@ proptest! {
     #![proptest_config(tc_config())]
 
     /// Random tensor-core products (dense in torch and [in, out] layouts, batched, 2:4 on
-    /// either side, BSR of three block shapes; f16 and bf16, and f32 on the SIMT template;
+    /// either side, BSR of three block shapes; f16 and bf16, and f32 and f64 on the SIMT
+    /// template;
     /// odd extents; an elementwise
     /// epilogue or none; f32, f16 or bf16 results) agree with the interpreter when the
     /// templates run in emulation, for every instruction set tdsl targets.
     #[test]
     fn prop_tensor_core_products_agree_in_emulation(
         form in 0usize..6, rows in 1u64..300, cols in 1u64..300, depth in 1u64..40,
-        ty in 0usize..3, out in 0usize..3, epilogue in 0usize..4, blk in 0usize..3,
+        ty in 0usize..4, out in 0usize..3, epilogue in 0usize..4, blk in 0usize..3,
         seed in 0u64..1000,
     ) {
         let Some(cxx) = crate::diff::cxx() else { return Ok(()) };

@@ -244,8 +244,13 @@ impl TensorCore {
             ),
             Kind::Dense { bk, stages } => ("mma.sync m16n8k16".to_string(), bk, stages),
             Kind::Simt => {
+                let t = if self.input == ElemType::F64 {
+                    "f64"
+                } else {
+                    "f32"
+                };
                 return format!(
-                    "f32 FMA (no tensor cores: exact f32), M={} N={} K={}, tiles 128x128x8, 8x8 outputs per thread, 2 shared buffers, B {}{}",
+                    "{t} FMA (no tensor cores: exact {t}), M={} N={} K={}, tiles 128x128x8, 8x8 outputs per thread, 2 shared buffers, B {}{}",
                     self.m,
                     self.n,
                     self.k,
@@ -491,10 +496,13 @@ fn dense(
 ) -> Option<TensorCore> {
     let (ta, tb) = (p.buffer(a.buf).ty, p.buffer(b.buf).ty);
     // Two 16-bit operands of one type: tensor cores (16-byte chunks). Otherwise f32, f16 and
-    // bf16 in any mix: the SIMT template, widening as it loads (any strides).
+    // bf16 in any mix, or f64 times f64 into f64: the SIMT template, widening as it loads (any
+    // strides).
     let wide = |t: ElemType| t == ElemType::F32 || is16(t);
     let simt = !(is16(ta) && tb == ta);
-    if (simt && !(wide(ta) && wide(tb))) || !out_ok(p.buffer(c.buf).ty) {
+    let tc_ty = p.buffer(c.buf).ty;
+    let double = ta == ElemType::F64 && tb == ElemType::F64 && tc_ty == ElemType::F64;
+    if !double && ((simt && !(wide(ta) && wide(tb))) || !out_ok(tc_ty)) {
         return None;
     }
     if (!simt && !k.is_multiple_of(8)) || m.max(n).max(k) >= 1 << 30 {
@@ -1358,6 +1366,12 @@ pub fn render(p: &LoopProgram, name: &str, tc: &TensorCore) -> String {
         ElemType::BF16 => 2,
         _ => 0,
     };
+    // The accumulators' type: f64 for an f64 product (the SIMT template), else f32.
+    let value_ty = if p.buffer(tc.a.buf).ty == ElemType::F64 {
+        "double"
+    } else {
+        "float"
+    };
     let at = format!(
         "b{} + oc + (long long)m * {}LL + (long long)n * {}LL",
         tc.c.0, tc.ldm, tc.ldn
@@ -1366,12 +1380,12 @@ pub fn render(p: &LoopProgram, name: &str, tc: &TensorCore) -> String {
         None => {
             let _ = writeln!(
                 out,
-                "  auto put = [&](int m, int n, float v) {{ tdsl_tc_put<{out_kind}>({at}, v, {}); }};",
+                "  auto put = [&](int m, int n, {value_ty} v) {{ tdsl_tc_put<{out_kind}>({at}, v, {}); }};",
                 tc.accumulate
             );
         }
         Some(e) => {
-            let _ = writeln!(out, "  auto put = [&](int m, int n, float v) {{");
+            let _ = writeln!(out, "  auto put = [&](int m, int n, {value_ty} v) {{");
             for (var, vc) in &e.vars {
                 let mut value = match (vc.coord, tc.swapped) {
                     (None, _) => "0".to_string(),
@@ -1419,7 +1433,7 @@ pub fn render(p: &LoopProgram, name: &str, tc: &TensorCore) -> String {
                 _ => 0,
             };
             format!(
-                "tdsl_sgemm<{}, {}, {b_kn}>(b{a} + oa, b{b} + ob, put, tile, {m}, {n}, {k}, {}LL, {}LL)",
+                "tdsl_sgemm<{}, {}, {b_kn}, {value_ty}>(b{a} + oa, b{b} + ob, put, tile, {m}, {n}, {k}, {}LL, {}LL)",
                 kind(tc.a.buf),
                 kind(tc.b.buf),
                 tc.a.ld,
