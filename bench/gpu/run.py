@@ -70,6 +70,9 @@ def gemm_cases(torch):
         if w24s is not None:
             anchors["cuSPARSELt"] = lambda x=x: F.linear(x, w24s)
         out[f"sp24_bf16{suffix}"] = (flop, anchors)
+    # x @ W with W stored [in, out] (cuBLAS takes either layout).
+    xk = torch.randn(8192, 8192, generator=g, device=dev, dtype=torch.bfloat16)
+    out["gemm_bf16_kn"] = (2 * 8192 ** 3, {"cuBLAS": lambda: torch.matmul(xk, w)})
     # f32 exactly (torch's default "highest" precision: no TF32), 4096³.
     xf = torch.randn(4096, 4096, generator=g, device=dev)
     wf = torch.randn(4096, 4096, generator=g, device=dev)

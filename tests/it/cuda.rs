@@ -237,6 +237,19 @@ fn tensor_cores_take_16_bit_products_and_fold_the_copies_around_them() {
     );
     assert!(calls[0].1.contains("m64n256k16"), "{calls:?}");
     assert!(calls[0].1.contains("tiles 128x256x64"), "{calls:?}");
+    // B n-contiguous (`x @ W`, W [in, out]): copied k-contiguous for `wgmma` first when A has
+    // enough rows to repay the copy (STAGE_ROWS), else `mma.sync` reading B as stored.
+    for (rows, staged) in [(1024, true), (256, false)] {
+        let (calls, _) = tensor_cores(&format!(
+            "input x: bf16[n={rows}, i=64] = randn(seed=0)\n\
+             input w: bf16[i, o=512] = randn(seed=1)\n\
+             y = einsum(x, w, 'n i, i o -> n o')\n\
+             output y\n"
+        ));
+        let d = &calls[0].1;
+        assert_eq!(d.contains("transposing copy"), staged, "{rows}: {d}");
+        assert_eq!(d.contains("wgmma"), staged, "{rows}: {d}");
+    }
     // The widest tiles that still cover the SMs (132): 128 wide for 1024 rows × 4096 (256
     // tiles; 128 of 128 × 256), 64 wide for 256 rows × 8192 (256; 128 of 128 × 128).
     for (rows, cols, width) in [(1024, 4096, 128), (256, 8192, 64)] {
@@ -425,6 +438,7 @@ fn nvrtc_compiles_the_other_tensor_core_templates_without_spills() {
     let wide = Variants {
         sp_rows: Some(256),
         wg_cols: Some(256),
+        stage_b: Some(true),
         ..union
     };
     let (mut sparse, mut groups) = (0, 0);

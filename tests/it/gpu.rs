@@ -106,6 +106,10 @@ fn gpu_dense_products_in_every_tile_width_agree_with_the_cpu() {
         "input x: bf16[n=1100, i=136] = randn(seed=7)\ninput w: bf16[o=2000, i] = randn(seed=8)\ny = einsum(x, w, 'n i, o i -> n o')\noutput y\n",
         // Few rows: 128 × 64 tiles; f16 in, f16 out.
         "input x: f16[n=200, i=520] = randn(seed=2)\ninput w: f16[o=1000, i] = randn(seed=3)\ny = einsum(x, w, 'n i, o i -> n o')\noutput y\n",
+        // B n-contiguous with enough rows to copy it k-contiguous for wgmma: `x @ W` with W
+        // [in, out], and attention's P·V (a copy of V per batch element).
+        "input x: bf16[n=600, i=136] = randn(seed=11)\ninput w: bf16[i, o=1000] = randn(seed=12)\ny = einsum(x, w, 'n i, i o -> n o')\noutput y\n",
+        "input p: f16[b=2, s=520, t=72] = randn(seed=13)\ninput v: f16[b, t, d=64] = randn(seed=14)\ny = einsum(p, v, 'b s t, b t d -> b s d')\noutput y\n",
         // f64 (the SIMT template in f64), B n-contiguous, edges past the 128 × 128 tile.
         "input x: f64[n=300, i=100] = randn(seed=9)\ninput w: f64[i, o=260] = randn(seed=10)\ny = einsum(x, w, 'n i, i o -> n o')\noutput y\n",
         // Batched, bf16 out, added to a bias after.

@@ -11,13 +11,15 @@ use tdsl_cuda::tensor::{TensorCores, Variants};
 
 /// The instruction sets and template variants the emulation runs: `mma.sync`/`mma.sp` (BSR one
 /// block row per thread block at these sizes), `wgmma` for dense products (64-wide tiles at
-/// these sizes) with `wgmma.sp` 128-row tiles for 2:4, and the same with 128- and 256-wide dense
-/// tiles, 256-row 2:4 tiles and BSR over groups of block rows.
+/// these sizes; `mma.sync` where B is n-contiguous) with `wgmma.sp` 128-row tiles for 2:4, and
+/// the same with 128- and 256-wide dense tiles, an n-contiguous B copied k-contiguous for
+/// `wgmma`, 256-row 2:4 tiles and BSR over groups of block rows.
 fn configs() -> [(TensorCores, Variants); 4] {
     let other = |wg_cols| Variants {
         bsr_union: Some(true),
         sp_rows: Some(256),
         wg_cols: Some(wg_cols),
+        stage_b: Some(true),
     };
     [
         (TensorCores::Mma, Variants::default()),
@@ -71,6 +73,9 @@ fn scripts() -> Vec<(String, String)> {
         "input x: f32[n=150, i=37] = randn(seed=22)\ninput w: f32[o=136, i] = randn(seed=23)\ny = einsum(x, w, 'n i, o i -> n o')\noutput y\n",
         "input x: f32[n=70, i=20] = randn(seed=24)\ninput w: f32[i, o=200] = randn(seed=25)\ninput b: f32[o] = randn(seed=26)\ny = tanh(einsum(x, w, 'n i, i o -> n o') + b)\noutput y\n",
         "input x: f32[b=2, n=30, i=16] = randn(seed=27)\ninput w: bf16[o=40, i] = randn(seed=28)\ny = einsum(x, w, 'b n i, o i -> b n o')\noutput y\n",
+        // B n-contiguous (`x @ W` with W [in, out]; attention's P·V, B varying per batch).
+        "input x: bf16[n=150, i=72] = randn(seed=36)\ninput w: bf16[i, o=136] = randn(seed=37)\ny = einsum(x, w, 'n i, i o -> n o')\noutput y\n",
+        "input p: f16[b=2, s=40, t=64] = randn(seed=38)\ninput v: f16[b, t, d=48] = randn(seed=39)\ny = einsum(p, v, 'b s t, b t d -> b s d')\noutput y\n",
         // f64 on the SIMT template: edges, K not a multiple of 8, B n-contiguous, batched.
         "input x: f64[n=150, i=37] = randn(seed=32)\ninput w: f64[o=136, i] = randn(seed=33)\ny = einsum(x, w, 'n i, o i -> n o')\noutput y\n",
         "input x: f64[b=2, n=70, i=20] = randn(seed=34)\ninput w: f64[i, o=140] = randn(seed=35)\ny = einsum(x, w, 'b n i, i o -> b n o')\noutput y\n",

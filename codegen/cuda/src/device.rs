@@ -285,6 +285,11 @@ impl seam::Backend for CudaBackend {
         seam::verified(p)?;
         let (mapped, steps) = map_program_with(p, crate::tensor::TensorCores::of(self.sm));
         let unit = render_unit(&mapped, &steps, UnitTarget::Device);
+        // Buffers past the program's are the launches' scratch (a staged operand).
+        let scratch = crate::scratch(p, &mapped)
+            .iter()
+            .map(|b| b.elems * b.ty.size_bytes())
+            .collect();
         drop(mapped);
         let cubin = crate::nvrtc::compile(&unit, self.sm, false).map_err(|log| {
             // Blame the kernel of the first line NVRTC complains about (`tdsl.cu(LINE)`).
@@ -332,6 +337,7 @@ impl seam::Backend for CudaBackend {
         }
         Ok(Arc::new(CudaExecutable {
             program: p.clone(),
+            scratch,
             steps,
             functions,
             stream: self.stream.clone(),
@@ -349,6 +355,8 @@ impl seam::Backend for CudaBackend {
 
 struct CudaExecutable {
     program: LoopProgram,
+    /// The bytes of each device-only buffer after the program's ([`crate::scratch`]).
+    scratch: Vec<u64>,
     steps: Vec<Step>,
     functions: Vec<Option<CudaFunction>>,
     stream: Arc<CudaStream>,
@@ -376,6 +384,13 @@ impl CudaExecutable {
             }
             dev.push(slice);
         }
+        for &n in &self.scratch {
+            let n = (n as usize).max(1);
+            let slice = self.stream.alloc_zeros::<u8>(n).map_err(|e| {
+                driver_error(&format!("allocating {n} bytes of scratch on the device"), e)
+            })?;
+            dev.push(slice);
+        }
         Ok(dev)
     }
 
@@ -398,7 +413,7 @@ impl seam::Executable for CudaExecutable {
     }
 
     fn run(&self, bufs: &mut [Data], _opts: &RunOptions) -> Result<RunStats, BackendError> {
-        crate::check_buffers(&self.program, bufs)
+        crate::check_buffers(&self.program.buffers, bufs)
             .map_err(|m| BackendError::new(ErrorKind::Buffers, m))?;
         let t0 = Instant::now();
         let mut dev = self.upload(bufs)?;

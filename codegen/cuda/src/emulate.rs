@@ -42,8 +42,9 @@ pub fn compiler() -> Option<PathBuf> {
 }
 
 /// The emulator program's source: the unit with the host prelude and a `main` that runs one
-/// segment (`argv[2]`) over the buffers in the file `argv[1]`.
-pub fn emulator_source(p: &LoopProgram, steps: &[Step]) -> String {
+/// segment (`argv[2]`) over the buffers in the file `argv[1]`: the first `host` of `p`'s
+/// buffers (the rest are the launches' scratch, zeroed and never read back).
+pub fn emulator_source(p: &LoopProgram, steps: &[Step], host: usize) -> String {
     let mut src = render_unit(p, steps, UnitTarget::Host);
     let mut main = String::new();
     let _ = writeln!(main, "\nint main(int argc, char** argv) {{");
@@ -58,10 +59,12 @@ pub fn emulator_source(p: &LoopProgram, steps: &[Step]) -> String {
             t = crate::render::c_type(b.ty),
             n = b.elems
         );
-        let _ = writeln!(
-            main,
-            "  if (fread(b{i}, 1, {bytes}, f) != {bytes}ULL) return 4;"
-        );
+        if i < host {
+            let _ = writeln!(
+                main,
+                "  if (fread(b{i}, 1, {bytes}, f) != {bytes}ULL) return 4;"
+            );
+        }
     }
     let _ = writeln!(main, "  fclose(f);");
     let _ = writeln!(main, "  int segment = atoi(argv[2]);");
@@ -79,7 +82,7 @@ pub fn emulator_source(p: &LoopProgram, steps: &[Step]) -> String {
     let _ = writeln!(main, "  }}");
     let _ = writeln!(main, "  f = fopen(argv[1], \"wb\");");
     let _ = writeln!(main, "  if (!f) return 5;");
-    for (i, b) in p.buffers.iter().enumerate() {
+    for (i, b) in p.buffers.iter().enumerate().take(host) {
         let bytes = b.elems * b.ty.size_bytes();
         let _ = writeln!(main, "  fwrite(b{i}, 1, {bytes}, f);");
     }
@@ -124,7 +127,9 @@ pub enum Copies {
 
 /// A compiled emulator for one program.
 pub struct Emulator {
+    /// The mapped program; its first `host` buffers are the caller's, the rest scratch.
     program: LoopProgram,
+    host: usize,
     steps: Vec<Step>,
     exe: PathBuf,
     dir: PathBuf,
@@ -153,7 +158,7 @@ impl Emulator {
         v: Variants,
     ) -> Result<Emulator, String> {
         let (program, steps) = crate::map::map_program_variants(p, tc, v);
-        let src = emulator_source(&program, &steps);
+        let src = emulator_source(&program, &steps, p.buffers.len());
         let dir = std::env::temp_dir().join(format!(
             "tdsl-emulate-{}-{}",
             std::process::id(),
@@ -177,6 +182,7 @@ impl Emulator {
             ));
         }
         Ok(Emulator {
+            host: p.buffers.len(),
             program,
             steps,
             exe,
@@ -191,7 +197,7 @@ impl Emulator {
 
     /// [`Emulator::run`] with the tensor-core templates' `cp.async` copies landing `copies`.
     pub fn run_with(&self, bufs: &mut [Data], copies: Copies) -> Result<(), String> {
-        crate::check_buffers(&self.program, bufs)?;
+        crate::check_buffers(&self.program.buffers[..self.host], bufs)?;
         let file = self.dir.join("buffers.bin");
         let mut segment = 0;
         let run_segment = |bufs: &mut [Data], segment: usize| -> Result<(), String> {

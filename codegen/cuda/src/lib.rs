@@ -62,15 +62,21 @@ pub fn cuda_kernel(p: &LoopProgram, kernel: usize) -> String {
 }
 
 /// Checks that `bufs` matches `p`'s buffers in number, type and length.
-pub(crate) fn check_buffers(p: &LoopProgram, bufs: &[Data]) -> Result<(), String> {
-    if bufs.len() != p.buffers.len() {
+/// The buffers a mapped program has beyond the program it was mapped from: device-only scratch
+/// that the launches write before they read it ([`tensor::Staging`]); the caller binds none.
+pub fn scratch<'a>(p: &LoopProgram, mapped: &'a LoopProgram) -> &'a [tdsl_loop::Buffer] {
+    mapped.buffers.get(p.buffers.len()..).unwrap_or(&[])
+}
+
+pub(crate) fn check_buffers(buffers: &[tdsl_loop::Buffer], bufs: &[Data]) -> Result<(), String> {
+    if bufs.len() != buffers.len() {
         return Err(format!(
             "{} buffers were given for a program with {}",
             bufs.len(),
-            p.buffers.len()
+            buffers.len()
         ));
     }
-    for (i, (d, b)) in bufs.iter().zip(&p.buffers).enumerate() {
+    for (i, (d, b)) in bufs.iter().zip(buffers).enumerate() {
         // A sparse input's arrays are bound as stored: up to their capacity.
         let fits = match b.role {
             tdsl_loop::Role::InputPart { .. } => d.len() as u64 <= b.elems,

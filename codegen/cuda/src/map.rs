@@ -191,6 +191,7 @@ pub fn map_program_variants(
         crate::tensor::select_with(p, tc, v)
     };
     let mut out = expand_calls(p);
+    out.buffers.extend(sel.scratch.iter().cloned());
     let elem_bytes: Vec<u64> = out.buffers.iter().map(|b| b.ty.size_bytes()).collect();
     let elems: Vec<u64> = out.buffers.iter().map(|b| b.elems).collect();
     let mut steps = Vec::new();
@@ -203,6 +204,9 @@ pub fn map_program_variants(
         if let Some(tc) = sel.calls.get(&ki) {
             k.body = p.kernels[ki].body.clone();
             k.origin = format!("{} [{}]", k.origin, tc.describe());
+            if let Some(st) = &tc.staged {
+                steps.push(Step::Launch(staging_launch(st, &k.name, ki)));
+            }
             steps.push(Step::Launch(Launch {
                 name: format!("{}_0", k.name),
                 kernel: ki,
@@ -287,6 +291,57 @@ pub fn map_program_variants(
         k.body = new_body;
     }
     (out, steps)
+}
+
+/// The launch that writes a staged operand ([`crate::tensor::Staging`]): one store per element,
+/// `dst[Σ batch · dst stride + n · k + k'] = src[offset + Σ batch · src stride + k' · ld + n]`,
+/// through a shared-memory tile when both sides are long enough ([`transposing_tile`]).
+fn staging_launch(st: &crate::tensor::Staging, kernel_name: &str, kernel: usize) -> Launch {
+    let var = |i: usize| VarId(i as u32);
+    let nb = st.batch.len();
+    let (vn, vk) = (var(nb), var(nb + 1));
+    let mut grid: Grid = st
+        .batch
+        .iter()
+        .enumerate()
+        .map(|(i, b)| (var(i), b.0))
+        .collect();
+    grid.extend([(vn, st.n), (vk, st.k)]);
+    let mut dst = Index {
+        offset: 0,
+        terms: vec![(vn, st.k as i64), (vk, 1)],
+    };
+    let mut src = Index {
+        offset: st.src.offset,
+        terms: vec![(vk, st.src.ld), (vn, 1)],
+    };
+    for (i, &(_, s, d)) in st.batch.iter().enumerate() {
+        src.terms.push((var(i), s));
+        dst.terms.push((var(i), d));
+    }
+    let body = vec![Stmt::Store {
+        buf: st.dst,
+        index: dst,
+        value: Expr::Load {
+            buf: st.src.buf,
+            index: src,
+        },
+    }];
+    let params = stmt_buffers(&body).into_iter().collect();
+    let (grid, body, split, tile) = match transposing_tile(&grid, &body) {
+        Some((grid, body, tile)) => (grid, body, Split::Tile, Some(tile)),
+        None => (grid, body, Split::Thread, None),
+    };
+    Launch {
+        name: format!("{kernel_name}_t"),
+        kernel,
+        grid,
+        body,
+        params,
+        split,
+        lib: None,
+        tile,
+    }
 }
 
 enum Run<'a> {

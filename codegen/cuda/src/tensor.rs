@@ -15,8 +15,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use tdsl_loop::{
-    BufId, ElemType, Expr, Index, Iter, LibCall, LoopProgram, MatView, Role, Side, SparseLayout,
-    Stmt, VarId,
+    BufId, Buffer, ElemType, Expr, Index, Iter, LibCall, LoopProgram, MatView, Role, Side,
+    SparseLayout, Stmt, VarId,
 };
 
 /// Threads per block of a tensor-core launch (8 warps; BSR with 64-column warps: 4).
@@ -87,6 +87,26 @@ pub struct TensorCore {
     pub swapped: bool,
     /// An elementwise kernel fused into the store (C is then its destination).
     pub epilogue: Option<Box<Epilogue>>,
+    /// B was n-contiguous and is read from a k-contiguous copy that a launch before this one
+    /// writes (`b` is then that copy).
+    pub staged: Option<Staging>,
+}
+
+/// The transposing copy of a dense product's n-contiguous B into a scratch buffer, k-contiguous,
+/// launched before the product so that it runs on `wgmma`, whose shared-memory descriptors
+/// tdsl builds for k-contiguous operands only. Taken where the product does enough work per
+/// element of B to repay the copy ([`stage_rows`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Staging {
+    /// B as stored: (k, n) at `offset + k * ld + n`.
+    pub src: Operand,
+    /// The scratch buffer: (k, n) at `n * k_extent + k`, one such matrix per batch element B
+    /// varies along.
+    pub dst: BufId,
+    pub k: u64,
+    pub n: u64,
+    /// The batch axes B varies along: (extent, stride in `src`, stride in `dst`).
+    pub batch: Vec<(u64, i64, i64)>,
 }
 
 /// An elementwise kernel fused into a product's store: for every element of the product's
@@ -285,12 +305,18 @@ impl TensorCore {
                 4,
             ),
         };
-        let fused = self.epilogue.as_ref().map_or(String::new(), |e| {
+        let mut fused = self.epilogue.as_ref().map_or(String::new(), |e| {
             format!(
                 ", the elementwise kernel k{} fused into the store",
                 e.kernel
             )
         });
+        if let Some(st) = &self.staged {
+            fused = format!(
+                ", B read from %{}, which a transposing copy of %{} (n-contiguous) writes first{fused}",
+                st.dst.0, st.src.buf.0
+            );
+        }
         format!(
             "tensor cores: {instr} {ty}, f32 accumulate, M={} N={} K={}, tiles {}x{}x{bk}, {stages} cp.async stages, {} KiB shared, B {}{fused}",
             self.m,
@@ -310,6 +336,9 @@ impl TensorCore {
 pub struct Selection {
     pub calls: BTreeMap<usize, TensorCore>,
     pub dead: BTreeSet<usize>,
+    /// Buffers the launches need beyond the program's ([`Staging::dst`]), in id order after
+    /// them: allocated on the device, never bound by the caller.
+    pub scratch: Vec<Buffer>,
 }
 
 /// The tensor-core instructions a device has.
@@ -353,11 +382,15 @@ pub struct Variants {
     /// The columns of a dense `wgmma` tile, 64, 128 or 256. The pass decides by the launch's
     /// size ([`wgmma_columns`]).
     pub wg_cols: Option<u64>,
+    /// A dense product's n-contiguous B copied k-contiguous for `wgmma` ([`Staging`]). The pass
+    /// decides by the rows per element of B ([`STAGE_ROWS`]).
+    pub stage_b: Option<bool>,
 }
 
 impl Variants {
     /// From the environment: `TDSL_TC_BSR=union` or `TDSL_TC_BSR=rows`, `TDSL_TC_SP_BM=128` or
-    /// `256`, `TDSL_TC_WG_BN=64`, `128` or `256` (the GPU benchmark's comparisons).
+    /// `256`, `TDSL_TC_WG_BN=64`, `128` or `256`, `TDSL_TC_STAGE_B=0` or `1` (the GPU
+    /// benchmark's comparisons).
     pub fn from_env() -> Variants {
         Variants {
             bsr_union: match std::env::var("TDSL_TC_BSR").as_deref() {
@@ -376,6 +409,11 @@ impl Variants {
                 Ok("256") => Some(256),
                 _ => None,
             },
+            stage_b: match std::env::var("TDSL_TC_STAGE_B").as_deref() {
+                Ok("1") => Some(true),
+                Ok("0") => Some(false),
+                _ => None,
+            },
         }
     }
 }
@@ -388,6 +426,7 @@ pub fn select(p: &LoopProgram, tc: TensorCores) -> Selection {
 
 /// [`select`] with the variants `v`.
 pub fn select_with(p: &LoopProgram, tc: TensorCores, v: Variants) -> Selection {
+    let tcs = tc;
     let mut sel = Selection::default();
     for (ki, k) in p.kernels.iter().enumerate() {
         let [Stmt::Call(call)] = k.body.as_slice() else {
@@ -463,7 +502,12 @@ pub fn select_with(p: &LoopProgram, tc: TensorCores, v: Variants) -> Selection {
             }
             _ => None,
         };
-        if let Some(tc) = tc {
+        if let Some(mut tc) = tc {
+            let id = BufId((p.buffers.len() + sel.scratch.len()) as u32);
+            let name = p.buffer(tc.b.buf).name.clone();
+            if let Some(buf) = stage_b(&mut tc, id, &name, tcs, v) {
+                sel.scratch.push(buf);
+            }
             sel.calls.insert(ki, tc);
             sel.dead.extend(dead);
         }
@@ -579,6 +623,7 @@ fn dense(
         batch: batches(swap),
         swapped: swap,
         epilogue: None,
+        staged: None,
     })
 }
 
@@ -621,6 +666,83 @@ pub fn wgmma_columns(row_tiles: u64, n: u64) -> u64 {
     } else {
         64
     }
+}
+
+/// Rows of A per element of B (per batch element B varies along) from which a dense product
+/// whose B is n-contiguous copies B k-contiguous to run on `wgmma` rather than `mma.sync`. On
+/// an H200 at 8192³, `mma.sync` ran at 303 TFLOP/s and `wgmma` at 541 (bench/RESULTS.md): the
+/// product saves 2·M·(1/303 − 1/541) ps per element of B, and the transposing copy (a
+/// shared-memory tile, 2.9 TB/s on 8192² f32) costs 4 bytes moved per element, 1.4 ps; they
+/// break even near M = 490.
+pub const STAGE_ROWS: u64 = 512;
+
+/// Rewrites the dense product `t`, whose B is n-contiguous, to read a k-contiguous copy of B
+/// in the scratch buffer `dst` on `wgmma` ([`Staging`]) where the device has `wgmma` and the
+/// product does enough work per element of B ([`STAGE_ROWS`]; `v.stage_b` pins the choice).
+/// Returns the scratch buffer (named after B's buffer `name`).
+fn stage_b(
+    t: &mut TensorCore,
+    dst: BufId,
+    name: &str,
+    tc: TensorCores,
+    v: Variants,
+) -> Option<Buffer> {
+    let pinned = std::env::var("TDSL_TC_GEMM").is_ok();
+    if !matches!(t.kind, Kind::Dense { .. }) || !t.b_kn || tc < TensorCores::Wgmma || pinned {
+        return None;
+    }
+    // Batch axes B is shared along multiply its rows; those it varies along need a copy each.
+    let shared: u64 = t.batch.iter().filter(|b| b.2 == 0).map(|b| b.0).product();
+    if !v
+        .stage_b
+        .unwrap_or(t.m.saturating_mul(shared) >= STAGE_ROWS)
+    {
+        return None;
+    }
+    let mut strides = vec![0i64; t.batch.len()];
+    let mut elems = t.n.checked_mul(t.k)?;
+    for (i, b) in t.batch.iter().enumerate().rev() {
+        if b.2 != 0 {
+            strides[i] = i64::try_from(elems).ok()?;
+            elems = elems.checked_mul(b.0)?;
+        }
+    }
+    if elems >= 1 << 40 {
+        return None;
+    }
+    let batch = t
+        .batch
+        .iter()
+        .zip(&strides)
+        .filter(|(b, _)| b.2 != 0)
+        .map(|(b, &d)| (b.0, b.2, d))
+        .collect();
+    t.staged = Some(Staging {
+        src: t.b.clone(),
+        dst,
+        k: t.k,
+        n: t.n,
+        batch,
+    });
+    t.b = Operand {
+        buf: dst,
+        offset: 0,
+        ld: t.k as i64,
+    };
+    for (b, d) in t.batch.iter_mut().zip(strides) {
+        b.2 = d;
+    }
+    t.b_kn = false;
+    let row_tiles = t.batch.iter().map(|b| b.0).product::<u64>().max(1) * t.m.div_ceil(128);
+    t.kind = Kind::Wgmma {
+        bn: v.wg_cols.unwrap_or_else(|| wgmma_columns(row_tiles, t.n)),
+    };
+    Some(Buffer {
+        name: format!("{name}_t"),
+        ty: t.input,
+        elems,
+        role: Role::Temp,
+    })
 }
 
 /// The BSR template's warp width: 32 columns (8 warps per block). 64-column warps (twice the
@@ -745,6 +867,7 @@ fn sparse_left(
         batch: Vec::new(),
         swapped: side == Side::Right,
         epilogue: None,
+        staged: None,
     })
 }
 
