@@ -11,7 +11,11 @@
 // - C is written by the wrapper's `put(m, n, v)`: the f32 accumulator of (m, n), which the
 //   wrapper stores into any strided view (f32, f16 or bf16: tdsl_tc_put), through the
 //   elementwise epilogue fused into the product when there is one (tensor.rs).
-// - IN: 0 f16, 1 bf16 (one type for both operands).
+// - IN: 0 f16, 1 bf16 (one type for both operands), or 2 tf32 for the dense templates: f32
+//   operands the wrapper passes as pairs of halves (K and the strides doubled), so the 16-byte
+//   chunks, swizzles and fragment loads are byte for byte those of a 16-bit k16 step, which is
+//   one tf32 k8 step (mma.sync m16n8k8, wgmma m64nNk8; the tensor cores ignore the operands'
+//   low 13 mantissa bits). B k-contiguous only: tensor.rs copies an n-contiguous one first.
 // Edges: rows and columns past M and N are zero-filled by cp.async (src-size 0) and not stored;
 // the mapping pass requires K and, for B_KN, N to be multiples of 8 and every row start
 // 16-byte aligned, so a 16-byte chunk is either wholly inside or wholly outside.
@@ -138,6 +142,7 @@ TDSL_FN void tdsl_tc_gemm(const unsigned short *__restrict__ A, const unsigned s
                           long long tile, int M, int N, int K, long long lda, long long ldb) {
   constexpr int NI = BN / 32, BCH = BN / 8, CH = BK / 8;
   static_assert(BK == 32 || BK == 64, "BK of 32 or 64");
+  static_assert(IN != 2 || !B_KN, "tf32 reads B k-contiguous only (ldmatrix.trans moves halves)");
   // Chunks of 8 halves: A [128 rows][CH], B [BN n][CH] (k-contiguous) or [BK k][BN / 8] (n-contiguous).
   TDSL_DYN_SMEM(tdsl_smem_dyn);
   uint4 *sA = tdsl_smem_dyn, *sB = tdsl_smem_dyn + STAGES * TDSL_TC_BM * CH;

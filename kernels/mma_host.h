@@ -46,6 +46,7 @@ enum {
   TDSL_OP_LDM_T,
   TDSL_OP_MMA_F16,
   TDSL_OP_MMA_BF16,
+  TDSL_OP_MMA_TF32,
   TDSL_OP_SP_F16,
   TDSL_OP_SP_BF16,
   TDSL_OP_WGMMA,
@@ -109,6 +110,13 @@ static unsigned char *tdsl_emu_at(unsigned addr, unsigned bytes) {
 }
 static float tdsl_emu_half(unsigned short h, int type) {
   return type ? tdsl_bf16_to_f32(h) : tdsl_f16_to_f32(h);
+}
+// An f32 as the tensor cores read it for a tf32 operand: the low 13 mantissa bits ignored.
+static float tdsl_emu_tf32(unsigned r) {
+  r &= 0xffffe000u;
+  float f;
+  memcpy(&f, &r, 4);
+  return f;
 }
 static unsigned short tdsl_emu_lo(unsigned r) { return (unsigned short)(r & 0xffffu); }
 static unsigned short tdsl_emu_hi(unsigned r) { return (unsigned short)(r >> 16); }
@@ -180,20 +188,49 @@ static void tdsl_emu_mma(tdsl_emu_fiber *w, int type, bool sparse) {
   }
 }
 
+// mma.sync m16n8k8 tf32: D[16][8] += A[16][8] B[8][8]. A reg r holds row g + 8 (r mod 2), column
+// t + 4 (r / 2); B reg j holds k = t + 4j of column g (the same bytes per lane as m16n8k16's
+// 16-bit fragments: one 32-bit word where those hold two halves).
+static void tdsl_emu_mma_tf32(tdsl_emu_fiber *w) {
+  float A[16][8], B[8][8];
+  for (int l = 0; l < 32; l++) {
+    const int g = l >> 2, t = l & 3;
+    for (int r = 0; r < 4; r++) A[g + 8 * (r & 1)][t + 4 * (r >> 1)] = tdsl_emu_tf32(w[l].in[r]);
+    for (int j = 0; j < 2; j++) B[t + 4 * j][g] = tdsl_emu_tf32(w[l].in[4 + j]);
+  }
+  for (int l = 0; l < 32; l++) {
+    const int g = l >> 2, t = l & 3;
+    for (int i = 0; i < 4; i++) {
+      const int row = g + 8 * (i >> 1), col = 2 * t + (i & 1);
+      float acc = w[l].d[i];
+      for (int k = 0; k < 8; k++) acc += A[row][k] * B[k][col];
+      w[l].d[i] = acc;
+    }
+  }
+}
+
 // A k-major operand of `rows` x `cols` halves (16, or 32 for wgmma.sp's B) read through a wgmma
 // descriptor: start address and stride byte offset (between 8-row atoms), 128-byte swizzle
 // (chunk bits 4..6 of the address XORed with its row bits 7..9).
+// Type 2 is tf32: `cols` 32-bit values per row.
 static void tdsl_emu_desc_read(unsigned long long desc, int rows, int cols, int type, float *out) {
   const unsigned start = (unsigned)(desc & 0x3fffu) << 4, sbo = (unsigned)((desc >> 32) & 0x3fffu) << 4;
+  const unsigned size = type == 2 ? 4 : 2;
   if ((desc >> 62) != 1) tdsl_emu_fail("a wgmma descriptor without the 128-byte swizzle (not emulated)");
-  if ((start & 127u) + 2 * cols > 128) tdsl_emu_fail("a wgmma operand row that crosses its 128-byte swizzle row");
+  if ((start & 127u) + size * cols > 128) tdsl_emu_fail("a wgmma operand row that crosses its 128-byte swizzle row");
   for (int r = 0; r < rows; r++)
     for (int k = 0; k < cols; k++) {
-      unsigned addr = start + (r / 8) * sbo + (r % 8) * 128 + 2 * k;
+      unsigned addr = start + (r / 8) * sbo + (r % 8) * 128 + size * k;
       addr ^= ((addr >> 7) & 7u) << 4;
-      unsigned short h;
-      memcpy(&h, tdsl_emu_at(addr, 2), 2);
-      out[r * cols + k] = tdsl_emu_half(h, type);
+      if (type == 2) {
+        unsigned v;
+        memcpy(&v, tdsl_emu_at(addr, 4), 4);
+        out[r * cols + k] = tdsl_emu_tf32(v);
+      } else {
+        unsigned short h;
+        memcpy(&h, tdsl_emu_at(addr, 2), 2);
+        out[r * cols + k] = tdsl_emu_half(h, type);
+      }
     }
 }
 // D[64][n] += A[64][K] B[K][n] (K = 16; for wgmma.sp, 32 logical from A's 16 compressed columns
@@ -201,8 +238,9 @@ static void tdsl_emu_desc_read(unsigned long long desc, int rows, int cols, int 
 // 4 (q mod 4) + 16h, as mma.sp's per warp).
 static void tdsl_emu_wgmma_run(const tdsl_emu_wgmma &op) {
   static float Ac[64 * 16], A[64 * 32], B[256 * 32];
-  const int K = op.sparse ? 32 : 16;
-  tdsl_emu_desc_read(op.da, 64, 16, op.type, op.sparse ? Ac : A);
+  // k16 of halves; k8 of tf32 (the same 32 bytes per row); k32 for wgmma.sp.
+  const int K = op.sparse ? 32 : op.type == 2 ? 8 : 16;
+  tdsl_emu_desc_read(op.da, 64, op.type == 2 ? 8 : 16, op.type, op.sparse ? Ac : A);
   tdsl_emu_desc_read(op.db, op.n, K, op.type, B);
   if (op.sparse) {
     memset(A, 0, sizeof A);
@@ -236,6 +274,7 @@ static void tdsl_emu_perform(tdsl_emu_fiber *w, int lanes, int group) {
     case TDSL_OP_LDM_T: tdsl_emu_ldmatrix(w, true); break;
     case TDSL_OP_MMA_F16: tdsl_emu_mma(w, 0, false); break;
     case TDSL_OP_MMA_BF16: tdsl_emu_mma(w, 1, false); break;
+    case TDSL_OP_MMA_TF32: tdsl_emu_mma_tf32(w); break;
     case TDSL_OP_SP_F16: tdsl_emu_mma(w, 0, true); break;
     case TDSL_OP_SP_BF16: tdsl_emu_mma(w, 1, true); break;
     case TDSL_OP_WGMMA:
@@ -389,7 +428,7 @@ template <int IN> TDSL_FN void tdsl_mma16816(float *d, const unsigned *a, const 
   memcpy(f.in, a, 16);
   memcpy(f.in + 4, b, 8);
   f.d = d;
-  tdsl_emu_wait(TDSL_EMU_WARP, IN == 1 ? TDSL_OP_MMA_BF16 : TDSL_OP_MMA_F16);
+  tdsl_emu_wait(TDSL_EMU_WARP, IN == 2 ? TDSL_OP_MMA_TF32 : IN == 1 ? TDSL_OP_MMA_BF16 : TDSL_OP_MMA_F16);
 }
 template <int IN> TDSL_FN void tdsl_mma_sp16832(float *d, const unsigned *a, const unsigned *b, unsigned e) {
   tdsl_emu_fiber &f = tdsl_emu_me();

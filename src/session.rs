@@ -106,6 +106,9 @@ pub struct Options {
     /// Whose words help lines use (`--input NAME=FILE` or `program.bind("NAME", &t)`), and how
     /// binding mistakes are reported (see [`Pipeline::check`]).
     pub entry: Entry,
+    /// f32 products may read their operands as TF32 on a GPU's tensor cores
+    /// (`tdsl_loop::LoopProgram::tf32`; the CLI's `--tf32`). Off: f32 is exact everywhere.
+    pub tf32: bool,
 }
 
 impl Default for Options {
@@ -114,6 +117,7 @@ impl Default for Options {
             machine: MachineModel::default(),
             engine: Engine::default(),
             entry: Entry::Api,
+            tf32: false,
         }
     }
 }
@@ -285,7 +289,9 @@ impl Pipeline {
     /// Plans `p`: the loop IR, checked by the verifier (in every build). A plan the verifier
     /// rejects is a planner bug, reported as `tdsl::internal::error`.
     pub fn plan(&self, p: &Program) -> Result<Plan, Diagnostic> {
-        crate::plan::lower::plan_program(p)
+        let mut plan = crate::plan::lower::plan_program(p)?;
+        plan.loops.tf32 = self.opts.tf32;
+        Ok(plan)
     }
 
     /// Plans (unless the engine is the interpreter) and compiles `p` for the engine.

@@ -8,7 +8,8 @@
 // x2.trans against those maps; mma.sp::ordered_metadata m16n8k32 (f16, bf16) with tdsl's 2:4
 // metadata words (group g of a row at bits 4g, lower index first), every one of the six
 // patterns, selector 0 (metadata in lanes t=0,1) and selector 1 (lanes t=2,3), under two
-// hypotheses for which lane holds which half-word.
+// hypotheses for which lane holds which half-word; mma.sync m16n8k8 tf32 with its fragments
+// loaded by ldmatrix on f32 words, as the dense templates load them for `--tf32`.
 #include <cstdio>
 #include <cstdint>
 #include <cuda_fp16.h>
@@ -101,6 +102,34 @@ static uint16_t h16(int v, bool bf) {
     return bits(x);
 }
 
+// TF32: mma.sync m16n8k8 with A [16][8] and B^T [8 n][8 k] f32 in shared memory, the fragments
+// loaded by ldmatrix x4 / x2 on the f32 words as pairs of halves, as tdsl's templates do (A reg
+// r: row g + 8 (r mod 2), column t + 4 (r / 2); B reg j: k = t + 4j of column g), and checked
+// against the PTX map. A second run (one A value 1 + 3 * 2^-12, not a tf32 number) reports
+// whether the tensor cores truncate or round the low mantissa bits (the emulation truncates).
+__global__ void tf32_mma(const float *A, const float *Bt, float *D, int *ldm_bad) {
+    int lane = threadIdx.x, g = lane >> 2, t = lane & 3;
+    __shared__ __align__(16) float sA[16][8], sBt[8][8];
+    for (int i = lane; i < 128; i += 32) sA[i / 8][i % 8] = A[i];
+    for (int i = lane; i < 64; i += 32) sBt[i / 8][i % 8] = Bt[i];
+    __syncwarp();
+    uint32_t a[4], b[2];
+    unsigned pa = (unsigned)__cvta_generic_to_shared(&sA[(lane & 7) + ((lane >> 3) & 1) * 8][(lane >> 4) * 4]);
+    unsigned pb = (unsigned)__cvta_generic_to_shared(&sBt[lane & 7][((lane >> 3) & 1) * 4]);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3]) : "r"(pa));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];" : "=r"(b[0]), "=r"(b[1]) : "r"(pb));
+    int bad = 0;
+    for (int r = 0; r < 4; r++) bad += a[r] != __float_as_uint(sA[g + 8 * (r & 1)][t + 4 * (r >> 1)]);
+    for (int j = 0; j < 2; j++) bad += b[j] != __float_as_uint(sBt[g][t + 4 * j]);
+    atomicAdd(ldm_bad, bad);
+    float d[4] = {0, 0, 0, 0};
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    for (int i = 0; i < 4; i++) D[(g + 8 * (i >> 1)) * 8 + 2 * t + (i & 1)] = d[i];
+}
+
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("cuda error %s at %d\n", cudaGetErrorString(e_), __LINE__); return 1; } } while (0)
 
 template <bool BF> int dense_case(int &fails) {
@@ -173,9 +202,49 @@ template <bool BF> int sparse_case(int &fails) {
     return 0;
 }
 
+int tf32_case(int &fails) {
+    float A[128], Bt[64];
+    for (int m = 0; m < 16; m++) for (int k = 0; k < 8; k++) A[m * 8 + k] = (float)aval(m, k);
+    for (int n = 0; n < 8; n++) for (int k = 0; k < 8; k++) Bt[n * 8 + k] = (float)bval(k, n);
+    float *dA, *dB, *dD; int *dbad;
+    CK(cudaMalloc(&dA, 512)); CK(cudaMalloc(&dB, 256)); CK(cudaMalloc(&dD, 512)); CK(cudaMalloc(&dbad, 4));
+    float D[128]; int bad = 0, wrong = 0;
+    for (int probe = 0; probe < 2; probe++) {
+        // probe 1: A[0][0] = 1 + 3 * 2^-12 (between tf32's 1 and 1 + 2^-10, nearer the latter).
+        float a0 = A[0];
+        if (probe) A[0] = 1.0f + 3.0f / 4096.0f;
+        CK(cudaMemcpy(dA, A, 512, cudaMemcpyHostToDevice)); CK(cudaMemcpy(dB, Bt, 256, cudaMemcpyHostToDevice));
+        CK(cudaMemset(dbad, 0, 4));
+        tf32_mma<<<1, 32>>>(dA, dB, dD, dbad);
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(D, dD, 512, cudaMemcpyDeviceToHost));
+        if (!probe) {
+            CK(cudaMemcpy(&bad, dbad, 4, cudaMemcpyDeviceToHost));
+            for (int m = 0; m < 16; m++) for (int n = 0; n < 8; n++) {
+                int s = 0;
+                for (int k = 0; k < 8; k++) s += aval(m, k) * bval(k, n);
+                wrong += D[m * 8 + n] != (float)s;
+            }
+        } else {
+            double rest = 0;
+            for (int k = 1; k < 8; k++) rest += A[k] * Bt[k];
+            double got = (D[0] - rest) / Bt[0];
+            printf("probe tf32 operand 1 + 3 * 2^-12 read as %.9f (%s)\n", got,
+                   got == 1.0 ? "truncated" : got == 1.0 + 1.0 / 1024 ? "rounded to nearest" : "kept beyond tf32");
+        }
+        A[0] = a0;
+    }
+    printf("probe mma.sync m16n8k8 tf32: %s (%d of 128 wrong)\n", wrong ? "MISMATCH" : "ok", wrong);
+    printf("probe ldmatrix x4 / x2 on f32 words (tf32 fragments): %s (%d registers differ from the PTX map)\n", bad ? "MISMATCH" : "ok", bad);
+    fails += (wrong != 0) + (bad != 0);
+    cudaFree(dA); cudaFree(dB); cudaFree(dD); cudaFree(dbad);
+    return 0;
+}
+
 int main() {
     int fails = 0;
-    if (dense_case<false>(fails) || dense_case<true>(fails) || sparse_case<false>(fails) || sparse_case<true>(fails)) return 1;
+    if (dense_case<false>(fails) || dense_case<true>(fails) || sparse_case<false>(fails) || sparse_case<true>(fails) ||
+        tf32_case(fails)) return 1;
     printf("probe: %d failing case(s) among those tdsl relies on\n", fails);
     return fails != 0;
 }

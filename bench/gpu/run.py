@@ -77,6 +77,17 @@ def gemm_cases(torch):
     xf = torch.randn(4096, 4096, generator=g, device=dev)
     wf = torch.randn(4096, 4096, generator=g, device=dev)
     out["gemm_f32"] = (2 * 4096 ** 3, {"cuBLAS SGEMM": lambda: F.linear(xf, wf)})
+
+    # The same with TF32 allowed: tdsl's `--tf32` against torch's allow_tf32 (cuBLAS on TF32
+    # tensor cores).
+    def tf32_linear():
+        prev = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = True
+        try:
+            return F.linear(xf, wf)
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = prev
+    out["gemm_f32_tf32"] = (2 * 4096 ** 3, {"cuBLAS TF32": tf32_linear, "cuBLAS SGEMM": lambda: F.linear(xf, wf)})
     # The product with its bias and gelu (fused into tdsl's store; cuBLAS's bias epilogue and a
     # separate gelu kernel in torch).
     x = torch.randn(8192, 8192, generator=g, device=dev, dtype=torch.bfloat16)
@@ -191,9 +202,12 @@ def main():
             continue
         if a.no_anchors:
             anchors = {}
-        script = os.path.join(HERE, f"{name}.tdsl")
+        # NAME_tf32: the script NAME.tdsl run with `--tf32`.
+        tf32 = name.endswith("_tf32")
+        script = os.path.join(HERE, f"{name[:-5] if tf32 else name}.tdsl")
         r = subprocess.run([a.tdsl, "bench", script, "--device", "cuda", "--json",
-                            "--runs", str(a.runs)], capture_output=True, text=True)
+                            "--runs", str(a.runs)] + (["--tf32"] if tf32 else []),
+                           capture_output=True, text=True)
         if r.returncode != 0:
             print(f"| {name} | failed: {r.stderr.strip()[:300]} |")
             continue

@@ -34,6 +34,10 @@ struct Cli {
     /// Diagnostic format: human (rendered) or json (one object per line).
     #[arg(long, global = true, value_enum, default_value_t = MessageFormat::Human)]
     message_format: MessageFormat,
+    /// Let f32 products run on the GPU's TF32 tensor cores (operands read with 10 mantissa
+    /// bits, f32 accumulation). Without it, f32 is exact on every device.
+    #[arg(long, global = true)]
+    tf32: bool,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -280,7 +284,7 @@ pub fn main() -> ExitCode {
     };
     let name = script_path.display().to_string();
     let mut stdout = std::io::stdout().lock();
-    match execute(&cli.cmd, &text, &mut stdout) {
+    match execute(&cli.cmd, cli.tf32, &text, &mut stdout) {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure::Usage(msg)) => {
             eprintln!("error: {msg}");
@@ -303,7 +307,8 @@ pub fn main() -> ExitCode {
     }
 }
 
-fn execute(cmd: &Cmd, text: &str, out: &mut dyn Write) -> Result<(), Failure> {
+fn execute(cmd: &Cmd, tf32: bool, text: &str, out: &mut dyn Write) -> Result<(), Failure> {
+    let pipeline = |engine| pipeline_with(engine, tf32);
     match cmd {
         Cmd::Bench {
             data,
@@ -700,9 +705,15 @@ fn machine_report(remeasure: bool) -> String {
 /// The pipeline every command runs, for `engine`, predicting for this machine
 /// (`TDSL_MACHINE=nominal`: the nominal one; see [`crate::session::MachineModel`]).
 pub(crate) fn pipeline(engine: Engine) -> Pipeline {
+    pipeline_with(engine, false)
+}
+
+/// [`pipeline`], with f32 products allowed on TF32 tensor cores when `tf32` (`--tf32`).
+fn pipeline_with(engine: Engine, tf32: bool) -> Pipeline {
     Pipeline::new(Options {
         engine,
         entry: crate::check::Entry::Cli,
+        tf32,
         ..Options::default()
     })
 }

@@ -180,6 +180,22 @@ fn cli_emit_prints_one_unit_with_every_kernel_and_plan_shows_the_gpu_mapping() {
     assert!(p.stdout.contains("f32 FMA"), "{}", p.stdout);
     let cpu = crate::common::tdsl_script(dir.path(), "plan", script, &[]);
     assert!(cpu.stdout.contains("gemm m="), "{}", cpu.stdout);
+    // `--tf32` lets the f32 product take TF32 tensor cores (W [in, out] copied k-contiguous
+    // first); the plan says so.
+    let t = crate::common::tdsl_script(dir.path(), "plan", script, &["--device", "cuda", "--tf32"]);
+    assert_eq!(t.code, 0, "{}", t.stderr);
+    assert!(
+        t.stdout.starts_with("f32 products: tf32 allowed\n"),
+        "{}",
+        t.stdout
+    );
+    assert!(
+        t.stdout.contains("m16n8k8 tf32") || t.stdout.contains("k8 tf32"),
+        "{}",
+        t.stdout
+    );
+    assert!(t.stdout.contains("transposing copy"), "{}", t.stdout);
+    assert!(!t.stdout.contains("f32 FMA"), "{}", t.stdout);
     // Without a GPU, running there is a diagnostic with exit status 1, never a panic.
     if crate::gpu::device().is_none() {
         let r = crate::common::tdsl_script(dir.path(), "run", script, &["--device", "cuda"]);
@@ -424,6 +440,63 @@ fn snapshot_transpose_through_a_shared_memory_tile() {
 /// block rows and dense `wgmma` tiles 128 and 256 wide (chosen for large launches; the corpus's
 /// are small): the tensor-core corpus
 /// compiles for sm_90a and sm_80 with them, without spills, and its products take them.
+/// f32 products allowed TF32 (`--tf32`) compile for sm_80 (`mma.sync` m16n8k8) and sm_90a
+/// (`wgmma` m64nNk8, every tile width) without spills, torch layout and `x @ W` alike; without
+/// the opt-in they stay on the exact f32 template.
+#[test]
+fn nvrtc_compiles_tf32_products_without_spills() {
+    use tdsl_cuda::tensor::{select_with, TensorCores, Variants};
+    let script = "input x: f32[n=300, i=136] = randn(seed=0)\n\
+                  input w: f32[o=200, i] = randn(seed=1)\n\
+                  input v: f32[i, p=72] = randn(seed=2)\n\
+                  y = einsum(x, w, 'n i, o i -> n o')\n\
+                  z = einsum(x, v, 'n i, i p -> n p')\n\
+                  output y, z\n";
+    let mut plan = plan(script).expect("plans");
+    let exact = select_with(&plan.loops, TensorCores::Wgmma, Variants::default());
+    assert!(exact
+        .calls
+        .values()
+        .all(|t| t.describe().contains("f32 FMA")));
+    plan.loops.tf32 = true;
+    let tf32 = select_with(&plan.loops, TensorCores::Wgmma, Variants::default());
+    assert_eq!(tf32.calls.len(), 2);
+    for t in tf32.calls.values() {
+        assert!(
+            t.describe().contains("wgmma.mma_async m64n64k8 tf32"),
+            "{}",
+            t.describe()
+        );
+    }
+    assert_eq!(tf32.scratch.len(), 1, "one copy of v, k-contiguous");
+    if !nvrtc_or_skip("the TF32 compile check") {
+        return;
+    }
+    for (sm, tc, cols) in [
+        (80, TensorCores::Mma, None),
+        (90, TensorCores::Wgmma, None),
+        (90, TensorCores::Wgmma, Some(128)),
+        (90, TensorCores::Wgmma, Some(256)),
+    ] {
+        let v = Variants {
+            wg_cols: cols,
+            ..Variants::default()
+        };
+        let unit = tdsl_cuda::cuda_unit_with(&plan.loops, tc, v);
+        let c = tdsl_cuda::nvrtc::compile(&unit, sm, true)
+            .unwrap_or_else(|e| panic!("TF32 does not compile for sm_{sm}:\n{e}"));
+        for k in tdsl_cuda::nvrtc::resources(&c.log) {
+            assert_eq!(
+                (k.spill_stores, k.spill_loads),
+                (0, 0),
+                "kernel {} spills on sm_{sm} ({} registers)",
+                k.name,
+                k.registers
+            );
+        }
+    }
+}
+
 #[test]
 fn nvrtc_compiles_the_other_tensor_core_templates_without_spills() {
     if !nvrtc_or_skip("the compile check of the other templates") {

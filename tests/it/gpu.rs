@@ -110,6 +110,9 @@ fn gpu_dense_products_in_every_tile_width_agree_with_the_cpu() {
         // [in, out], and attention's P·V (a copy of V per batch element).
         "input x: bf16[n=600, i=136] = randn(seed=11)\ninput w: bf16[i, o=1000] = randn(seed=12)\ny = einsum(x, w, 'n i, i o -> n o')\noutput y\n",
         "input p: f16[b=2, s=520, t=72] = randn(seed=13)\ninput v: f16[b, t, d=64] = randn(seed=14)\ny = einsum(p, v, 'b s t, b t d -> b s d')\noutput y\n",
+        // f32 allowed TF32 (`--tf32`, the first line: set on the plan below), torch layout and
+        // `x @ W`: within TF32's rounding of the CPU's exact f32.
+        "#tf32\ninput x: f32[n=600, i=136] = randn(seed=15)\ninput w: f32[o=1000, i] = randn(seed=16)\ninput v: f32[i, p=264] = randn(seed=17)\ny = einsum(x, w, 'n i, o i -> n o')\nz = einsum(x, v, 'n i, i p -> n p')\noutput y, z\n",
         // f64 (the SIMT template in f64), B n-contiguous, edges past the 128 × 128 tile.
         "input x: f64[n=300, i=100] = randn(seed=9)\ninput w: f64[i, o=260] = randn(seed=10)\ny = einsum(x, w, 'n i, i o -> n o')\noutput y\n",
         // Batched, bf16 out, added to a bias after.
@@ -118,7 +121,8 @@ fn gpu_dense_products_in_every_tile_width_agree_with_the_cpu() {
     for text in scripts {
         let p = tdsl::compile(text, &Default::default()).expect("compiles");
         let inputs = tdsl::bind::bind_inputs(&p, Default::default()).expect("binds");
-        let plan = tdsl::plan::lower::plan_program(&p).expect("plans");
+        let mut plan = tdsl::plan::lower::plan_program(&p).expect("plans");
+        plan.loops.tf32 = text.starts_with("#tf32");
         let shapes = crate::diff::output_shapes(&p);
         let want = tdsl::runtime::run_jit(&plan, &inputs, &shapes).expect("the JIT runs");
         let got = tdsl::runtime::run_on(Engine::Cuda, &plan, &inputs, &shapes)

@@ -130,6 +130,70 @@ fn tensor_core_templates_agree_with_the_interpreter_in_emulation() {
     eprintln!("{launches} tensor-core launches agree with the interpreter in emulation");
 }
 
+/// f32 products where the program allows TF32 (`--tf32`): on `mma.sync` m16n8k8 and on `wgmma`
+/// m64nNk8, the f32 operands passed as pairs of halves; an n-contiguous B (`x @ W` with W
+/// [in, out], P·V per batch) copied k-contiguous first. Within TF32's rounding of the
+/// interpreter's exact f32.
+#[test]
+fn tf32_products_agree_with_the_interpreter_in_emulation() {
+    let Some(cxx) = crate::diff::cxx() else {
+        return;
+    };
+    let scripts = [
+        // Edges past the tiles; K = 36 ends mid-stage (a multiple of 4: 16-byte chunks).
+        "input x: f32[n=150, i=36] = randn(seed=0)\ninput w: f32[o=136, i] = randn(seed=1)\ny = einsum(x, w, 'n i, o i -> n o')\noutput y\n",
+        // B n-contiguous, a bias and gelu fused into the store.
+        "input x: f32[n=70, i=100] = randn(seed=2)\ninput w: f32[i, o=72] = randn(seed=3)\ninput b: f32[o] = randn(seed=4)\ny = gelu(einsum(x, w, 'n i, i o -> n o') + b)\noutput y\n",
+        // Batched, B varying per batch element (P·V).
+        "input p: f32[b=2, s=40, t=64] = randn(seed=5)\ninput v: f32[b, t, d=48] = randn(seed=6)\ny = einsum(p, v, 'b s t, b t d -> b s d')\noutput y\n",
+    ];
+    for text in scripts {
+        let p = tdsl::compile(text, &Default::default()).expect("compiles");
+        let inputs = tdsl::bind::bind_inputs(&p, Default::default()).expect("binds");
+        let mut plan = tdsl::plan::lower::plan_program(&p).expect("plans");
+        plan.loops.tf32 = true;
+        let shapes = crate::diff::output_shapes(&p);
+        let want = tdsl::interp::run(&p, &inputs);
+        for tc in [TensorCores::Mma, TensorCores::Wgmma] {
+            let sel = tdsl_cuda::tensor::select_with(&plan.loops, tc, Variants::default());
+            assert!(
+                sel.calls.values().any(|t| t.describe().contains("tf32")),
+                "{text}: no TF32 launch ({tc:?})"
+            );
+            let emu = tdsl_cuda::emulate::Emulator::compile_variants(
+                &plan.loops,
+                cxx,
+                tc,
+                Variants::default(),
+            )
+            .unwrap_or_else(|e| panic!("{text}: {e}"));
+            let mut bufs = tdsl::runtime::buffers(&plan, &inputs).expect("buffers");
+            emu.run_with(&mut bufs, Copies::Early)
+                .unwrap_or_else(|e| panic!("{text} ({tc:?}): {e}"));
+            let got = tdsl::runtime::outputs(&plan, &shapes, bufs);
+            for (g, w) in got.iter().zip(&want) {
+                let (g, w) = (g.to_f64(), w.to_f64());
+                let scale = w.iter().fold(1e-30f64, |m, x| m.max(x.abs()));
+                let worst = g
+                    .iter()
+                    .zip(&w)
+                    .map(|(a, b)| (a - b).abs())
+                    .fold(0f64, f64::max);
+                // TF32 keeps 10 of f32's 23 mantissa bits: far from exact, far within 1e-2.
+                assert!(
+                    worst <= 1e-2 * scale,
+                    "{text} ({tc:?}): worst difference {worst}, scale {scale}"
+                );
+                // ... and beyond f32's summation-order noise (~1e-7): TF32 was used.
+                assert!(
+                    worst > 1e-5 * scale,
+                    "{text} ({tc:?}): worst difference {worst}: f32, not TF32"
+                );
+            }
+        }
+    }
+}
+
 /// One random tensor-core product's script: the extents are rounded up to what each form
 /// needs to run on tensor cores.
 #[allow(clippy::too_many_arguments)]
@@ -220,8 +284,8 @@ proptest! {
     #![proptest_config(tc_config())]
 
     /// Random tensor-core products (dense in torch and [in, out] layouts, batched, 2:4 on
-    /// either side, BSR of three block shapes; f16 and bf16, and f32 and f64 on the SIMT
-    /// template;
+    /// either side, BSR of three block shapes; f16 and bf16, f32 on the SIMT template or on
+    /// TF32 tensor cores, and f64 on the SIMT template;
     /// odd extents; an elementwise
     /// epilogue or none; f32, f16 or bf16 results) agree with the interpreter when the
     /// templates run in emulation, for every instruction set tdsl targets.
@@ -229,14 +293,16 @@ proptest! {
     fn prop_tensor_core_products_agree_in_emulation(
         form in 0usize..6, rows in 1u64..300, cols in 1u64..300, depth in 1u64..40,
         ty in 0usize..4, out in 0usize..3, epilogue in 0usize..4, blk in 0usize..3,
-        seed in 0u64..1000,
+        seed in 0u64..1000, tf32 in any::<bool>(),
     ) {
         let Some(cxx) = crate::diff::cxx() else { return Ok(()) };
         let text = product_script(form, rows, cols, depth, ty, out, epilogue, blk, seed);
         let p = tdsl::compile(&text, &Default::default())
             .map_err(|d| TestCaseError::fail(format!("{text}\n{d}")))?;
         let inputs = tdsl::bind::bind_inputs(&p, Default::default()).expect("binds");
-        let plan = tdsl::plan::lower::plan_program(&p).expect("plans");
+        let mut plan = tdsl::plan::lower::plan_program(&p).expect("plans");
+        // f32 products on TF32 tensor cores (`--tf32`) half the time.
+        plan.loops.tf32 = tf32;
         // A product so small that the planner writes it as loops, or transposes an operand
         // with a copy the mapping pass cannot see through (2 rows), has nothing to run on
         // tensor cores: such cases are skipped (the corpus test requires its products to run

@@ -38,6 +38,7 @@ pub(crate) fn kernel_key(p: &LoopProgram, k: &Kernel, target: &str, opts: &Lower
             })
             .collect(),
         kernels: Vec::new(),
+        tf32: false,
     };
     let k = Kernel {
         name: String::new(),

@@ -248,10 +248,16 @@ impl TensorCore {
 
     /// A one-line description for the launch comment.
     pub fn describe(&self) -> String {
-        let ty = if self.input == ElemType::BF16 {
-            "bf16"
+        let ty = match self.input {
+            ElemType::BF16 => "bf16",
+            ElemType::F32 => "tf32",
+            _ => "f16",
+        };
+        // tf32's k step is 8 (the 32 bytes of a 16-bit k16), its tiles' K half the halves'.
+        let (k_step, k_div) = if self.input == ElemType::F32 {
+            (8, 2)
         } else {
-            "f16"
+            (16, 1)
         };
         let (instr, bk, stages) = match self.kind {
             Kind::TwoFour { wgmma: 0, .. } => {
@@ -262,7 +268,7 @@ impl TensorCore {
                 128,
                 if mw == 1 { 4 } else { 3 },
             ),
-            Kind::Dense { bk, stages } => ("mma.sync m16n8k16".to_string(), bk, stages),
+            Kind::Dense { bk, stages } => (format!("mma.sync m16n8k{k_step}"), bk / k_div, stages),
             Kind::Simt => {
                 let t = if self.input == ElemType::F64 {
                     "f64"
@@ -281,7 +287,7 @@ impl TensorCore {
                     ))
                 );
             }
-            Kind::Wgmma { bn } => (format!("wgmma.mma_async m64n{bn}k16"), 64, 4),
+            Kind::Wgmma { bn } => (format!("wgmma.mma_async m64n{bn}k{k_step}"), 64 / k_div, 4),
             Kind::Bsr {
                 r,
                 c,
@@ -507,6 +513,9 @@ pub fn select_with(p: &LoopProgram, tc: TensorCores, v: Variants) -> Selection {
             let name = p.buffer(tc.b.buf).name.clone();
             if let Some(buf) = stage_b(&mut tc, id, &name, tcs, v) {
                 sel.scratch.push(buf);
+            } else if tc.input == ElemType::F32 && tc.b_kn {
+                // TF32 without its copy of B (too large to stage): exact f32 on SIMT instead.
+                tc.kind = Kind::Simt;
             }
             sel.calls.insert(ki, tc);
             sel.dead.extend(dead);
@@ -521,7 +530,12 @@ fn is16(t: ElemType) -> bool {
 
 /// Multiples of 8 elements: 16-byte chunks of a 16-bit operand.
 fn aligned(xs: &[i64]) -> bool {
-    xs.iter().all(|x| x % 8 == 0)
+    aligned_to(xs, 8)
+}
+
+/// Multiples of `chunk` elements (16 bytes: 8 of a 16-bit operand, 4 of an f32 one).
+fn aligned_to(xs: &[i64], chunk: i64) -> bool {
+    xs.iter().all(|x| x % chunk == 0)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -539,17 +553,19 @@ fn dense(
     v: Variants,
 ) -> Option<TensorCore> {
     let (ta, tb) = (p.buffer(a.buf).ty, p.buffer(b.buf).ty);
-    // Two 16-bit operands of one type: tensor cores (16-byte chunks). Otherwise f32, f16 and
-    // bf16 in any mix, or f64 times f64 into f64: the SIMT template, widening as it loads (any
-    // strides).
+    // Two 16-bit operands of one type, or two f32 ones where the program allows TF32: tensor
+    // cores (16-byte chunks). Otherwise f32, f16 and bf16 in any mix, or f64 times f64 into
+    // f64: the SIMT template, widening as it loads (any strides).
     let wide = |t: ElemType| t == ElemType::F32 || is16(t);
-    let simt = !(is16(ta) && tb == ta);
+    let tf32 = p.tf32 && ta == ElemType::F32 && tb == ElemType::F32;
+    let simt = !(tf32 || (is16(ta) && tb == ta));
+    let chunk = if tf32 { 4 } else { 8 };
     let tc_ty = p.buffer(c.buf).ty;
     let double = ta == ElemType::F64 && tb == ElemType::F64 && tc_ty == ElemType::F64;
     if !double && ((simt && !(wide(ta) && wide(tb))) || !out_ok(tc_ty)) {
         return None;
     }
-    if (!simt && !k.is_multiple_of(8)) || m.max(n).max(k) >= 1 << 30 {
+    if (!simt && !k.is_multiple_of(chunk as u64)) || m.max(n).max(k) >= 1 << 30 {
         return None;
     }
     let bat = |i: usize| -> (i64, i64, i64) {
@@ -557,7 +573,7 @@ fn dense(
     };
     let batch_ok = (0..batch.len()).all(|i| {
         let (x, y, _) = bat(i);
-        aligned(&[x, y])
+        aligned_to(&[x, y], chunk)
     });
     if !batch_ok && !simt {
         return None;
@@ -590,7 +606,11 @@ fn dense(
     };
     // B(k, j) at k·b_rows + j·b_cols.
     let (b_kn, b_ld) = b_layout(b_rows, b_cols)?;
-    if !simt && (!aligned(&[a_ld, b_ld, am.offset, an.offset]) || (b_kn && !nn.is_multiple_of(8))) {
+    // An n-contiguous f32 B is copied k-contiguous for TF32 ([`stage_b`]): only A's chunks
+    // matter then.
+    let b_ok = (tf32 && b_kn)
+        || (aligned_to(&[b_ld, an.offset], chunk) && (!b_kn || nn.is_multiple_of(8)));
+    if !simt && (!aligned_to(&[a_ld, am.offset], chunk) || !b_ok) {
         return None;
     }
     let row_tiles = batch.iter().product::<u64>().max(1) * mm.div_ceil(128);
@@ -679,7 +699,8 @@ pub const STAGE_ROWS: u64 = 512;
 /// Rewrites the dense product `t`, whose B is n-contiguous, to read a k-contiguous copy of B
 /// in the scratch buffer `dst` on `wgmma` ([`Staging`]) where the device has `wgmma` and the
 /// product does enough work per element of B ([`STAGE_ROWS`]; `v.stage_b` pins the choice).
-/// Returns the scratch buffer (named after B's buffer `name`).
+/// A TF32 product is always rewritten (its templates read B k-contiguous only), on `mma.sync`
+/// where the device has no `wgmma`. Returns the scratch buffer (named after B's buffer `name`).
 fn stage_b(
     t: &mut TensorCore,
     dst: BufId,
@@ -688,15 +709,15 @@ fn stage_b(
     v: Variants,
 ) -> Option<Buffer> {
     let pinned = std::env::var("TDSL_TC_GEMM").is_ok();
-    if !matches!(t.kind, Kind::Dense { .. }) || !t.b_kn || tc < TensorCores::Wgmma || pinned {
+    let must = t.input == ElemType::F32;
+    if !matches!(t.kind, Kind::Dense { .. }) || !t.b_kn {
         return None;
     }
     // Batch axes B is shared along multiply its rows; those it varies along need a copy each.
     let shared: u64 = t.batch.iter().filter(|b| b.2 == 0).map(|b| b.0).product();
-    if !v
-        .stage_b
-        .unwrap_or(t.m.saturating_mul(shared) >= STAGE_ROWS)
-    {
+    let wgmma = tc >= TensorCores::Wgmma && !pinned;
+    let worth = t.m.saturating_mul(shared) >= STAGE_ROWS;
+    if !(must || (wgmma && v.stage_b.unwrap_or(worth))) {
         return None;
     }
     let mut strides = vec![0i64; t.batch.len()];
@@ -734,9 +755,11 @@ fn stage_b(
     }
     t.b_kn = false;
     let row_tiles = t.batch.iter().map(|b| b.0).product::<u64>().max(1) * t.m.div_ceil(128);
-    t.kind = Kind::Wgmma {
-        bn: v.wg_cols.unwrap_or_else(|| wgmma_columns(row_tiles, t.n)),
-    };
+    if wgmma {
+        t.kind = Kind::Wgmma {
+            bn: v.wg_cols.unwrap_or_else(|| wgmma_columns(row_tiles, t.n)),
+        };
+    }
     Some(Buffer {
         name: format!("{name}_t"),
         ty: t.input,
@@ -1483,7 +1506,21 @@ pub fn render(p: &LoopProgram, name: &str, tc: &TensorCore) -> String {
             "  const long long bi{i} = bz % {e}LL; bz /= {e}LL; oa += bi{i} * {sa}LL; ob += bi{i} * {sb}LL; oc += bi{i} * {sc}LL;"
         );
     }
-    let input = if tc.input == ElemType::BF16 { 1 } else { 0 };
+    // The templates' IN: 0 f16, 1 bf16, 2 tf32 (f32 read as pairs of halves: K and the row
+    // strides doubled, the same bytes per 16-byte chunk).
+    let input = match tc.input {
+        ElemType::BF16 => 1,
+        ElemType::F32 => 2,
+        _ => 0,
+    };
+    let halves = |b: u32, off: &str| -> String {
+        if input == 2 {
+            format!("(const unsigned short*)(b{b}{off})")
+        } else {
+            format!("b{b}{off}")
+        }
+    };
+    let unit: u64 = if input == 2 { 2 } else { 1 };
     let out_kind = match c_ty {
         ElemType::F16 => 1,
         ElemType::BF16 => 2,
@@ -1544,10 +1581,13 @@ pub fn render(p: &LoopProgram, name: &str, tc: &TensorCore) -> String {
     let (m, n, k) = (tc.m, tc.n, tc.k);
     let call = match &tc.kind {
         Kind::Dense { bk, stages } => format!(
-            "tdsl_tc_gemm<{input}, {b_kn}, {}, {bk}, {stages}>(b{a} + oa, b{b} + ob, put, tile, {m}, {n}, {k}, {}LL, {}LL)",
+            "tdsl_tc_gemm<{input}, {b_kn}, {}, {bk}, {stages}>({}, {}, put, tile, {m}, {n}, {}, {}LL, {}LL)",
             tc.bn(),
-            tc.a.ld,
-            tc.b.ld
+            halves(a, " + oa"),
+            halves(b, " + ob"),
+            k * unit,
+            tc.a.ld * unit as i64,
+            tc.b.ld * unit as i64
         ),
         Kind::Simt => {
             let kind = |buf: BufId| match p.buffer(buf).ty {
@@ -1564,10 +1604,13 @@ pub fn render(p: &LoopProgram, name: &str, tc: &TensorCore) -> String {
             )
         }
         Kind::Wgmma { .. } => format!(
-            "tdsl_tc_wgmma<{input}, {}>(b{a} + oa, b{b} + ob, put, tile, {m}, {n}, {k}, {}LL, {}LL)",
+            "tdsl_tc_wgmma<{input}, {}>({}, {}, put, tile, {m}, {n}, {}, {}LL, {}LL)",
             tc.bn(),
-            tc.a.ld,
-            tc.b.ld
+            halves(a, " + oa"),
+            halves(b, " + ob"),
+            k * unit,
+            tc.a.ld * unit as i64,
+            tc.b.ld * unit as i64
         ),
         Kind::TwoFour { meta, wgmma } => {
             let template = if *wgmma > 0 {

@@ -761,6 +761,7 @@ pub(crate) mod tests {
         body: Vec<Stmt>,
     ) -> LoopProgram {
         LoopProgram {
+            tf32: false,
             buffers,
             kernels: vec![Kernel {
                 name: name.into(),
@@ -929,6 +930,7 @@ pub(crate) mod tests {
     ) -> LoopProgram {
         let (mi, ni, ki) = (m as i64, n as i64, kk as i64);
         LoopProgram {
+            tf32: false,
             buffers: vec![
                 buffer("a", F32, batch * m * kk, Role::Input(0)),
                 buffer("w", F32, kk * n, Role::Input(1)),

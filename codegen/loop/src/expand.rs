@@ -42,6 +42,7 @@ pub fn expand_calls(p: &LoopProgram) -> LoopProgram {
     LoopProgram {
         buffers: p.buffers.clone(),
         kernels,
+        tf32: p.tf32,
     }
 }
 

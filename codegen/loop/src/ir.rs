@@ -586,6 +586,11 @@ pub struct Kernel {
 pub struct LoopProgram {
     pub buffers: Vec<Buffer>,
     pub kernels: Vec<Kernel>,
+    /// f32 products may read their operands as TF32 (10 mantissa bits) on tensor cores: the
+    /// user's opt-in (`--tf32`). The interpreter, the evaluator and the CPU compute f32
+    /// exactly whatever it says; the CUDA backend's tensor-core templates take f32 products
+    /// only when it is set.
+    pub tf32: bool,
 }
 
 impl LoopProgram {

@@ -87,6 +87,7 @@ use std::fmt::Write;
 ///             }],
 ///         })],
 ///     }],
+///     tf32: false,
 /// };
 /// assert_eq!(
 ///     print_program(&p),
@@ -94,7 +95,11 @@ use std::fmt::Write;
 /// );
 /// ```
 pub fn print_program(p: &LoopProgram) -> String {
-    let mut out = String::from("buffers:\n");
+    let mut out = String::new();
+    if p.tf32 {
+        out.push_str("f32 products: tf32 allowed\n");
+    }
+    out.push_str("buffers:\n");
     for (id, b) in p.buffers.iter().enumerate() {
         buffer_line(&mut out, id, b);
     }

@@ -307,6 +307,7 @@ mod tests {
     #[test]
     fn row_sum_counts_one_flop_per_element() {
         let p = LoopProgram {
+            tf32: false,
             buffers: vec![
                 Buffer {
                     name: "x".into(),

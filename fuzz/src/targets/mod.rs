@@ -67,6 +67,7 @@ impl Ctx {
                 engine: Engine::Jit,
                 machine: MachineModel::Nominal,
                 entry: tdsl::check::Entry::Cli,
+                tf32: false,
             }),
             tmp,
             marks: Vec::new(),

@@ -92,7 +92,11 @@ pub fn kernel(name: &str, body: Vec<Stmt>) -> Kernel {
 }
 
 pub fn program(buffers: Vec<Buffer>, kernels: Vec<Kernel>) -> LoopProgram {
-    LoopProgram { buffers, kernels }
+    LoopProgram {
+        buffers,
+        kernels,
+        tf32: false,
+    }
 }
 
 /// Deterministic pseudo-random values in [-1, 1).
