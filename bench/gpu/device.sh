@@ -8,8 +8,8 @@
 # before/after; VARIANTS lists TDSL_TC_GEMM=BKxSTAGES settings (mma.sync) to bench besides;
 # SP_WGMMA=0 skips the tests and bench of 2:4 on wgmma.sp (TDSL_TC_SP=wgmma, not yet the default);
 # BSR_VARIANTS=0 skips the BSR comparison of one block row per thread block against groups;
-# WG_VARIANTS=0 skips the comparison of dense wgmma tile widths on short products and of x @ W
-# [in, out] with and without its copy to k-contiguous.
+# WG_VARIANTS=0 skips the comparisons of dense wgmma tile widths and of split-K on short
+# products, and of x @ W [in, out] with and without its copy to k-contiguous.
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv,noheader | tee "$OUT/device.txt"
@@ -59,6 +59,9 @@ fi
 if [ "${WG_VARIANTS:-1}" = 1 ]; then
   echo "## TDSL_TC_WG_BN=128" | tee -a "$OUT/bench.txt"
   TDSL_TC_WG_BN=128 timeout 40 python3 bench/gpu/run.py --tdsl .dev/tdsl --runs 10 --no-compile --only '^gemm_bf16_(16|256)$' --no-anchors 2>&1 | tee -a "$OUT/bench.txt"
+  # Short batches without split-K (the default splits K when the tiles leave SMs idle).
+  echo "## TDSL_TC_SPLIT_K=1" | tee -a "$OUT/bench.txt"
+  TDSL_TC_SPLIT_K=1 timeout 40 python3 bench/gpu/run.py --tdsl .dev/tdsl --runs 10 --no-compile --only '^(gemm|sp24)_bf16_16$' --no-anchors 2>&1 | tee -a "$OUT/bench.txt"
   # x @ W [in, out] on mma.sync as stored, against the default (copied k-contiguous, wgmma).
   echo "## TDSL_TC_STAGE_B=0" | tee -a "$OUT/bench.txt"
   TDSL_TC_STAGE_B=0 timeout 40 python3 bench/gpu/run.py --tdsl .dev/tdsl --runs 10 --no-compile --only '^gemm_bf16_kn$' --no-anchors 2>&1 | tee -a "$OUT/bench.txt"

@@ -266,6 +266,21 @@ fn tensor_cores_take_16_bit_products_and_fold_the_copies_around_them() {
         assert_eq!(d.contains("transposing copy"), staged, "{rows}: {d}");
         assert_eq!(d.contains("wgmma"), staged, "{rows}: {d}");
     }
+    // Too few tiles for the SMs and a deep K: K in parts, each its own blocks, added by a
+    // second launch (split-K); a product with enough tiles, or too shallow a K, is one launch.
+    for (rows, k, parts) in [(16, 8192, Some(3)), (8192, 8192, None), (16, 512, None)] {
+        let (calls, _) = tensor_cores(&format!(
+            "input x: bf16[n={rows}, i={k}] = randn(seed=0)\n\
+             input w: bf16[o=8192, i] = randn(seed=1)\n\
+             y = einsum(x, w, 'n i, o i -> n o')\n\
+             output y\n"
+        ));
+        let d = &calls[0].1;
+        match parts {
+            Some(p) => assert!(d.contains(&format!("K in {p} parts")), "{rows} x {k}: {d}"),
+            None => assert!(!d.contains("parts"), "{rows} x {k}: {d}"),
+        }
+    }
     // The widest tiles that still cover the SMs (132): 128 wide for 1024 rows × 4096 (256
     // tiles; 128 of 128 × 256), 64 wide for 256 rows × 8192 (256; 128 of 128 × 128).
     for (rows, cols, width) in [(1024, 4096, 128), (256, 8192, 64)] {
@@ -506,6 +521,7 @@ fn nvrtc_compiles_the_other_tensor_core_templates_without_spills() {
     let union = Variants {
         bsr_union: Some(true),
         wg_cols: Some(128),
+        split_k: Some(2),
         ..Variants::default()
     };
     let wide = Variants {

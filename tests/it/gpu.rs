@@ -113,6 +113,10 @@ fn gpu_dense_products_in_every_tile_width_agree_with_the_cpu() {
         // f32 allowed TF32 (`--tf32`, the first line: set on the plan below), torch layout and
         // `x @ W`: within TF32's rounding of the CPU's exact f32.
         "#tf32\ninput x: f32[n=600, i=136] = randn(seed=15)\ninput w: f32[o=1000, i] = randn(seed=16)\ninput v: f32[i, p=264] = randn(seed=17)\ny = einsum(x, w, 'n i, o i -> n o')\nz = einsum(x, v, 'n i, i p -> n p')\noutput y, z\n",
+        // Short and deep: K split in parts (split-K) with a bias and gelu in the reduce launch's
+        // store; 2:4 likewise.
+        "input x: bf16[n=24, i=4160] = randn(seed=18)\ninput w: bf16[o=1000, i] = randn(seed=19)\ninput b: f32[o] = randn(seed=20)\ny = gelu(einsum(x, w, 'n i, o i -> n o') + b)\noutput y\n",
+        "input x: bf16[n=24, i=4160] = randn(seed=21)\ninput w: bf16[o=1000, i] @ 2:4(i) = randn(seed=22)\ny = einsum(x, w, 'n i, o i -> n o')\noutput y\n",
         // f64 (the SIMT template in f64), B n-contiguous, edges past the 128 × 128 tile.
         "input x: f64[n=300, i=100] = randn(seed=9)\ninput w: f64[i, o=260] = randn(seed=10)\ny = einsum(x, w, 'n i, i o -> n o')\noutput y\n",
         // Batched, bf16 out, added to a bias after.

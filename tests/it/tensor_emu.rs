@@ -10,22 +10,33 @@ use tdsl_cuda::emulate::Copies;
 use tdsl_cuda::tensor::{TensorCores, Variants};
 
 /// The instruction sets and template variants the emulation runs: `mma.sync`/`mma.sp` (BSR one
-/// block row per thread block at these sizes), `wgmma` for dense products (64-wide tiles at
-/// these sizes; `mma.sync` where B is n-contiguous) with `wgmma.sp` 128-row tiles for 2:4, and
-/// the same with 128- and 256-wide dense tiles, an n-contiguous B copied k-contiguous for
-/// `wgmma`, 256-row 2:4 tiles and BSR over groups of block rows.
+/// block row per thread block at these sizes) with K split in 2 parts, `wgmma` for dense
+/// products (64-wide tiles at these sizes; `mma.sync` where B is n-contiguous) with `wgmma.sp`
+/// 128-row tiles for 2:4, and the same with 128- and 256-wide dense tiles, an n-contiguous B
+/// copied k-contiguous for `wgmma`, 256-row 2:4 tiles, BSR over groups of block rows, and K in
+/// 3 parts for the 128-wide one.
 fn configs() -> [(TensorCores, Variants); 4] {
-    let other = |wg_cols| Variants {
+    let other = |wg_cols, split_k| Variants {
         bsr_union: Some(true),
         sp_rows: Some(256),
         wg_cols: Some(wg_cols),
         stage_b: Some(true),
+        split_k,
+    };
+    let split = |tc, split_k| {
+        (
+            tc,
+            Variants {
+                split_k,
+                ..Variants::default()
+            },
+        )
     };
     [
-        (TensorCores::Mma, Variants::default()),
+        split(TensorCores::Mma, Some(2)),
         (TensorCores::WgmmaSparse, Variants::default()),
-        (TensorCores::WgmmaSparse, other(128)),
-        (TensorCores::Wgmma, other(256)),
+        (TensorCores::WgmmaSparse, other(128, Some(3))),
+        (TensorCores::Wgmma, other(256, None)),
     ]
 }
 

@@ -321,10 +321,10 @@ impl seam::Backend for CudaBackend {
                         .map_err(|e| driver_error(&format!("finding kernel {}", l.name), e))?;
                     // Tensor-core launches take more than the default 48 KiB of shared memory
                     // (the f32 SIMT template's is static).
-                    if let Some(tc) = l.lib.as_ref().filter(|tc| tc.smem_bytes() > 0) {
+                    if l.smem_bytes() > 0 {
                         f.set_attribute(
                             CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                            tc.smem_bytes() as i32,
+                            l.smem_bytes() as i32,
                         )
                         .map_err(|e| {
                             driver_error(&format!("giving {} its shared memory", l.name), e)
@@ -430,7 +430,7 @@ impl seam::Executable for CudaExecutable {
                     let cfg = LaunchConfig {
                         grid_dim: (blocks as u32, 1, 1),
                         block_dim: (threads as u32, 1, 1),
-                        shared_mem_bytes: l.lib.as_ref().map_or(0, |tc| tc.smem_bytes() as u32),
+                        shared_mem_bytes: l.smem_bytes() as u32,
                     };
                     let start = self
                         .stream

@@ -93,7 +93,7 @@ pub fn emulator_source(p: &LoopProgram, steps: &[Step], host: usize) -> String {
 
 fn launch_call(out: &mut String, l: &Launch) {
     let args: Vec<String> = l.params.iter().map(|b| format!("b{}", b.0)).collect();
-    if l.lib.is_some() {
+    if l.lib.is_some() && !l.reduce {
         // A tensor-core launch: every thread of a block, as fibers (`kernels/mma_host.h`).
         let (blocks, threads) = l.shape();
         let _ = writeln!(

@@ -71,6 +71,9 @@ pub struct Launch {
     /// A library call on tensor cores (`kernels/mma.cuh`): `grid` and `body` are empty and the
     /// launch is one block of [`crate::tensor::TensorCore::threads`] threads per output tile.
     pub lib: Option<crate::tensor::TensorCore>,
+    /// With `lib`: this is the split product's second launch, which adds the parts of K
+    /// ([`crate::tensor::SplitK`]) and stores the result: one thread per element.
+    pub reduce: bool,
     /// For [`Split::Tile`]: the load staged through shared memory. The grid's last two
     /// variables are the load's contiguous one, then the store's.
     pub tile: Option<Tile>,
@@ -135,6 +138,14 @@ impl Launch {
     }
 
     /// (blocks, threads per block) on the device.
+    /// Dynamic shared memory of one block, in bytes (a tensor-core product's; none otherwise).
+    pub fn smem_bytes(&self) -> u64 {
+        match &self.lib {
+            Some(tc) if !self.reduce => tc.smem_bytes(),
+            _ => 0,
+        }
+    }
+
     pub fn shape(&self) -> (u64, u64) {
         self.shape_for(WARP)
     }
@@ -143,6 +154,9 @@ impl Launch {
     /// block rows are one thread too).
     pub fn shape_for(&self, warp: u64) -> (u64, u64) {
         if let Some(tc) = &self.lib {
+            if self.reduce {
+                return (tc.outputs().div_ceil(BLOCK).min(MAX_BLOCKS), BLOCK);
+            }
             return (tc.blocks(), tc.threads());
         }
         if self.grid.is_empty() {
@@ -215,8 +229,22 @@ pub fn map_program_variants(
                 params: tc.params(),
                 split: Split::Thread,
                 lib: Some(tc.clone()),
+                reduce: false,
                 tile: None,
             }));
+            if tc.split.is_some() {
+                steps.push(Step::Launch(Launch {
+                    name: format!("{}_r", k.name),
+                    kernel: ki,
+                    grid: Vec::new(),
+                    body: Vec::new(),
+                    params: tc.reduce_params(),
+                    split: Split::Thread,
+                    lib: Some(tc.clone()),
+                    reduce: true,
+                    tile: None,
+                }));
+            }
             continue;
         }
         let mut n = 0usize;
@@ -255,6 +283,7 @@ pub fn map_program_variants(
                 params,
                 split,
                 lib: None,
+                reduce: false,
                 tile,
             }));
             n += 1;
@@ -340,6 +369,7 @@ fn staging_launch(st: &crate::tensor::Staging, kernel_name: &str, kernel: usize)
         params,
         split,
         lib: None,
+        reduce: false,
         tile,
     }
 }

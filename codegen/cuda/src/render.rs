@@ -120,12 +120,17 @@ pub fn render_launch(p: &LoopProgram, l: &Launch) -> String {
     let mut head = String::new();
     let _ = writeln!(head, "// {} ({})", l.name, k.origin);
     if let Some(tc) = &l.lib {
-        let _ = writeln!(
-            head,
-            "// launch: <<<{blocks}, {threads}>>>, {}",
+        let what = if l.reduce {
+            "the sum of the parts of K, one thread per element".to_string()
+        } else {
             tc.describe()
-        );
-        head.push_str(&crate::tensor::render(p, &l.name, tc));
+        };
+        let _ = writeln!(head, "// launch: <<<{blocks}, {threads}>>>, {what}");
+        head.push_str(&if l.reduce {
+            crate::tensor::render_reduce(p, &l.name, tc)
+        } else {
+            crate::tensor::render(p, &l.name, tc)
+        });
         return head;
     }
     if l.grid.is_empty() {

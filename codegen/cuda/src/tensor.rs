@@ -90,6 +90,22 @@ pub struct TensorCore {
     /// B was n-contiguous and is read from a k-contiguous copy that a launch before this one
     /// writes (`b` is then that copy).
     pub staged: Option<Staging>,
+    /// K cut into parts, each its own thread blocks ([`SplitK`]).
+    pub split: Option<SplitK>,
+}
+
+/// Split-K for a launch with too few output tiles to fill the SMs (a short product, which reads
+/// its weight once and is bound by memory, not by the tensor cores): K is cut into `parts`
+/// ranges of `kc` (a multiple of the template's K step), each computed by its own thread blocks
+/// into f32 partial sums in the scratch buffer `ws` (`[part][batch][m][n]`); a second launch
+/// (`Launch::reduce`) adds the parts in order and stores each sum through the product's `put`
+/// (its epilogue and accumulation included). No atomics: the result does not depend on the
+/// blocks' order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SplitK {
+    pub parts: u64,
+    pub kc: u64,
+    pub ws: BufId,
 }
 
 /// The transposing copy of a dense product's n-contiguous B into a scratch buffer, k-contiguous,
@@ -188,9 +204,10 @@ impl TensorCore {
         self.m.div_ceil(self.bm()) * self.n.div_ceil(self.bn())
     }
 
-    /// Blocks of the launch (one per output tile and batch element).
+    /// Blocks of the launch (one per output tile, batch element and part of K).
     pub fn blocks(&self) -> u64 {
-        self.tiles() * self.batch.iter().map(|b| b.0).product::<u64>()
+        let parts = self.split.as_ref().map_or(1, |s| s.parts);
+        self.tiles() * self.batch.iter().map(|b| b.0).product::<u64>() * parts
     }
 
     /// Dynamic shared memory of one block, in bytes (`TDSL_TC_GEMM_SMEM`, `TDSL_TC_SP24_SMEM`,
@@ -224,7 +241,9 @@ impl TensorCore {
 
     /// The buffers the wrapper takes, in id order.
     pub fn params(&self) -> Vec<BufId> {
-        let mut v: BTreeSet<BufId> = [self.a.buf, self.b.buf, self.c].into();
+        // Split: the product writes its partial sums; the reduce launch stores C.
+        let out = self.split.as_ref().map_or(self.c, |s| s.ws);
+        let mut v: BTreeSet<BufId> = [self.a.buf, self.b.buf, out].into();
         match &self.kind {
             Kind::Dense { .. } | Kind::Wgmma { .. } | Kind::Simt => {}
             Kind::TwoFour { meta, .. } => {
@@ -234,6 +253,15 @@ impl TensorCore {
                 v.extend([*ptr, *idx]);
             }
         }
+        if self.split.is_none() {
+            v.extend(self.store_params());
+        }
+        v.into_iter().collect()
+    }
+
+    /// The buffers the store of a result reads or writes: C and what a fused epilogue loads.
+    fn store_params(&self) -> BTreeSet<BufId> {
+        let mut v: BTreeSet<BufId> = [self.c].into();
         if let Some(e) = &self.epilogue {
             e.value.visit(&mut |x| {
                 if let Expr::Load { buf, .. } = x {
@@ -243,7 +271,32 @@ impl TensorCore {
                 }
             });
         }
+        v
+    }
+
+    /// The buffers of a split product's reduce launch, in id order: the partial sums and the
+    /// store's.
+    pub fn reduce_params(&self) -> Vec<BufId> {
+        let mut v = self.store_params();
+        v.extend(self.split.as_ref().map(|s| s.ws));
         v.into_iter().collect()
+    }
+
+    /// Elements of the result: every batch element's M × N.
+    pub fn outputs(&self) -> u64 {
+        self.m * self.n * self.batch.iter().map(|b| b.0).product::<u64>()
+    }
+
+    /// The K step a part must be a multiple of: the template's stage (64 of a 16-bit K, 32 of a
+    /// TF32 one; 128 for 2:4 on `wgmma.sp`).
+    fn k_step(&self) -> Option<u64> {
+        match self.kind {
+            Kind::Dense { .. } | Kind::Wgmma { .. } if self.input == ElemType::F32 => Some(32),
+            Kind::Dense { .. } | Kind::Wgmma { .. } => Some(64),
+            Kind::TwoFour { wgmma: 0, .. } => Some(64),
+            Kind::TwoFour { .. } => Some(128),
+            Kind::Simt | Kind::Bsr { .. } => None,
+        }
     }
 
     /// A one-line description for the launch comment.
@@ -317,6 +370,12 @@ impl TensorCore {
                 e.kernel
             )
         });
+        if let Some(sp) = &self.split {
+            fused = format!(
+                ", K in {} parts of {} (f32 partial sums in %{}, added by a second launch){fused}",
+                sp.parts, sp.kc, sp.ws.0
+            );
+        }
         if let Some(st) = &self.staged {
             fused = format!(
                 ", B read from %{}, which a transposing copy of %{} (n-contiguous) writes first{fused}",
@@ -391,12 +450,15 @@ pub struct Variants {
     /// A dense product's n-contiguous B copied k-contiguous for `wgmma` ([`Staging`]). The pass
     /// decides by the rows per element of B ([`STAGE_ROWS`]).
     pub stage_b: Option<bool>,
+    /// The parts of K a product with too few tiles is split into ([`SplitK`]; 1: none). The
+    /// pass decides by the launch's blocks ([`split_parts`]).
+    pub split_k: Option<u64>,
 }
 
 impl Variants {
     /// From the environment: `TDSL_TC_BSR=union` or `TDSL_TC_BSR=rows`, `TDSL_TC_SP_BM=128` or
-    /// `256`, `TDSL_TC_WG_BN=64`, `128` or `256`, `TDSL_TC_STAGE_B=0` or `1` (the GPU
-    /// benchmark's comparisons).
+    /// `256`, `TDSL_TC_WG_BN=64`, `128` or `256`, `TDSL_TC_STAGE_B=0` or `1`,
+    /// `TDSL_TC_SPLIT_K=1` to `64` (the GPU benchmark's comparisons).
     pub fn from_env() -> Variants {
         Variants {
             bsr_union: match std::env::var("TDSL_TC_BSR").as_deref() {
@@ -420,6 +482,10 @@ impl Variants {
                 Ok("0") => Some(false),
                 _ => None,
             },
+            split_k: std::env::var("TDSL_TC_SPLIT_K")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .filter(|&p| (1..=64).contains(&p)),
         }
     }
 }
@@ -516,6 +582,10 @@ pub fn select_with(p: &LoopProgram, tc: TensorCores, v: Variants) -> Selection {
             } else if tc.input == ElemType::F32 && tc.b_kn {
                 // TF32 without its copy of B (too large to stage): exact f32 on SIMT instead.
                 tc.kind = Kind::Simt;
+            }
+            let id = BufId((p.buffers.len() + sel.scratch.len()) as u32);
+            if let Some(buf) = split_k(&mut tc, id, v) {
+                sel.scratch.push(buf);
             }
             sel.calls.insert(ki, tc);
             sel.dead.extend(dead);
@@ -644,6 +714,7 @@ fn dense(
         swapped: swap,
         epilogue: None,
         staged: None,
+        split: None,
     })
 }
 
@@ -763,6 +834,48 @@ fn stage_b(
     Some(Buffer {
         name: format!("{name}_t"),
         ty: t.input,
+        elems,
+        role: Role::Temp,
+    })
+}
+
+/// The least K a part of a split product keeps ([`SplitK`]): shallower parts spend more on their
+/// pipeline's fill and on the partial sums than the SMs they add give back.
+pub const SPLIT_MIN_K: u64 = 512;
+
+/// The parts of K for a launch of `blocks` thread blocks over K = `k`: enough for two blocks on
+/// every SM of an H100 or H200 when the launch alone would leave SMs idle, each part at least
+/// [`SPLIT_MIN_K`] deep; 1 (no split) otherwise.
+pub fn split_parts(blocks: u64, k: u64) -> u64 {
+    if blocks >= SMS {
+        return 1;
+    }
+    (2 * SMS)
+        .div_ceil(blocks.max(1))
+        .min(k / SPLIT_MIN_K)
+        .max(1)
+}
+
+/// Splits the K of `t` ([`SplitK`]) into [`split_parts`] parts (`v.split_k` pins the count),
+/// each a multiple of the template's K step, with its partial sums in the scratch buffer `ws`,
+/// which it returns (at most 2^28 partial sums, 1 GiB, when a pinned count asks for more). Dense,
+/// TF32 and 2:4 templates; BSR walks stored blocks, not a K range.
+fn split_k(t: &mut TensorCore, ws: BufId, v: Variants) -> Option<Buffer> {
+    let step = t.k_step()?;
+    let parts = v.split_k.unwrap_or_else(|| split_parts(t.blocks(), t.k));
+    if parts < 2 {
+        return None;
+    }
+    let kc = t.k.div_ceil(parts).next_multiple_of(step);
+    let parts = t.k.div_ceil(kc);
+    let elems = parts.checked_mul(t.outputs())?;
+    if parts < 2 || elems >= 1 << 28 {
+        return None;
+    }
+    t.split = Some(SplitK { parts, kc, ws });
+    Some(Buffer {
+        name: format!("k{}_parts", ws.0),
+        ty: ElemType::F32,
         elems,
         role: Role::Temp,
     })
@@ -891,6 +1004,7 @@ fn sparse_left(
         swapped: side == Side::Right,
         epilogue: None,
         staged: None,
+        split: None,
     })
 }
 
@@ -1474,38 +1588,22 @@ fn rebase(
 pub fn render(p: &LoopProgram, name: &str, tc: &TensorCore) -> String {
     use std::fmt::Write;
     let mut out = String::new();
-    let c_ty = p.buffer(tc.c).ty;
-    let params: Vec<String> = tc
-        .params()
-        .iter()
-        .map(|b| {
-            let buf = p.buffer(*b);
-            let cnst = if *b == tc.c { "" } else { "const " };
-            format!(
-                "{cnst}{}* __restrict__ b{}",
-                crate::render::c_type(buf.ty),
-                b.0
-            )
-        })
-        .collect();
-    let _ = writeln!(out, "TDSL_KERNEL {name}({}) {{", params.join(", "));
+    let written = tc.split.as_ref().map_or(tc.c, |s| s.ws);
+    header(&mut out, p, name, &tc.params(), written);
     let tiles = tc.tiles();
     let _ = writeln!(
         out,
         "  const long long tile = (long long)blockIdx.x % {tiles}LL;"
     );
     let _ = writeln!(out, "  long long bz = (long long)blockIdx.x / {tiles}LL;");
-    let _ = writeln!(
-        out,
-        "  long long oa = {}LL, ob = {}LL, oc = {}LL;",
-        tc.a.offset, tc.b.offset, tc.c_offset
-    );
-    for (i, (e, sa, sb, sc)) in tc.batch.iter().enumerate().rev() {
+    if let Some(s) = &tc.split {
         let _ = writeln!(
             out,
-            "  const long long bi{i} = bz % {e}LL; bz /= {e}LL; oa += bi{i} * {sa}LL; ob += bi{i} * {sb}LL; oc += bi{i} * {sc}LL;"
+            "  const long long part = bz % {}LL; bz /= {}LL; const long long bl = bz;",
+            s.parts, s.parts
         );
     }
+    batch_offsets(&mut out, tc);
     // The templates' IN: 0 f16, 1 bf16, 2 tf32 (f32 read as pairs of halves: K and the row
     // strides doubled, the same bytes per 16-byte chunk).
     let input = match tc.input {
@@ -1520,17 +1618,170 @@ pub fn render(p: &LoopProgram, name: &str, tc: &TensorCore) -> String {
             format!("b{b}{off}")
         }
     };
-    let unit: u64 = if input == 2 { 2 } else { 1 };
-    let out_kind = match c_ty {
-        ElemType::F16 => 1,
-        ElemType::BF16 => 2,
-        _ => 0,
-    };
+    // TF32 runs on the dense tensor-core templates only (an f32 SIMT product keeps its K).
+    let tensor = matches!(tc.kind, Kind::Dense { .. } | Kind::Wgmma { .. });
+    let unit: u64 = if input == 2 && tensor { 2 } else { 1 };
     // The accumulators' type: f64 for an f64 product (the SIMT template), else f32.
     let value_ty = if p.buffer(tc.a.buf).ty == ElemType::F64 {
         "double"
     } else {
         "float"
+    };
+    // K: the whole of it, or this block's part (whose operands start `part · kc` along K).
+    let mut oe = String::new();
+    let k = match &tc.split {
+        None => format!("{}", tc.k * unit),
+        Some(s) => {
+            let (kc, kk) = (s.kc, tc.k);
+            let b_step = if tc.b_kn { tc.b.ld } else { 1 };
+            let a_step = match tc.kind {
+                Kind::TwoFour { .. } => "part * {kc}LL / 2",
+                _ => "part * {kc}LL",
+            }
+            .replace("{kc}", &kc.to_string());
+            let _ = writeln!(
+                out,
+                "  oa += {a_step}; ob += part * {}LL;",
+                kc as i64 * b_step
+            );
+            oe = format!(" + part * {}LL", kc / 32);
+            let _ = writeln!(
+                out,
+                "  const long long ks = {kk}LL - part * {kc}LL < {kc}LL ? {kk}LL - part * {kc}LL : {kc}LL;"
+            );
+            let _ = writeln!(
+                out,
+                "  auto put = [&](int m, int n, float v) {{ b{}[((part * {}LL + bl) * {}LL + m) * {}LL + n] = v; }};",
+                s.ws.0,
+                tc.batch.iter().map(|b| b.0).product::<u64>(),
+                tc.m,
+                tc.n
+            );
+            format!("(int)(ks * {unit})")
+        }
+    };
+    if tc.split.is_none() {
+        put_lambda(&mut out, p, tc, value_ty);
+    }
+    let b_kn = if tc.b_kn { "true" } else { "false" };
+    let (a, b) = (tc.a.buf.0, tc.b.buf.0);
+    let (m, n) = (tc.m, tc.n);
+    let call = match &tc.kind {
+        Kind::Dense { bk, stages } => format!(
+            "tdsl_tc_gemm<{input}, {b_kn}, {}, {bk}, {stages}>({}, {}, put, tile, {m}, {n}, {}, {}LL, {}LL)",
+            tc.bn(),
+            halves(a, " + oa"),
+            halves(b, " + ob"),
+            k,
+            tc.a.ld * unit as i64,
+            tc.b.ld * unit as i64
+        ),
+        Kind::Simt => {
+            let kind = |buf: BufId| match p.buffer(buf).ty {
+                ElemType::F16 => 1,
+                ElemType::BF16 => 2,
+                _ => 0,
+            };
+            format!(
+                "tdsl_sgemm<{}, {}, {b_kn}, {value_ty}>(b{a} + oa, b{b} + ob, put, tile, {m}, {n}, {k}, {}LL, {}LL)",
+                kind(tc.a.buf),
+                kind(tc.b.buf),
+                tc.a.ld,
+                tc.b.ld
+            )
+        }
+        Kind::Wgmma { .. } => format!(
+            "tdsl_tc_wgmma<{input}, {}>({}, {}, put, tile, {m}, {n}, {}, {}LL, {}LL)",
+            tc.bn(),
+            halves(a, " + oa"),
+            halves(b, " + ob"),
+            k,
+            tc.a.ld * unit as i64,
+            tc.b.ld * unit as i64
+        ),
+        Kind::TwoFour { meta, wgmma } => {
+            let template = if *wgmma > 0 {
+                format!("tdsl_tc_wgmma_sp24<{input}, {wgmma}>")
+            } else {
+                format!("tdsl_tc_sp24<{input}, {b_kn}>")
+            };
+            format!(
+                "{template}(b{a} + oa, b{e}{oe}, b{b} + ob, put, tile, {m}, {n}, {k}, {}LL, {}LL, {}LL)",
+                tc.a.ld,
+                meta.ld,
+                tc.b.ld,
+                e = meta.buf.0
+            )
+        }
+        Kind::Bsr {
+            ptr,
+            idx,
+            r,
+            c,
+            wn,
+            union,
+        } => {
+            let template = if *union {
+                format!("tdsl_tc_bsr_union<{input}, {b_kn}, {r}, {c}>")
+            } else {
+                format!("tdsl_tc_bsr<{input}, {b_kn}, {r}, {c}, {wn}>")
+            };
+            format!(
+                "{template}(b{a}, b{}, b{}, b{b} + ob, put, tile, {m}, {n}, {k}, {}LL)",
+                ptr.0,
+                idx.0,
+                tc.b.ld
+            )
+        }
+    };
+    let _ = writeln!(out, "  {call};");
+    out.push_str("}\n");
+    out
+}
+
+/// The kernel's signature: every buffer of `params` const but `written`.
+fn header(out: &mut String, p: &LoopProgram, name: &str, params: &[BufId], written: BufId) {
+    use std::fmt::Write;
+    let params: Vec<String> = params
+        .iter()
+        .map(|b| {
+            let buf = p.buffer(*b);
+            let cnst = if *b == written { "" } else { "const " };
+            format!(
+                "{cnst}{}* __restrict__ b{}",
+                crate::render::c_type(buf.ty),
+                b.0
+            )
+        })
+        .collect();
+    let _ = writeln!(out, "TDSL_KERNEL {name}({}) {{", params.join(", "));
+}
+
+/// The batch element `bz` as each batch axis's index `bi…` and the operands' offsets `oa`,
+/// `ob`, `oc`.
+fn batch_offsets(out: &mut String, tc: &TensorCore) {
+    use std::fmt::Write;
+    let _ = writeln!(
+        out,
+        "  long long oa = {}LL, ob = {}LL, oc = {}LL;",
+        tc.a.offset, tc.b.offset, tc.c_offset
+    );
+    for (i, (e, sa, sb, sc)) in tc.batch.iter().enumerate().rev() {
+        let _ = writeln!(
+            out,
+            "  const long long bi{i} = bz % {e}LL; bz /= {e}LL; oa += bi{i} * {sa}LL; ob += bi{i} * {sb}LL; oc += bi{i} * {sc}LL;"
+        );
+    }
+}
+
+/// `put(m, n, v)`: the accumulator `v` of (m, n) into C (rounded to C's type, added to it when
+/// the call accumulates), or through the fused epilogue.
+fn put_lambda(out: &mut String, p: &LoopProgram, tc: &TensorCore, value_ty: &str) {
+    use std::fmt::Write;
+    let out_kind = match p.buffer(tc.c).ty {
+        ElemType::F16 => 1,
+        ElemType::BF16 => 2,
+        _ => 0,
     };
     let at = format!(
         "b{} + oc + (long long)m * {}LL + (long long)n * {}LL",
@@ -1576,78 +1827,33 @@ pub fn render(p: &LoopProgram, name: &str, tc: &TensorCore) -> String {
             );
         }
     }
-    let b_kn = if tc.b_kn { "true" } else { "false" };
-    let (a, b) = (tc.a.buf.0, tc.b.buf.0);
-    let (m, n, k) = (tc.m, tc.n, tc.k);
-    let call = match &tc.kind {
-        Kind::Dense { bk, stages } => format!(
-            "tdsl_tc_gemm<{input}, {b_kn}, {}, {bk}, {stages}>({}, {}, put, tile, {m}, {n}, {}, {}LL, {}LL)",
-            tc.bn(),
-            halves(a, " + oa"),
-            halves(b, " + ob"),
-            k * unit,
-            tc.a.ld * unit as i64,
-            tc.b.ld * unit as i64
-        ),
-        Kind::Simt => {
-            let kind = |buf: BufId| match p.buffer(buf).ty {
-                ElemType::F16 => 1,
-                ElemType::BF16 => 2,
-                _ => 0,
-            };
-            format!(
-                "tdsl_sgemm<{}, {}, {b_kn}, {value_ty}>(b{a} + oa, b{b} + ob, put, tile, {m}, {n}, {k}, {}LL, {}LL)",
-                kind(tc.a.buf),
-                kind(tc.b.buf),
-                tc.a.ld,
-                tc.b.ld
-            )
-        }
-        Kind::Wgmma { .. } => format!(
-            "tdsl_tc_wgmma<{input}, {}>({}, {}, put, tile, {m}, {n}, {}, {}LL, {}LL)",
-            tc.bn(),
-            halves(a, " + oa"),
-            halves(b, " + ob"),
-            k * unit,
-            tc.a.ld * unit as i64,
-            tc.b.ld * unit as i64
-        ),
-        Kind::TwoFour { meta, wgmma } => {
-            let template = if *wgmma > 0 {
-                format!("tdsl_tc_wgmma_sp24<{input}, {wgmma}>")
-            } else {
-                format!("tdsl_tc_sp24<{input}, {b_kn}>")
-            };
-            format!(
-                "{template}(b{a} + oa, b{e}, b{b} + ob, put, tile, {m}, {n}, {k}, {}LL, {}LL, {}LL)",
-                tc.a.ld,
-                meta.ld,
-                tc.b.ld,
-                e = meta.buf.0
-            )
-        }
-        Kind::Bsr {
-            ptr,
-            idx,
-            r,
-            c,
-            wn,
-            union,
-        } => {
-            let template = if *union {
-                format!("tdsl_tc_bsr_union<{input}, {b_kn}, {r}, {c}>")
-            } else {
-                format!("tdsl_tc_bsr<{input}, {b_kn}, {r}, {c}, {wn}>")
-            };
-            format!(
-                "{template}(b{a}, b{}, b{}, b{b} + ob, put, tile, {m}, {n}, {k}, {}LL)",
-                ptr.0,
-                idx.0,
-                tc.b.ld
-            )
-        }
+}
+
+/// The reduce launch of a split product ([`SplitK`]): one thread per element of the result
+/// adds its parts in order and stores the sum through the product's `put`.
+pub fn render_reduce(p: &LoopProgram, name: &str, tc: &TensorCore) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let Some(s) = &tc.split else {
+        return out;
     };
-    let _ = writeln!(out, "  {call};");
-    out.push_str("}\n");
+    header(&mut out, p, name, &tc.reduce_params(), tc.c);
+    let (m, n, total) = (tc.m, tc.n, tc.outputs());
+    let _ = writeln!(
+        out,
+        "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < {total}LL; i += (long long)gridDim.x * blockDim.x) {{"
+    );
+    let _ = writeln!(
+        out,
+        "  const int m = (int)(i / {n}LL % {m}LL), n = (int)(i % {n}LL);\n  long long bz = i / {}LL;",
+        m * n
+    );
+    batch_offsets(&mut out, tc);
+    put_lambda(&mut out, p, tc, "float");
+    let _ = writeln!(
+        out,
+        "  float v = 0.0f;\n  for (int q = 0; q < {}; q++) v += b{}[q * {total}LL + i];\n  put(m, n, v);\n  }}\n}}",
+        s.parts, s.ws.0
+    );
     out
 }
