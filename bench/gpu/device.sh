@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # One device session's checks, in the order GPU time is worth spending (README "GPU"):
 # the fragment probe, the GPU tests against the interpreter, the example, then the bench.
-# Expects the release binaries in .dev/ (tdsl and the `it` test binary, built on a CPU machine);
+# Expects the release binaries in .dev/ (tdsl and the `it` test binary: bench/gpu/pack.sh builds
+# them on a CPU machine);
 # writes logs to $OUT (or /tmp/out). Knobs (environment): PROBE=0 skips the probe; TESTS picks
 # the test filter (default "gpu diff"), TEST_S and BENCH_S cap their seconds; ONLY restricts the
 # bench to workloads matching a regex; .dev/tdsl-base, if present, is benched on BASE_ONLY for
 # before/after; VARIANTS lists TDSL_TC_GEMM=BKxSTAGES settings (mma.sync) to bench besides;
+# MAIN=0 skips the GPU tests, the example and the main bench (a second call for the variants);
 # SP_WGMMA=0 skips the tests and bench of 2:4 on wgmma.sp (TDSL_TC_SP=wgmma, not yet the default);
 # BSR_VARIANTS=0 skips the BSR comparison of one block row per thread block against groups;
 # WG_VARIANTS=0 skips the comparisons of dense wgmma tile widths and of split-K on short
@@ -19,15 +21,19 @@ mkdir -p target/release && cp .dev/tdsl target/release/tdsl
 if [ "${PROBE:-1}" = 1 ] && command -v nvcc >/dev/null; then
   nvcc -arch=sm_90 -o /tmp/probe_mma bench/gpu/probe_mma.cu && /tmp/probe_mma 2>&1 | tee "$OUT/probe.txt"
 fi
-timeout "${TEST_S:-150}" env TDSL_REQUIRE_GPU=1 .dev/it ${TESTS:-gpu diff} --test-threads 8 2>&1 | tee "$OUT/tests.txt" | tail -40
-.dev/tdsl run --device cuda examples/quickstart.tdsl 2>&1 | tail -5
+if [ "${MAIN:-1}" = 1 ]; then
+  timeout "${TEST_S:-150}" env TDSL_REQUIRE_GPU=1 .dev/it ${TESTS:-gpu diff} --test-threads 8 2>&1 | tee "$OUT/tests.txt" | tail -40
+  .dev/tdsl run --device cuda examples/quickstart.tdsl 2>&1 | tail -5
+fi
 # 2:4 on wgmma.mma_async.sp: written from the PTX ISA and checked in emulation only; the GPU
 # tests (every tc_* corpus script and the 2:4 products) must pass before it becomes the default.
 if [ "${SP_WGMMA:-1}" = 1 ]; then
   echo "## TDSL_TC_SP=wgmma: GPU tests" | tee "$OUT/tests_wgmma_sp.txt"
   timeout "${SP_TEST_S:-60}" env TDSL_REQUIRE_GPU=1 TDSL_TC_SP=wgmma .dev/it gpu_ --test-threads 8 2>&1 | tee -a "$OUT/tests_wgmma_sp.txt" | tail -15
 fi
-timeout "${BENCH_S:-120}" python3 bench/gpu/run.py --tdsl .dev/tdsl --runs 10 --no-compile --only "${ONLY:-.}" 2>&1 | tee "$OUT/bench.txt"
+if [ "${MAIN:-1}" = 1 ]; then
+  timeout "${BENCH_S:-120}" python3 bench/gpu/run.py --tdsl .dev/tdsl --runs 10 --no-compile --only "${ONLY:-.}" 2>&1 | tee "$OUT/bench.txt"
+fi
 # The previous commit's binary on the same device, for before/after figures (optional).
 if [ -x .dev/tdsl-base ]; then
   echo "## baseline: .dev/tdsl-base" | tee -a "$OUT/bench.txt"
