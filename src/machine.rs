@@ -24,6 +24,8 @@ pub enum Target {
     Cpu,
     /// An NVIDIA GPU: `peak_gflops` is its dense 16-bit tensor-core peak.
     Cuda,
+    /// The same GPU where f32 products may run on TF32 tensor cores (`--tf32`).
+    CudaTf32,
 }
 
 /// Measured ceilings of the machine.

@@ -211,7 +211,15 @@ impl Pipeline {
     pub fn prediction_machine(&self, p: &Program) -> Machine {
         if self.opts.engine == Engine::Cuda {
             // The GPU's own model: its kernels and ceilings, never the CPU's.
-            return crate::plan::cost::NOMINAL_GPU;
+            let target = if self.opts.tf32 {
+                crate::machine::Target::CudaTf32
+            } else {
+                crate::machine::Target::Cuda
+            };
+            return Machine {
+                target,
+                ..crate::plan::cost::NOMINAL_GPU
+            };
         }
         let predicts = !p.auto_formats.is_empty()
             || (0..p.nodes.len())

@@ -406,9 +406,19 @@ fn statement_of(p: &Program, span: tdsl_syntax::Span) -> String {
 /// The machine predictions are for, in one line.
 pub fn machine_line(m: &crate::machine::Machine) -> String {
     let ceiling = crate::plan::cost::gemm_ceiling_gflops(m);
-    if *m == crate::plan::cost::NOMINAL_GPU {
+    let gpu = crate::plan::cost::NOMINAL_GPU;
+    if (crate::machine::Machine {
+        target: gpu.target,
+        ..*m
+    }) == gpu
+    {
+        let tf32 = if m.target == crate::machine::Target::CudaTf32 {
+            ", f32 products on TF32 (--tf32)"
+        } else {
+            ""
+        };
         format!(
-            "predicted for the nominal GPU (--device cuda: an H200): {:.0} TFLOP/s 16-bit tensor-core peak, {:.0} GB/s, at the CUDA kernels' efficiencies",
+            "predicted for the nominal GPU (--device cuda: an H200): {:.0} TFLOP/s 16-bit tensor-core peak, {:.0} GB/s, at the CUDA kernels' efficiencies{tf32}",
             ceiling / 1e3,
             m.bandwidth_gbps
         )

@@ -286,6 +286,10 @@ pub mod gpu_efficiency {
     /// Dense f32 (and f32 × 16-bit) on the SIMT template (`tdsl_sgemm`): an estimate, not
     /// measured: 60% of an H100's 67 TFLOP/s f32 FMA peak, as 128 × 128 SGEMM tiles reach.
     pub const SIMT: f64 = 0.04;
+    /// Dense f32 on TF32 tensor cores (`--tf32`): the dense templates unchanged but for the
+    /// instruction, at half the 16-bit peak (the H100's and H200's TF32 peak is half their
+    /// bf16 one). Not measured.
+    pub const TF32: f64 = DENSE / 2.0;
     /// Dense f64 on the SIMT template in f64: an estimate, not measured: 60% of an H100's 34
     /// TFLOP/s f64 FMA peak (without the f64 tensor cores).
     pub const SIMT_DOUBLE: f64 = 0.02;
@@ -316,7 +320,9 @@ pub const NOMINAL_GPU: Machine = Machine {
 pub enum Operands {
     /// All f16 or all bf16: tensor cores.
     Sixteen,
-    /// f32, or f32 with 16-bit operands: the f32 SIMT template for a dense product.
+    /// All f32: the f32 SIMT template for a dense product, or TF32 tensor cores with `--tf32`.
+    F32,
+    /// f32 with 16-bit operands: the f32 SIMT template for a dense product.
     Wide,
     /// Any f64: the SIMT template in f64 for a dense product, else the generic kernels.
     Double,
@@ -329,6 +335,8 @@ impl Operands {
             Operands::Sixteen
         } else if types.contains(&DType::F64) {
             Operands::Double
+        } else if types.iter().all(|&t| t == DType::F32) {
+            Operands::F32
         } else {
             Operands::Wide
         }
@@ -343,8 +351,10 @@ pub fn product_efficiency(f: Format, ops: Operands, m: &Machine) -> f64 {
     }
     use gpu_efficiency::*;
     let tc_block = |x: u64| [16, 32, 64].contains(&x);
+    let tf32 = m.target == crate::machine::Target::CudaTf32;
     match f {
-        Format::Dense if ops == Operands::Wide => SIMT,
+        Format::Dense if ops == Operands::F32 && tf32 => TF32,
+        Format::Dense if ops == Operands::F32 || ops == Operands::Wide => SIMT,
         Format::Dense if ops == Operands::Double => SIMT_DOUBLE,
         _ if ops != Operands::Sixteen => GENERIC,
         Format::Dense => DENSE,
@@ -358,7 +368,8 @@ pub fn product_efficiency(f: Format, ops: Operands, m: &Machine) -> f64 {
 /// it: 1 on the CPU (its ceilings are what the kernels measured), the tensor-core kernels'
 /// small-batch figures on the GPU ([`gpu_efficiency::DENSE_BANDWIDTH`] and the others).
 pub fn product_bandwidth(f: Format, ops: Operands, m: &Machine) -> f64 {
-    if m.target == crate::machine::Target::Cpu || ops != Operands::Sixteen {
+    let tf32 = m.target == crate::machine::Target::CudaTf32 && ops == Operands::F32;
+    if m.target == crate::machine::Target::Cpu || (ops != Operands::Sixteen && !tf32) {
         return 1.0;
     }
     use gpu_efficiency::*;

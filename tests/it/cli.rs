@@ -545,4 +545,24 @@ fn cost_and_auto_predict_for_the_gpu_with_device_cuda() {
             .to_string();
         assert!(l.contains(verdict), "{format}: {l}");
     }
+    // An f32 weight: its BSR product runs the generic kernels; the dense product the exact f32
+    // template, or, with `--tf32`, TF32 tensor cores, predicted faster still.
+    let f32 = script.replace("bf16", "f32");
+    let dense_ms = |extra: &[&str]| {
+        let mut args = vec!["--device", "cuda"];
+        args.extend_from_slice(extra);
+        let out = tdsl_script(dir.path(), "cost", &f32, &args);
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        let l = line(&out.stdout);
+        assert!(l.contains("dense, "), "{l}");
+        (l, out.stdout)
+    };
+    let (exact, _) = dense_ms(&[]);
+    let (tf32, out) = dense_ms(&["--tf32"]);
+    assert!(out.contains("f32 products on TF32"), "{out}");
+    let faster = |l: &str| -> f64 {
+        let i = l.find("× faster").expect("a ratio");
+        l[..i].rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    assert!(faster(&tf32) > 4.0 * faster(&exact), "{exact}\n{tf32}");
 }
