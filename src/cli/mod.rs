@@ -259,7 +259,7 @@ pub fn main() -> ExitCode {
         }
     }
     if let Cmd::Repl = cli.cmd {
-        return repl::main(color);
+        return repl::main(color, cli.tf32);
     }
     if let Cmd::Machine { remeasure } = cli.cmd {
         let mut stdout = std::io::stdout().lock();
@@ -709,7 +709,7 @@ pub(crate) fn pipeline(engine: Engine) -> Pipeline {
 }
 
 /// [`pipeline`], with f32 products allowed on TF32 tensor cores when `tf32` (`--tf32`).
-fn pipeline_with(engine: Engine, tf32: bool) -> Pipeline {
+pub(crate) fn pipeline_with(engine: Engine, tf32: bool) -> Pipeline {
     Pipeline::new(Options {
         engine,
         entry: crate::check::Entry::Cli,

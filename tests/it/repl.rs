@@ -362,3 +362,24 @@ fn sparse_examples_in_the_repl() {
         assert!(out.lines().any(|l| l.starts_with("machine: ")), "{out}");
     }
 }
+
+/// `:set tf32 on` lets the session's f32 products run on the GPU's TF32 tensor cores, as
+/// `tdsl --tf32 repl` does: `:emit cuda` shows the TF32 template, `:set` the setting, and
+/// changing the backend keeps it.
+#[test]
+fn set_tf32_reaches_the_cuda_code() {
+    let product = "input x: f32[n=256, i=64]\ninput w: f32[o=128, i]\ny = einsum(x, w, 'n i, o i -> n o')\n";
+    let (code, out) = repl(&format!("{product}:emit cuda y\n"));
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("f32 FMA") && !out.contains("k8 tf32"), "{out}");
+    let (code, out) = repl(&format!(
+        "{product}:set tf32 on\n:set backend eval\n:set\n:emit cuda y\n:set tf32 maybe\n"
+    ));
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("backend eval") && out.contains("tf32 on"),
+        "{out}"
+    );
+    assert!(out.contains("k8 tf32"), "{out}");
+    assert!(out.contains("tf32 on|off"), "the usage line: {out}");
+}

@@ -126,10 +126,11 @@ impl Completer for ReplHelper {
                 (":plan" | ":time", 0) | (":emit", 1) => self.statements.clone(),
                 (":emit", 0) => strs(&["clif", "cuda"]),
                 (":device", 0) => strs(&["cpu", "cuda"]),
-                (":set", 0) => strs(&["threads", "backend", "runs", "dtype", "params"]),
+                (":set", 0) => strs(&["threads", "backend", "runs", "dtype", "params", "tf32"]),
                 (":set", 1) => match parts.get(1).copied() {
                     Some("backend") => strs(&["jit", "interp", "eval", "cuda"]),
                     Some("dtype") => strs(&["f32", "f64", "f16", "bf16"]),
+                    Some("tf32") => strs(&["on", "off"]),
                     Some("params") => {
                         let mut v = strs(&["auto", "all"]);
                         v.extend(self.words.iter().cloned());

@@ -92,13 +92,16 @@ impl Session {
             },
             ["backend", name] => match Engine::from_name(name) {
                 // `:time` runs the session's pipeline, so the engine is the pipeline's.
-                Some(e) => self.pipe = crate::cli::pipeline(e),
+                Some(e) => self.pipe = crate::cli::pipeline_with(e, self.pipe.options().tf32),
                 None => return self.error("usage: :set backend jit|interp|eval|cuda"),
             },
             ["dtype", d] => match DType::parse(d) {
                 Some(d) => s.dtype = d,
                 None => return self.error("usage: :set dtype f32|f64|f16|bf16"),
             },
+            ["tf32", on @ ("on" | "off")] => {
+                self.pipe = crate::cli::pipeline_with(self.pipe.engine(), *on == "on")
+            }
             ["params", "auto"] => s.params = None,
             ["params", list] => {
                 s.params = Some(
@@ -111,7 +114,7 @@ impl Session {
             }
             _ => {
                 return self.error(
-                    "usage: :set [threads N | backend jit|interp|eval|cuda | runs N | dtype D | params auto|all|A,B]",
+                    "usage: :set [threads N | backend jit|interp|eval|cuda | runs N | dtype D | params auto|all|A,B | tf32 on|off]",
                 )
             }
         }
@@ -121,12 +124,17 @@ impl Session {
             Some(v) => v.join(","),
         };
         let line = format!(
-            "threads {}  backend {}  runs {}  dtype {}  params {}",
+            "threads {}  backend {}  runs {}  dtype {}  params {}  tf32 {}",
             s.threads,
             self.pipe.engine().name(),
             s.runs,
             s.dtype,
-            params
+            params,
+            if self.pipe.options().tf32 {
+                "on"
+            } else {
+                "off"
+            }
         );
         self.print(&line);
     }

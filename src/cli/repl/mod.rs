@@ -177,10 +177,13 @@ struct Session {
 }
 
 /// Runs the REPL on stdin/stdout.
-pub fn main(color: Color) -> ExitCode {
+pub fn main(color: Color, tf32: bool) -> ExitCode {
     let interactive = std::io::stdin().is_terminal() && std::io::stdout().is_terminal();
     let color = if interactive { color } else { Color::Never };
     let mut s = Session::new(color);
+    if tf32 {
+        s.pipe = crate::cli::pipeline_with(Engine::Jit, true);
+    }
     if interactive {
         match interactive_loop(&mut s) {
             Ok(()) => return ExitCode::SUCCESS,
@@ -793,8 +796,9 @@ impl Session {
             let _ = writeln!(out, "  {usage:<w$}  {what}");
         }
         out.push_str(
-            ":set keys: threads N, backend jit|interp, runs N (for :time); dtype f32|f64|f16|bf16 and\n\
-             params auto|all|NAME,NAME (for :mem and :train).\n",
+            ":set keys: threads N, backend jit|interp|eval|cuda, runs N (for :time); dtype f32|f64|f16|bf16\n\
+             and params auto|all|NAME,NAME (for :mem and :train); tf32 on|off (f32 products on the\n\
+             GPU's TF32 tensor cores, as --tf32).\n",
         );
         self.print(&out);
     }
