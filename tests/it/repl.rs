@@ -368,7 +368,8 @@ fn sparse_examples_in_the_repl() {
 /// changing the backend keeps it.
 #[test]
 fn set_tf32_reaches_the_cuda_code() {
-    let product = "input x: f32[n=256, i=64]\ninput w: f32[o=128, i]\ny = einsum(x, w, 'n i, o i -> n o')\n";
+    let product =
+        "input x: f32[n=256, i=64]\ninput w: f32[o=128, i]\ny = einsum(x, w, 'n i, o i -> n o')\n";
     let (code, out) = repl(&format!("{product}:emit cuda y\n"));
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("f32 FMA") && !out.contains("k8 tf32"), "{out}");

@@ -1094,7 +1094,9 @@ struct Copy {
 }
 
 fn copy_nest(body: &[Stmt]) -> Option<Copy> {
-    let nest = store_nest(body)?;
+    let Some(nest) = store_nest(body) else {
+        return unrolled_copy(body);
+    };
     let Expr::Load {
         buf: src,
         index: src_index,
@@ -1108,6 +1110,66 @@ fn copy_nest(body: &[Stmt]) -> Option<Copy> {
         dst_index: nest.dst_index,
         src: *src,
         src_index: src_index.clone(),
+    })
+}
+
+/// A copy whose shortest axis the CPU planner unrolled (a relayout of `x [2, 64]` into
+/// `[64, 2]` is one loop of two stores, `t[2v] = x[v]; t[2v + 1] = x[v + 64]`): a perfect nest
+/// of range loops around `k ≥ 2` stores `dst[D + j·dd] = src[S + j·ds]`, j < k, read as one more
+/// variable of extent `k` (an id no loop of the nest has).
+fn unrolled_copy(body: &[Stmt]) -> Option<Copy> {
+    let mut vars = BTreeMap::new();
+    let mut stmts = body;
+    while let [Stmt::Loop(l)] = stmts {
+        let Iter::Range { extent } = l.iter else {
+            return None;
+        };
+        vars.insert(l.var, extent);
+        stmts = &l.body;
+    }
+    let stores: Vec<(BufId, &Index, BufId, &Index)> = stmts
+        .iter()
+        .map(|s| match s {
+            Stmt::Store {
+                buf,
+                index,
+                value:
+                    Expr::Load {
+                        buf: src,
+                        index: si,
+                    },
+            } => Some((*buf, index, *src, si)),
+            _ => None,
+        })
+        .collect::<Option<_>>()?;
+    let [(dst, d0, src, s0), (_, d1, _, s1), ..] = stores.as_slice() else {
+        return None;
+    };
+    let (dd, ds) = (d1.offset - d0.offset, s1.offset - s0.offset);
+    let regular = stores.iter().enumerate().all(|(j, (b, di, sb, si))| {
+        let j = j as i64;
+        b == dst
+            && sb == src
+            && di.terms == d0.terms
+            && si.terms == s0.terms
+            && di.offset == d0.offset + j * dd
+            && si.offset == s0.offset + j * ds
+    });
+    if !regular || dd == 0 {
+        return None;
+    }
+    let v = VarId(vars.keys().map(|v| v.0).max().unwrap_or(0) + 1);
+    vars.insert(v, stores.len() as u64);
+    let with = |ix: &Index, stride: i64| Index {
+        offset: ix.offset,
+        terms: ix.terms.iter().copied().chain([(v, stride)]).collect(),
+    };
+    Some(Copy {
+        vars,
+        dst: *dst,
+        dst_index: with(d0, dd),
+        src: *src,
+        src_index: with(s0, ds),
     })
 }
 
