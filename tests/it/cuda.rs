@@ -141,6 +141,22 @@ fn snapshot_mixed_precision_gemm_with_bias_and_gelu() {
     insta::assert_snapshot!(all_kernels(script));
 }
 
+/// Split-K (16 rows × K = 1024: 4 tiles, K in 2 parts; the reduce launch stores through the
+/// fused bias) and `x @ W` with W [in, out] copied k-contiguous for `wgmma` (1024 rows).
+#[test]
+fn snapshot_split_k_and_a_staged_operand() {
+    let split = "input x: bf16[16, 1024] = randn(seed=0)\n\
+                 input w: bf16[256, 1024] = randn(seed=1)\n\
+                 input b: f32[256] = randn(seed=2)\n\
+                 y = einsum(x, w, 'n i, o i -> n o') + b\n\
+                 output y\n";
+    let staged = "input x: bf16[1024, 64] = randn(seed=0)\n\
+                  input w: bf16[64, 128] = randn(seed=1)\n\
+                  y = einsum(x, w, 'n i, i o -> n o')\n\
+                  output y\n";
+    insta::assert_snapshot!(format!("{}\n{}", all_kernels(split), all_kernels(staged)));
+}
+
 #[test]
 fn snapshot_csr_times_dense() {
     let script = "input a: f32[8, 16] @ csr = rand(seed=0, density=0.3)\n\

@@ -1665,7 +1665,7 @@ pub fn render(p: &LoopProgram, name: &str, tc: &TensorCore) -> String {
             s.parts, s.parts
         );
     }
-    batch_offsets(&mut out, tc);
+    batch_offsets(&mut out, tc, true);
     // The templates' IN: 0 f16, 1 bf16, 2 tf32 (f32 read as pairs of halves: K and the row
     // strides doubled, the same bytes per 16-byte chunk).
     let input = match tc.input {
@@ -1819,19 +1819,28 @@ fn header(out: &mut String, p: &LoopProgram, name: &str, params: &[BufId], writt
     let _ = writeln!(out, "TDSL_KERNEL {name}({}) {{", params.join(", "));
 }
 
-/// The batch element `bz` as each batch axis's index `bi…` and the operands' offsets `oa`,
-/// `ob`, `oc`.
-fn batch_offsets(out: &mut String, tc: &TensorCore) {
+/// The batch element `bz` as each batch axis's index `bi…` and the offsets `oc` of C and, with
+/// `operands`, `oa` and `ob` of A and B.
+fn batch_offsets(out: &mut String, tc: &TensorCore, operands: bool) {
     use std::fmt::Write;
-    let _ = writeln!(
-        out,
-        "  long long oa = {}LL, ob = {}LL, oc = {}LL;",
-        tc.a.offset, tc.b.offset, tc.c_offset
-    );
-    for (i, (e, sa, sb, sc)) in tc.batch.iter().enumerate().rev() {
+    if operands {
         let _ = writeln!(
             out,
-            "  const long long bi{i} = bz % {e}LL; bz /= {e}LL; oa += bi{i} * {sa}LL; ob += bi{i} * {sb}LL; oc += bi{i} * {sc}LL;"
+            "  long long oa = {}LL, ob = {}LL, oc = {}LL;",
+            tc.a.offset, tc.b.offset, tc.c_offset
+        );
+    } else {
+        let _ = writeln!(out, "  long long oc = {}LL;", tc.c_offset);
+    }
+    for (i, (e, sa, sb, sc)) in tc.batch.iter().enumerate().rev() {
+        let ab = if operands {
+            format!(" oa += bi{i} * {sa}LL; ob += bi{i} * {sb}LL;")
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            out,
+            "  const long long bi{i} = bz % {e}LL; bz /= {e}LL;{ab} oc += bi{i} * {sc}LL;"
         );
     }
 }
@@ -1910,7 +1919,7 @@ pub fn render_reduce(p: &LoopProgram, name: &str, tc: &TensorCore) -> String {
         "  const int m = (int)(i / {n}LL % {m}LL), n = (int)(i % {n}LL);\n  long long bz = i / {}LL;",
         m * n
     );
-    batch_offsets(&mut out, tc);
+    batch_offsets(&mut out, tc, false);
     put_lambda(&mut out, p, tc, "float");
     let _ = writeln!(
         out,
