@@ -138,6 +138,35 @@ impl Launch {
     }
 
     /// (blocks, threads per block) on the device.
+    /// A launch of loop-IR statements (no library call), its parameters the buffers `body`
+    /// touches; with `tiled`, through a shared-memory tile when the body is one transposing
+    /// store ([`transposing_tile`], [`Split::Tile`]).
+    fn loops(
+        name: String,
+        kernel: usize,
+        grid: Grid,
+        body: Vec<Stmt>,
+        split: Split,
+        tiled: bool,
+    ) -> Launch {
+        let params = stmt_buffers(&body).into_iter().collect();
+        let (grid, body, split, tile) = match tiled.then(|| transposing_tile(&grid, &body)) {
+            Some(Some((grid, body, tile))) => (grid, body, Split::Tile, Some(tile)),
+            _ => (grid, body, split, None),
+        };
+        Launch {
+            name,
+            kernel,
+            grid,
+            body,
+            params,
+            split,
+            lib: None,
+            reduce: false,
+            tile,
+        }
+    }
+
     /// Dynamic shared memory of one block, in bytes (a tensor-core product's; none otherwise).
     pub fn smem_bytes(&self) -> u64 {
         match &self.lib {
@@ -249,7 +278,6 @@ pub fn map_program_variants(
         }
         let mut n = 0usize;
         let mut launch = |grid: Vec<(VarId, u64)>, body: Vec<Stmt>, steps: &mut Vec<Step>| {
-            let params = stmt_buffers(&body).into_iter().collect();
             let split = match grid.is_empty() {
                 true => Split::Thread,
                 false => match split_of(&body) {
@@ -265,27 +293,12 @@ pub fn map_program_variants(
                     split => split,
                 },
             };
-            let tiled = match split {
-                Split::Thread if !grid.is_empty() && wasteful(&grid, &body, &elem_bytes) => {
-                    transposing_tile(&grid, &body)
-                }
-                _ => None,
-            };
-            let (grid, body, split, tile) = match tiled {
-                Some((grid, body, tile)) => (grid, body, Split::Tile, Some(tile)),
-                None => (grid, body, split, None),
-            };
-            steps.push(Step::Launch(Launch {
-                name: format!("{}_{n}", k.name),
-                kernel: ki,
-                grid,
-                body,
-                params,
-                split,
-                lib: None,
-                reduce: false,
-                tile,
-            }));
+            let tiled =
+                split == Split::Thread && !grid.is_empty() && wasteful(&grid, &body, &elem_bytes);
+            let name = format!("{}_{n}", k.name);
+            steps.push(Step::Launch(Launch::loops(
+                name, ki, grid, body, split, tiled,
+            )));
             n += 1;
         };
         let mut new_body = Vec::new();
@@ -356,22 +369,14 @@ fn staging_launch(st: &crate::tensor::Staging, kernel_name: &str, kernel: usize)
             index: src,
         },
     }];
-    let params = stmt_buffers(&body).into_iter().collect();
-    let (grid, body, split, tile) = match transposing_tile(&grid, &body) {
-        Some((grid, body, tile)) => (grid, body, Split::Tile, Some(tile)),
-        None => (grid, body, Split::Thread, None),
-    };
-    Launch {
-        name: format!("{kernel_name}_t"),
+    Launch::loops(
+        format!("{kernel_name}_t"),
         kernel,
         grid,
         body,
-        params,
-        split,
-        lib: None,
-        reduce: false,
-        tile,
-    }
+        Split::Thread,
+        true,
+    )
 }
 
 enum Run<'a> {
