@@ -388,6 +388,144 @@ TDSL_FN void tdsl_tc_wgmma_sp24(const unsigned short *__restrict__ Av, const int
 #pragma unroll
   for (int mw = 0; mw < MW; mw++) tdsl_wg_epilogue<BN>(d[mw], put, M, N, m0 + (wg * MW + mw) * 64, n0);
 }
+
+// BSR on sm_90a (H100, H200), the stored blocks as wgmma's B: the template computes Cᵀ, its rows
+// the dense operand's (N of them, B k-contiguous: (k, n) at B[n * ldb + k]) and its columns the
+// BSR operand's rows (M, a multiple of R), and stores through `put(m, n)` all the same. Block
+// tile 128 dense rows (two warpgroups of 64) by COLS = G R BSR rows (G block rows), walking the
+// union of the G block rows' block columns: one strip of the dense operand (128 rows x C) per
+// column serves every block row stored there, and each stored R x C block is one
+// `wgmma.mma_async` m64nRk16 per k16 of its own (absent blocks are skipped, never multiplied
+// as zeros). A stage holds S = 64 / C columns of the union side by side in 128-byte rows, so
+// its A (128 x 64 halves) and its G slots of R x 64 halves (slot g: block row g's blocks at
+// those columns) have the 128-byte swizzle and descriptors of tdsl_tc_wgmma. The union is
+// marked once per thread block in shared memory (a word per block column, bit g for block row
+// g) and listed in order; the stored blocks' positions come from per-row cursors into `idx`.
+// Pipeline as tdsl_tc_wgmma: loads 2 stages ahead, one wgmma group in flight. 2 K / C words
+// after the stages (TDSL_TC_WGB_SMEM).
+#define TDSL_TC_WGB_SMEM(COLS, KB) (TDSL_TC_WG_SMEM(COLS) + 8 * (KB))
+// a[g] for a g known only at run time, without an indexed (local-memory) array.
+template <int G> TDSL_FN int tdsl_pick(const int (&a)[G], int g) {
+  int v = a[0];
+#pragma unroll
+  for (int i = 1; i < G; i++) v = g == i ? a[i] : v;
+  return v;
+}
+template <int IN, int R, int C, int COLS, typename Put>
+TDSL_FN void tdsl_tc_wgmma_bsr(const unsigned short *__restrict__ Av, const int *__restrict__ ptr,
+                               const int *__restrict__ idx, const unsigned short *__restrict__ B, Put put,
+                               long long tile, int M, int N, int K, long long ldb) {
+  constexpr int G = COLS / R, S = 64 / C, CH = C / 8, STAGES = TDSL_TC_WG_STAGES, AHEAD = STAGES - 2;
+  static_assert((R == 16 || R == 32 || R == 64) && (C == 16 || C == 32 || C == 64), "BSR blocks of 16, 32 or 64");
+  static_assert((COLS == 128 || COLS == 256) && G <= 8, "128 or 256 columns of at most 8 block rows");
+  constexpr unsigned A_BYTES = TDSL_TC_BM * 128, STAGE = TDSL_TC_WG_STAGE_BYTES(COLS);
+  TDSL_DYN_SMEM(tdsl_smem_dyn);
+  const unsigned smem0 = tdsl_smem(tdsl_smem_dyn), base = (smem0 + 1023u) & ~1023u;
+  unsigned *mark = reinterpret_cast<unsigned *>(reinterpret_cast<unsigned char *>(tdsl_smem_dyn) + (base - smem0) +
+                                                STAGES * STAGE);
+  const int block_rows = M / R, groups = (block_rows + G - 1) / G, KB = K / C;
+  const int br0 = (int)(tile % groups) * G, n0 = (int)(tile / groups) * TDSL_TC_BM;
+  const int tid = threadIdx.x, wg = tid >> 7;
+
+  // The union: bit g of mark[c] when block row br0 + g stores a block at column c (one block row
+  // at a time: its columns are distinct, so no two threads write one word at once), then its
+  // columns in order as list[j] = column | bits << 16 (each thread compacts a run of KB / 256
+  // words after the others' counts before it).
+  unsigned *list = mark + KB;
+  __shared__ int tdsl_wgb_count[TDSL_TC_THREADS];
+  for (int c = tid; c < KB; c += TDSL_TC_THREADS) mark[c] = 0;
+  int at[G];  // the loads' cursor into each block row's stored blocks
+#pragma unroll
+  for (int g = 0; g < G; g++) {
+    const bool in = br0 + g < block_rows;
+    at[g] = in ? ptr[br0 + g] : 0;
+    const int end = in ? ptr[br0 + g + 1] : 0;
+    __syncthreads();
+    for (int q = at[g] + tid; q < end; q += TDSL_TC_THREADS) mark[idx[q]] |= 1u << g;
+  }
+  __syncthreads();
+  const int run = (KB + TDSL_TC_THREADS - 1) / TDSL_TC_THREADS, c0 = tid * run, c1 = c0 + run < KB ? c0 + run : KB;
+  int mine = 0;
+  for (int c = c0; c < c1; c++) mine += mark[c] != 0;
+  tdsl_wgb_count[tid] = mine;
+  for (int off = 1; off < TDSL_TC_THREADS; off *= 2) {  // inclusive prefix sums of the counts
+    __syncthreads();
+    const int add = tid >= off ? tdsl_wgb_count[tid - off] : 0;
+    __syncthreads();
+    tdsl_wgb_count[tid] += add;
+  }
+  __syncthreads();
+  for (int c = c0, j = tdsl_wgb_count[tid] - mine; c < c1; c++)
+    if (mark[c] != 0) list[j++] = (unsigned)c | mark[c] << 16;
+  const int U = tdsl_wgb_count[TDSL_TC_THREADS - 1], KT = (U + S - 1) / S;
+  __syncthreads();
+
+  // Stage kt: the union's columns S kt .. S kt + S - 1 (fewer at its end).
+  auto load = [&](int stage, int kt) {
+    const unsigned a_st = base + stage * STAGE, b_st = a_st + A_BYTES;
+#pragma unroll
+    for (int s = 0; s < S; s++) {
+      if (kt * S + s >= U) break;
+      const unsigned e = list[kt * S + s], mk = e >> 16;
+      const int k0 = (int)(e & 0xffffu) * C;
+#pragma unroll
+      for (int j = 0; j < TDSL_TC_BM * CH / TDSL_TC_THREADS; j++) {  // A: 128 dense rows x CH chunks
+        const int q = tid + j * TDSL_TC_THREADS, r = q / CH, c = q % CH;
+        const bool ok = n0 + r < N;
+        const unsigned short *src = ok ? B + (long long)(n0 + r) * ldb + k0 + c * 8 : B;
+        tdsl_cp16(a_st + r * 128 + (((s * CH + c) ^ (r & 7)) << 4), src, ok);
+      }
+      int pg[G];  // each block row's stored block at this column, or -1
+#pragma unroll
+      for (int g = 0; g < G; g++) pg[g] = (mk >> g) & 1u ? at[g]++ : -1;
+#pragma unroll
+      for (int j = 0; j < COLS * CH / TDSL_TC_THREADS; j++) {  // the blocks: slot g's R rows x CH chunks
+        const int q = tid + j * TDSL_TC_THREADS, rr = q / CH, c = q % CH;
+        const int p = tdsl_pick<G>(pg, rr / R);
+        if (p >= 0)
+          tdsl_cp16(b_st + rr * 128 + (((s * CH + c) ^ (rr & 7)) << 4), Av + (long long)p * (R * C) + (rr % R) * C + c * 8,
+                    true);
+      }
+    }
+  };
+
+  float d[G][R / 2];
+#pragma unroll
+  for (int g = 0; g < G; g++)
+#pragma unroll
+    for (int i = 0; i < R / 2; i++) d[g][i] = 0.0f;
+#pragma unroll
+  for (int s = 0; s < AHEAD; s++) {
+    if (s < KT) load(s, s);
+    tdsl_cp_commit();
+  }
+  for (int kt = 0; kt < KT; kt++) {
+    tdsl_cp_wait<AHEAD - 1>();  // stage kt has landed (this thread's copies)
+    tdsl_fence_async_smem();    // ... and is visible to the tensor cores' proxy
+    __syncthreads();            // every thread's copies; every warpgroup done with stage kt - 2
+    if (kt + AHEAD < KT) load((kt + AHEAD) % STAGES, kt + AHEAD);
+    tdsl_cp_commit();
+    unsigned mk[S];  // this stage's columns: which block rows store a block at each
+#pragma unroll
+    for (int s = 0; s < S; s++) mk[s] = kt * S + s < U ? list[kt * S + s] >> 16 : 0u;
+    const unsigned st = base + (kt % STAGES) * STAGE, a_st = st + wg * 64 * 128, b_st = st + A_BYTES;
+    tdsl_wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+      for (int g = 0; g < G; g++)
+        tdsl_wgmma_if<IN, R>(d[g], tdsl_wg_desc(a_st + kk * 32), tdsl_wg_desc(b_st + g * R * 128 + kk * 32),
+                             (mk[kk * S / 4] >> g) & 1u);
+    tdsl_wg_commit();
+    tdsl_wg_wait<1>();
+  }
+  tdsl_wg_wait<0>();
+  tdsl_cp_wait<0>();
+  // Cᵀ: the template's row (dense) is the call's column.
+  auto put_t = [&](int row, int col, float v) { put(col, row, v); };
+#pragma unroll
+  for (int g = 0; g < G; g++) tdsl_wg_epilogue<R>(d[g], put_t, N, M, n0 + wg * 64, (br0 + g) * R);
+}
 #endif
 
 // 2:4 on the left: A is the compressed values (m, j) at Av[m * ldv + j], j < K / 2, with tdsl's

@@ -447,6 +447,11 @@ template <int IN, int BN> TDSL_FN void tdsl_wgmma(float *d, unsigned long long d
   f.d = d;
   tdsl_emu_wait(TDSL_EMU_WG, TDSL_OP_WGMMA);
 }
+// Guarded: every thread of the warpgroup passes the same `on` (a thread that disagreed would
+// leave the others waiting, which the emulation reports as a deadlock).
+template <int IN, int BN> TDSL_FN void tdsl_wgmma_if(float *d, unsigned long long da, unsigned long long db, bool on) {
+  if (on) tdsl_wgmma<IN, BN>(d, da, db);
+}
 template <int IN> TDSL_FN void tdsl_wgmma_sp(float *d, unsigned long long da, unsigned long long db, unsigned e) {
   tdsl_emu_fiber &f = tdsl_emu_me();
   f.da = da;

@@ -9,6 +9,8 @@
 # before/after; VARIANTS lists TDSL_TC_GEMM=BKxSTAGES settings (mma.sync) to bench besides;
 # MAIN=0 skips the GPU tests, the example and the main bench (a second call for the variants);
 # SP_WGMMA=0 skips the tests and bench of 2:4 on wgmma.sp (TDSL_TC_SP=wgmma, not yet the default);
+# BSR_WGMMA=0 skips the bench of BSR on wgmma (TDSL_TC_BSR=wgmma, not yet the default; its GPU
+# tests run with wgmma.sp's), BSR_WG_ONLY picks its rows (default every bsr_bf16 row);
 # BSR_VARIANTS=0 skips the BSR comparison of one block row per thread block against groups;
 # WG_VARIANTS=0 skips the comparisons of dense wgmma tile widths and of split-K on short
 # products, and of x @ W [in, out] with and without its copy to k-contiguous.
@@ -25,11 +27,12 @@ if [ "${MAIN:-1}" = 1 ]; then
   timeout "${TEST_S:-150}" env TDSL_REQUIRE_GPU=1 .dev/it ${TESTS:-gpu diff} --test-threads 8 2>&1 | tee "$OUT/tests.txt" | tail -40
   .dev/tdsl run --device cuda examples/quickstart.tdsl 2>&1 | tail -5
 fi
-# 2:4 on wgmma.mma_async.sp: written from the PTX ISA and checked in emulation only; the GPU
-# tests (every tc_* corpus script and the 2:4 products) must pass before it becomes the default.
+# 2:4 on wgmma.mma_async.sp and BSR on wgmma: written from the PTX ISA and checked in emulation
+# only; the GPU tests (every tc_* corpus script, the 2:4 and BSR products) must pass with them
+# before they become the default. A failure names its script: 2:4 or BSR.
 if [ "${SP_WGMMA:-1}" = 1 ]; then
-  echo "## TDSL_TC_SP=wgmma: GPU tests" | tee "$OUT/tests_wgmma_sp.txt"
-  timeout "${SP_TEST_S:-60}" env TDSL_REQUIRE_GPU=1 TDSL_TC_SP=wgmma .dev/it gpu_ --test-threads 8 2>&1 | tee -a "$OUT/tests_wgmma_sp.txt" | tail -15
+  echo "## TDSL_TC_SP=wgmma TDSL_TC_BSR=wgmma: GPU tests" | tee "$OUT/tests_wgmma_sp.txt"
+  timeout "${SP_TEST_S:-60}" env TDSL_REQUIRE_GPU=1 TDSL_TC_SP=wgmma TDSL_TC_BSR=wgmma .dev/it gpu_ --test-threads 8 2>&1 | tee -a "$OUT/tests_wgmma_sp.txt" | tail -15
 fi
 if [ "${MAIN:-1}" = 1 ]; then
   timeout "${BENCH_S:-120}" python3 bench/gpu/run.py --tdsl .dev/tdsl --runs 10 --no-compile --only "${ONLY:-.}" 2>&1 | tee "$OUT/bench.txt"
@@ -51,6 +54,11 @@ if [ "${SP_WGMMA:-1}" = 1 ]; then
   TDSL_TC_SP=wgmma timeout 60 python3 bench/gpu/run.py --tdsl .dev/tdsl --runs 10 --no-compile --only '^sp24' --no-anchors 2>&1 | tee -a "$OUT/bench.txt"
   echo "## TDSL_TC_SP=wgmma TDSL_TC_SP_BM=128" | tee -a "$OUT/bench.txt"
   TDSL_TC_SP=wgmma TDSL_TC_SP_BM=128 timeout 40 python3 bench/gpu/run.py --tdsl .dev/tdsl --runs 10 --no-compile --only '^sp24_bf16$' --no-anchors 2>&1 | tee -a "$OUT/bench.txt"
+fi
+# BSR on wgmma (the stored blocks as wgmma's B, m64nRk16 each) against the default's rows above.
+if [ "${BSR_WGMMA:-1}" = 1 ]; then
+  echo "## TDSL_TC_BSR=wgmma" | tee -a "$OUT/bench.txt"
+  TDSL_TC_BSR=wgmma timeout 60 python3 bench/gpu/run.py --tdsl .dev/tdsl --runs 10 --no-compile --only "${BSR_WG_ONLY:-^bsr_bf16}" --no-anchors 2>&1 | tee -a "$OUT/bench.txt"
 fi
 # BSR: the default (groups of block rows walking the union of their columns for large launches)
 # against one block row per thread block, and groups where the default takes rows (256 rows).

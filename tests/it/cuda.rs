@@ -43,6 +43,31 @@ fn plan(script: &str) -> Option<tdsl::plan::lower::Plan> {
     tdsl::plan::lower::plan_program(&p).ok()
 }
 
+/// The kernels of a compiled unit, each checked lean: no spills, and no `wgmma` pipeline that
+/// ptxas serialized (a branch around a `wgmma`, or registers of a group in flight touched).
+fn lean(
+    what: &str,
+    sm: u32,
+    c: &tdsl_cuda::nvrtc::Cubin,
+) -> Vec<tdsl_cuda::nvrtc::KernelResources> {
+    let r = tdsl_cuda::nvrtc::resources(&c.log);
+    for k in &r {
+        assert_eq!(
+            (k.spill_stores, k.spill_loads),
+            (0, 0),
+            "{what}: kernel {} spills on sm_{sm} ({} registers)",
+            k.name,
+            k.registers
+        );
+        assert!(
+            !k.wgmma_serialized,
+            "{what}: ptxas serialized the wgmma pipeline of kernel {} on sm_{sm}:\n{}",
+            k.name, c.log
+        );
+    }
+    r
+}
+
 #[test]
 fn nvrtc_compiles_every_kernel_shape_for_sm80_and_sm90_without_spills() {
     if !nvrtc_or_skip("the NVRTC compile check") {
@@ -62,13 +87,7 @@ fn nvrtc_compiles_every_kernel_shape_for_sm80_and_sm90_without_spills() {
             let unit = tdsl_cuda::cuda_unit_for(&plan.loops, sm);
             let c = tdsl_cuda::nvrtc::compile(&unit, sm, true)
                 .unwrap_or_else(|e| panic!("{name} does not compile for sm_{sm}:\n{e}\n{unit}"));
-            for k in tdsl_cuda::nvrtc::resources(&c.log) {
-                assert_eq!(
-                    (k.spill_stores, k.spill_loads),
-                    (0, 0),
-                    "{name}: kernel {} spills on sm_{sm}",
-                    k.name
-                );
+            for k in lean(name, sm, &c) {
                 max_regs = max_regs.max(k.registers);
                 kernels += 1;
             }
@@ -155,6 +174,28 @@ fn snapshot_split_k_and_a_staged_operand() {
                   y = einsum(x, w, 'n i, i o -> n o')\n\
                   output y\n";
     insta::assert_snapshot!(format!("{}\n{}", all_kernels(split), all_kernels(staged)));
+}
+
+/// A BSR weight in torch's layout on `wgmma` (`TDSL_TC_BSR=wgmma`): the stored blocks are the
+/// template's B, so it computes the transposed product and its `put` is the call's.
+#[test]
+fn snapshot_bsr_on_wgmma() {
+    use tdsl_cuda::tensor::{BsrWalk, TensorCores, Variants};
+    let script = "input x: bf16[300, 256] = randn(seed=0)\n\
+                  input w: bf16[512, 256] @ bsr(32, 32) = randn(seed=1, density=0.25)\n\
+                  input b: f32[512] = randn(seed=2)\n\
+                  y = relu(einsum(x, w, 'n i, o i -> n o') + b)\n\
+                  output y\n";
+    let plan = plan(script).expect("plans");
+    let v = Variants {
+        bsr: Some(BsrWalk::Wgmma { cols: 0 }),
+        ..Variants::default()
+    };
+    let unit = tdsl_cuda::cuda_unit_with(&plan.loops, TensorCores::Wgmma, v);
+    // The launches, after the prelude: from the line before the first launch's shape.
+    let launch = unit.find("\n// launch:").expect("a launch");
+    let at = unit[..launch].rfind('\n').expect("a line before it");
+    insta::assert_snapshot!(&unit[at + 1..]);
 }
 
 #[test]
@@ -516,15 +557,7 @@ fn nvrtc_compiles_tf32_products_without_spills() {
         let unit = tdsl_cuda::cuda_unit_with(&plan.loops, tc, v);
         let c = tdsl_cuda::nvrtc::compile(&unit, sm, true)
             .unwrap_or_else(|e| panic!("TF32 does not compile for sm_{sm}:\n{e}"));
-        for k in tdsl_cuda::nvrtc::resources(&c.log) {
-            assert_eq!(
-                (k.spill_stores, k.spill_loads),
-                (0, 0),
-                "kernel {} spills on sm_{sm} ({} registers)",
-                k.name,
-                k.registers
-            );
-        }
+        lean("TF32", sm, &c);
     }
 }
 
@@ -533,9 +566,9 @@ fn nvrtc_compiles_the_other_tensor_core_templates_without_spills() {
     if !nvrtc_or_skip("the compile check of the other templates") {
         return;
     }
-    use tdsl_cuda::tensor::{select_with, TensorCores, Variants};
+    use tdsl_cuda::tensor::{select_with, BsrWalk, TensorCores, Variants};
     let union = Variants {
-        bsr_union: Some(true),
+        bsr: Some(BsrWalk::Union),
         wg_cols: Some(128),
         split_k: Some(2),
         ..Variants::default()
@@ -544,9 +577,10 @@ fn nvrtc_compiles_the_other_tensor_core_templates_without_spills() {
         sp_rows: Some(256),
         wg_cols: Some(256),
         stage_b: Some(true),
+        bsr: Some(BsrWalk::Wgmma { cols: 256 }),
         ..union
     };
-    let (mut sparse, mut groups) = (0, 0);
+    let (mut sparse, mut groups, mut wg_bsr) = (0, 0, 0);
     for (name, text) in scripts_in("tests/corpus") {
         if !name.contains("/tc_") {
             continue;
@@ -561,6 +595,11 @@ fn nvrtc_compiles_the_other_tensor_core_templates_without_spills() {
         };
         sparse += count(TensorCores::WgmmaSparse, "wgmma.mma_async.sp m64n128k32");
         groups += count(TensorCores::Mma, "over the union");
+        wg_bsr += select_with(&plan.loops, TensorCores::Wgmma, wide)
+            .calls
+            .values()
+            .filter(|t| t.describe().contains("as wgmma's B"))
+            .count();
         for (sm, tc, v) in [
             (90, TensorCores::WgmmaSparse, union),
             (90, TensorCores::WgmmaSparse, wide),
@@ -569,19 +608,16 @@ fn nvrtc_compiles_the_other_tensor_core_templates_without_spills() {
             let unit = tdsl_cuda::cuda_unit_with(&plan.loops, tc, v);
             let c = tdsl_cuda::nvrtc::compile(&unit, sm, true)
                 .unwrap_or_else(|e| panic!("{name} does not compile for sm_{sm}:\n{e}"));
-            for k in tdsl_cuda::nvrtc::resources(&c.log) {
-                assert_eq!(
-                    (k.spill_stores, k.spill_loads),
-                    (0, 0),
-                    "{name}: kernel {} spills on sm_{sm} ({} registers)",
-                    k.name,
-                    k.registers
-                );
+            for k in lean(&name, sm, &c) {
                 eprintln!("{name} sm_{sm}: {} {} registers", k.name, k.registers);
             }
         }
     }
     assert!(sparse >= 1, "no 2:4 product of the corpus took wgmma.sp");
+    assert!(
+        wg_bsr >= 2,
+        "only {wg_bsr} BSR products of the corpus took wgmma"
+    );
     assert!(
         groups >= 2,
         "only {groups} BSR products of the corpus took the grouped template"

@@ -94,10 +94,11 @@ fn gpu_runs_every_script_like_the_interpreter() {
 
 /// Dense products on `wgmma` (sm_90a) in every tile width, with edges in M, N and K that are
 /// not multiples of the tile (the scripts of `gpu_runs_every_script_like_the_interpreter` are
-/// too small for 128 × 256 and 128 × 128 tiles), and f64 on the SIMT template: compared with
-/// the CPU JIT, whose GEMM the differential tests hold to the interpreter.
+/// too small for 128 × 256 and 128 × 128 tiles), BSR products large enough for the grouped and
+/// `wgmma` walks, and f64 on the SIMT template: compared with the CPU JIT, whose GEMM and sparse
+/// kernels the differential tests hold to the interpreter.
 #[test]
-fn gpu_dense_products_in_every_tile_width_agree_with_the_cpu() {
+fn gpu_products_in_every_tile_width_agree_with_the_cpu() {
     let Some(dev) = device() else { return };
     let scripts = [
         // 18 × 16 tiles of 128 × 256: wide tiles; K = 72 ends mid-stage.
@@ -119,6 +120,12 @@ fn gpu_dense_products_in_every_tile_width_agree_with_the_cpu() {
         "input x: bf16[n=24, i=4160] = randn(seed=21)\ninput w: bf16[o=1000, i] @ 2:4(i) = randn(seed=22)\ny = einsum(x, w, 'n i, o i -> n o')\noutput y\n",
         // f64 (the SIMT template in f64), B n-contiguous, edges past the 128 × 128 tile.
         "input x: f64[n=300, i=100] = randn(seed=9)\ninput w: f64[i, o=260] = randn(seed=10)\ny = einsum(x, w, 'n i, i o -> n o')\noutput y\n",
+        // BSR in torch's layout, large enough for groups of block rows over the union of their
+        // columns (and, with `TDSL_TC_BSR=wgmma`, 256-wide wgmma tiles: 16 × 9); 16 × 16 and
+        // 64 × 64 blocks (128-wide wgmma tiles), f16 out.
+        "input x: bf16[n=1100, i=320] = randn(seed=23)\ninput w: bf16[o=4096, i] @ bsr(32, 32) = randn(seed=24, density=0.3)\ny = einsum(x, w, 'n i, o i -> n o')\noutput y\n",
+        "input x: f16[n=300, i=192] = randn(seed=25)\ninput w: f16[o=528, i] @ bsr(16, 16) = randn(seed=26, density=0.2)\ny = einsum(x, w, 'n i, o i -> n o')\noutput y\n",
+        "input x: bf16[n=200, i=512] = randn(seed=27)\ninput w: bf16[o=640, i] @ bsr(64, 64) = randn(seed=28, density=0.4)\ny = cast(einsum(x, w, 'n i, o i -> n o'), f16)\noutput y\n",
         // Batched, bf16 out, added to a bias after.
         "input x: bf16[b=3, n=300, i=128] = randn(seed=4)\ninput w: bf16[o=520, i] = randn(seed=5)\ninput c: f32[o] = randn(seed=6)\ny = einsum(x, w, 'b n i, o i -> b n o') + c\noutput y\n",
     ];

@@ -7,7 +7,7 @@
 
 use proptest::prelude::*;
 use tdsl_cuda::emulate::Copies;
-use tdsl_cuda::tensor::{TensorCores, Variants};
+use tdsl_cuda::tensor::{BsrWalk, TensorCores, Variants};
 
 /// The instruction sets and template variants the emulation runs: `mma.sync`/`mma.sp` (BSR one
 /// block row per thread block at these sizes) with K split in 2 parts, `wgmma` for dense
@@ -16,8 +16,8 @@ use tdsl_cuda::tensor::{TensorCores, Variants};
 /// copied k-contiguous for `wgmma`, 256-row 2:4 tiles, BSR over groups of block rows, and K in
 /// 3 parts for the 128-wide one.
 fn configs() -> [(TensorCores, Variants); 4] {
-    let other = |wg_cols, split_k| Variants {
-        bsr_union: Some(true),
+    let other = |wg_cols, split_k, bsr| Variants {
+        bsr: Some(bsr),
         sp_rows: Some(256),
         wg_cols: Some(wg_cols),
         stage_b: Some(true),
@@ -35,8 +35,14 @@ fn configs() -> [(TensorCores, Variants); 4] {
     [
         split(TensorCores::Mma, Some(2)),
         (TensorCores::WgmmaSparse, Variants::default()),
-        (TensorCores::WgmmaSparse, other(128, Some(3))),
-        (TensorCores::Wgmma, other(256, None)),
+        (
+            TensorCores::WgmmaSparse,
+            other(128, Some(3), BsrWalk::Union),
+        ),
+        (
+            TensorCores::Wgmma,
+            other(256, None, BsrWalk::Wgmma { cols: 256 }),
+        ),
     ]
 }
 
@@ -91,6 +97,12 @@ fn scripts() -> Vec<(String, String)> {
         // unrolled), folded into the launch all the same.
         "input x: bf16[n=2, i=64] = randn(seed=40)\ninput w: bf16[o=96, i] @ bsr(32, 32) = randn(seed=41, density=0.5)\ny = einsum(x, w, 'n i, o i -> n o')\noutput y\n",
         "input x: bf16[n=2, i=128] = randn(seed=42)\ninput w: bf16[o=72, i] @ 2:4(i) = randn(seed=43)\ny = einsum(x, w, 'n i, o i -> n o')\noutput y\n",
+        // BSR on wgmma (the stored blocks as B): three tiles of dense rows, 17 block rows (the
+        // last group of 8 partial), 20 block columns (stages of two); 16 x 16 blocks (four
+        // columns per stage, 128-wide tiles); 64 x 64 blocks (one per stage), f16 out.
+        "input x: bf16[n=300, i=640] = randn(seed=44)\ninput w: bf16[o=544, i] @ bsr(32, 32) = randn(seed=45, density=0.3)\ny = einsum(x, w, 'n i, o i -> n o')\noutput y\n",
+        "input x: f16[n=130, i=96] = randn(seed=46)\ninput w: f16[o=144, i] @ bsr(16, 16) = randn(seed=47, density=0.4)\ny = einsum(x, w, 'n i, o i -> n o')\noutput y\n",
+        "input x: bf16[n=64, i=256] = randn(seed=48)\ninput w: bf16[o=192, i] @ bsr(64, 64) = randn(seed=49, density=0.5)\ny = einsum(x, w, 'n i, o i -> n o')\ny16 = cast(y, f16)\noutput y16\n",
         // f64 on the SIMT template: edges, K not a multiple of 8, B n-contiguous, batched.
         "input x: f64[n=150, i=37] = randn(seed=32)\ninput w: f64[o=136, i] = randn(seed=33)\ny = einsum(x, w, 'n i, o i -> n o')\noutput y\n",
         "input x: f64[b=2, n=70, i=20] = randn(seed=34)\ninput w: f64[i, o=140] = randn(seed=35)\ny = einsum(x, w, 'b n i, i o -> b n o')\noutput y\n",

@@ -61,7 +61,6 @@ pub fn cuda_kernel(p: &LoopProgram, kernel: usize) -> String {
     out
 }
 
-/// Checks that `bufs` matches `p`'s buffers in number, type and length.
 /// The buffers a mapped program has beyond the program it was mapped from: device-only scratch
 /// that the launches write before they read it ([`tensor::Staging`]); the caller binds none.
 pub fn scratch<'a>(p: &LoopProgram, mapped: &'a LoopProgram) -> &'a [tdsl_loop::Buffer] {

@@ -15,6 +15,7 @@
 
 #![allow(unsafe_code)]
 
+use std::collections::BTreeSet;
 use std::ffi::{CStr, CString};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -142,6 +143,10 @@ pub struct KernelResources {
     pub registers: u32,
     pub spill_stores: u32,
     pub spill_loads: u32,
+    /// ptxas serialized the kernel's `wgmma` pipeline or waited for its groups where the
+    /// source did not (its notes C7514, C7515, C7517): each `wgmma` then completes before the
+    /// next is issued, which costs a large part of the tensor cores' rate.
+    pub wgmma_serialized: bool,
 }
 
 /// The architecture tdsl compiles a device of compute capability `sm` for: its exact `sm_XX`,
@@ -245,13 +250,25 @@ fn compile_uncached(src: &str, opts: &[String]) -> Result<Cubin, String> {
     out
 }
 
-/// Registers and spills per kernel, from a `--ptxas-options=-v` log.
+/// Registers, spills and a serialized `wgmma` pipeline per kernel, from a
+/// `--ptxas-options=-v` log.
 pub fn resources(log: &str) -> Vec<KernelResources> {
     let mut out: Vec<KernelResources> = Vec::new();
+    // ptxas names the function in its wgmma notes, which may come before the function's entry.
+    let serialized: BTreeSet<&str> = log
+        .lines()
+        .filter(|l| {
+            ["(C7514)", "(C7515)", "(C7517)"]
+                .iter()
+                .any(|c| l.contains(c))
+        })
+        .filter_map(|l| l.split("function '").nth(1)?.split('\'').next())
+        .collect();
     for line in log.lines() {
         if let Some(rest) = line.split("Compiling entry function '").nth(1) {
             let name = rest.split('\'').next().unwrap_or_default().to_string();
             out.push(KernelResources {
+                wgmma_serialized: serialized.contains(name.as_str()),
                 name,
                 registers: 0,
                 spill_stores: 0,
@@ -310,7 +327,8 @@ mod tests {
 
     #[test]
     fn ptxas_logs_give_registers_and_spills_per_kernel() {
-        let log = "ptxas info    : 0 bytes gmem\n\
+        let log = "ptxas info    : (C7517) wgmma.wait_group is injected in around line 9 by compiler to allow use of registers defined by GMMA in function 'k1_0'\n\
+                   ptxas info    : 0 bytes gmem\n\
                    ptxas info    : Compiling entry function 'k0_0' for 'sm_90'\n\
                    ptxas info    : Function properties for k0_0\n\
                    \x20   8 bytes stack frame, 4 bytes spill stores, 12 bytes spill loads\n\
@@ -325,10 +343,12 @@ mod tests {
                 name: "k0_0".into(),
                 registers: 30,
                 spill_stores: 4,
-                spill_loads: 12
+                spill_loads: 12,
+                wgmma_serialized: false,
             }
         );
         assert_eq!((r[1].registers, r[1].spill_stores), (8, 0));
+        assert!(r[1].wgmma_serialized);
     }
 
     #[test]

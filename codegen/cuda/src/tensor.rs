@@ -46,19 +46,34 @@ pub enum Kind {
     /// × 64 tiles, `wgmma` 0), or `wgmma.mma_async.sp` (sm_90a, B k-contiguous) with `wgmma`
     /// m64 blocks per warpgroup (1 or 2: tiles of 128 or 256 rows by 128, 128 of K).
     TwoFour { meta: Operand, wgmma: u64 },
-    /// Block-sparse rows of `r × c` blocks (`mma.sync` over the stored blocks): `a` holds the
-    /// blocks' values (`a.ld` is unused), `ptr` and `idx` the block rows' offsets and columns;
-    /// each warp computes `r × wn` (32 or 64 columns). With `union`, a thread block takes
-    /// 128 / `r` block rows and walks the union of their block columns (`tdsl_tc_bsr_union`;
-    /// `wn` unused).
+    /// Block-sparse rows of `r × c` blocks (tensor cores over the stored blocks only): `a` holds
+    /// the blocks' values (`a.ld` is unused), `ptr` and `idx` the block rows' offsets and
+    /// columns; `walk` says how thread blocks cover them. With [`BsrWalk::Rows`] each warp
+    /// computes `r × wn` (32 or 64 columns; `wn` unused otherwise).
     Bsr {
         ptr: BufId,
         idx: BufId,
         r: u64,
         c: u64,
         wn: u64,
-        union: bool,
+        walk: BsrWalk,
     },
+}
+
+/// How the thread blocks of a BSR product walk its stored blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BsrWalk {
+    /// One block row per thread block, its stored blocks in turn (`tdsl_tc_bsr`, `mma.sync`).
+    Rows,
+    /// 128 / r block rows per thread block over the union of their block columns, so one strip
+    /// of B serves every row stored there (`tdsl_tc_bsr_union`, `mma.sync`).
+    Union,
+    /// sm_90a: the stored blocks as `wgmma`'s B, each an m64n`r`k16 of its own, under tiles of
+    /// 128 dense rows by `cols` (128 or 256) BSR rows walking the union of their block columns
+    /// (`tdsl_tc_wgmma_bsr`: it computes Cᵀ). Written from the PTX ISA and checked in the host
+    /// emulation, not yet on a device: taken only where a variant asks for it
+    /// (`TDSL_TC_BSR=wgmma`).
+    Wgmma { cols: u16 },
 }
 
 /// What the product computes on tensor cores (`C[m, n] (+)= Σ_k A[m, k] · B[k, n]`).
@@ -170,8 +185,11 @@ impl TensorCore {
     /// row) or 128 over groups of block rows.
     pub fn bn(&self) -> u64 {
         match self.kind {
-            Kind::Bsr { union: true, .. } => 128,
-            Kind::Bsr { .. } => 256,
+            Kind::Bsr {
+                walk: BsrWalk::Rows,
+                ..
+            } => 256,
+            Kind::Bsr { .. } => 128,
             Kind::Wgmma { bn } => bn,
             _ => 128,
         }
@@ -182,8 +200,14 @@ impl TensorCore {
     pub fn bm(&self) -> u64 {
         match self.kind {
             Kind::Bsr {
-                r, union: false, ..
+                r,
+                walk: BsrWalk::Rows,
+                ..
             } => r,
+            Kind::Bsr {
+                walk: BsrWalk::Wgmma { cols },
+                ..
+            } => cols as u64,
             Kind::TwoFour { wgmma: 2, .. } => 256,
             _ => 128,
         }
@@ -193,7 +217,9 @@ impl TensorCore {
     pub fn threads(&self) -> u64 {
         match self.kind {
             Kind::Bsr {
-                wn, union: false, ..
+                wn,
+                walk: BsrWalk::Rows,
+                ..
             } => 32 * self.bn() / wn,
             _ => THREADS,
         }
@@ -232,10 +258,25 @@ impl TensorCore {
             }
             // 3 stages of one stored block (r x c halves) and its c x 256 strip of B.
             Kind::Bsr {
-                r, c, union: false, ..
+                r,
+                c,
+                walk: BsrWalk::Rows,
+                ..
             } => 3 * (r + self.bn()) * c * 2,
             // `TDSL_TC_BSRU_SMEM`: 4 stages of the group's blocks (128 x c) and the c x 128 strip.
-            Kind::Bsr { c, union: true, .. } => 4 * (128 + 128) * c * 2,
+            Kind::Bsr {
+                c,
+                walk: BsrWalk::Union,
+                ..
+            } => 4 * (128 + 128) * c * 2,
+            // `TDSL_TC_WGB_SMEM`: `wgmma`'s 4 stages (128 dense rows and `cols` rows of blocks,
+            // 64 halves each), the alignment, and two words per block column (the union's marks
+            // and its list; 1 KiB of static shared memory besides).
+            Kind::Bsr {
+                c,
+                walk: BsrWalk::Wgmma { cols },
+                ..
+            } => 4 * (128 + cols as u64) * 64 * 2 + 1024 + 8 * self.k / c,
         }
     }
 
@@ -345,7 +386,7 @@ impl TensorCore {
                 r,
                 c,
                 wn,
-                union: false,
+                walk: BsrWalk::Rows,
                 ..
             } => (
                 format!("BSR {r}x{c} blocks, {r}x{wn} warp tiles, mma.sync m16n8k16"),
@@ -353,7 +394,23 @@ impl TensorCore {
                 3,
             ),
             Kind::Bsr {
-                r, c, union: true, ..
+                r,
+                c,
+                walk: BsrWalk::Wgmma { cols },
+                ..
+            } => (
+                format!(
+                    "BSR {r}x{c} blocks as wgmma's B (the product transposed), {} block rows over the union of their block columns, wgmma.mma_async m64n{r}k16 per stored block",
+                    cols as u64 / r
+                ),
+                64,
+                4,
+            ),
+            Kind::Bsr {
+                r,
+                c,
+                walk: BsrWalk::Union,
+                ..
             } => (
                 format!(
                     "BSR {r}x{c} blocks, {} block rows over the union of their block columns, {r}x{} warp tiles, mma.sync m16n8k16",
@@ -439,9 +496,10 @@ impl TensorCores {
 /// Template variants a benchmark or a test pins; `None` lets the mapping pass decide.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Variants {
-    /// BSR over groups of block rows (`tdsl_tc_bsr_union`) rather than one block row per
-    /// thread block. The pass decides by the launch's size ([`bsr`]).
-    pub bsr_union: Option<bool>,
+    /// How BSR products walk their blocks ([`BsrWalk`]; `Wgmma`'s `cols` 0 lets the pass choose
+    /// the tile, and 256 falls back to 128 for 16-row blocks). `None`: one block row per thread
+    /// block or groups of them, by the launch's size ([`bsr`]).
+    pub bsr: Option<BsrWalk>,
     /// The rows of a 2:4 `wgmma.sp` tile, 128 or 256. The pass decides by the launch's size.
     pub sp_rows: Option<u64>,
     /// The columns of a dense `wgmma` tile, 64, 128 or 256. The pass decides by the launch's
@@ -456,14 +514,18 @@ pub struct Variants {
 }
 
 impl Variants {
-    /// From the environment: `TDSL_TC_BSR=union` or `TDSL_TC_BSR=rows`, `TDSL_TC_SP_BM=128` or
+    /// From the environment: `TDSL_TC_BSR=rows`, `union`, `wgmma` (`wgmma128`, `wgmma256`:
+    /// its tile pinned), `TDSL_TC_SP_BM=128` or
     /// `256`, `TDSL_TC_WG_BN=64`, `128` or `256`, `TDSL_TC_STAGE_B=0` or `1`,
     /// `TDSL_TC_SPLIT_K=1` to `64` (the GPU benchmark's comparisons).
     pub fn from_env() -> Variants {
         Variants {
-            bsr_union: match std::env::var("TDSL_TC_BSR").as_deref() {
-                Ok("union") => Some(true),
-                Ok("rows") => Some(false),
+            bsr: match std::env::var("TDSL_TC_BSR").as_deref() {
+                Ok("rows") => Some(BsrWalk::Rows),
+                Ok("union") => Some(BsrWalk::Union),
+                Ok("wgmma") => Some(BsrWalk::Wgmma { cols: 0 }),
+                Ok("wgmma128") => Some(BsrWalk::Wgmma { cols: 128 }),
+                Ok("wgmma256") => Some(BsrWalk::Wgmma { cols: 256 }),
                 _ => None,
             },
             sp_rows: match std::env::var("TDSL_TC_SP_BM").as_deref() {
@@ -565,9 +627,20 @@ pub fn select_with(p: &LoopProgram, tc: TensorCores, v: Variants) -> Selection {
                         tc,
                         v,
                     ),
-                    SparseLayout::Bsr { .. } => {
-                        bsr(p, *m, *n, *k, s, *transposed, *side, &d, &c, *accumulate, v)
-                    }
+                    SparseLayout::Bsr { .. } => bsr(
+                        p,
+                        *m,
+                        *n,
+                        *k,
+                        s,
+                        *transposed,
+                        *side,
+                        &d,
+                        &c,
+                        *accumulate,
+                        tc,
+                        v,
+                    ),
                     _ => None,
                 };
                 t.map(|t| TensorCore { epilogue, ..t })
@@ -1034,6 +1107,7 @@ fn bsr(
     d: &MatView,
     c: &MatView,
     accumulate: bool,
+    tc: TensorCores,
     v: Variants,
 ) -> Option<TensorCore> {
     let SparseLayout::Bsr { br, bc } = s.layout else {
@@ -1064,7 +1138,7 @@ fn bsr(
         r,
         c: cb,
         wn: bsr_warp_columns(r),
-        union: false,
+        walk: BsrWalk::Rows,
     };
     let values = Operand {
         buf: s.values,
@@ -1076,11 +1150,46 @@ fn bsr(
     // those reads on an H200: bench/RESULTS.md), but make 128 / r times fewer thread blocks:
     // taken when there are still two per SM of an H100 or H200 (132).
     let groups = t.m.div_ceil(128) * t.n.div_ceil(128);
-    let union = v.bsr_union.unwrap_or(groups >= 2 * SMS);
-    if let Kind::Bsr { union: u, .. } = &mut t.kind {
-        *u = union;
+    let rule = if groups >= 2 * SMS {
+        BsrWalk::Union
+    } else {
+        BsrWalk::Rows
+    };
+    let walk = match v.bsr {
+        Some(BsrWalk::Wgmma { cols }) => wgmma_bsr(&t, r, tc, cols).unwrap_or(rule),
+        Some(w) => w,
+        None => rule,
+    };
+    if let Kind::Bsr { walk: w, .. } = &mut t.kind {
+        *w = walk;
     }
     Some(t)
+}
+
+/// The most dynamic shared memory a thread block of an H100 or H200 may use (227 KiB).
+const SMEM_MAX: u64 = 227 * 1024;
+
+/// BSR on `wgmma` ([`BsrWalk::Wgmma`]) for the product `t` of `r`-row blocks, where the device
+/// has it (sm_90a), the dense operand is k-contiguous (it is `wgmma`'s A, read through the
+/// same descriptors as a dense product's) and the union's list fits in shared memory: tiles of
+/// 256 BSR rows (at most 8 block rows, so `r` ≥ 32) where they still give every SM a thread
+/// block, else 128. `pinned` (128 or 256, where `r` allows) overrides that choice.
+fn wgmma_bsr(t: &TensorCore, r: u64, tc: TensorCores, pinned: u16) -> Option<BsrWalk> {
+    if tc < TensorCores::Wgmma || t.b_kn {
+        return None;
+    }
+    let cols = match pinned {
+        128 => 128,
+        256 if r >= 32 => 256,
+        _ if r >= 32 && t.m.div_ceil(256) * t.n.div_ceil(128) >= SMS => 256,
+        _ => 128,
+    };
+    let walk = BsrWalk::Wgmma { cols };
+    let mut probe = t.clone();
+    if let Kind::Bsr { walk: w, .. } = &mut probe.kind {
+        *w = walk;
+    }
+    (probe.smem_bytes() + 1024 <= SMEM_MAX).then_some(walk)
 }
 
 /// A kernel that is one perfect nest of range loops around `dst[ix] = src[is]`: the loop
@@ -1781,12 +1890,12 @@ pub fn render(p: &LoopProgram, name: &str, tc: &TensorCore) -> String {
             r,
             c,
             wn,
-            union,
+            walk,
         } => {
-            let template = if *union {
-                format!("tdsl_tc_bsr_union<{input}, {b_kn}, {r}, {c}>")
-            } else {
-                format!("tdsl_tc_bsr<{input}, {b_kn}, {r}, {c}, {wn}>")
+            let template = match walk {
+                BsrWalk::Rows => format!("tdsl_tc_bsr<{input}, {b_kn}, {r}, {c}, {wn}>"),
+                BsrWalk::Union => format!("tdsl_tc_bsr_union<{input}, {b_kn}, {r}, {c}>"),
+                BsrWalk::Wgmma { cols } => format!("tdsl_tc_wgmma_bsr<{input}, {r}, {c}, {cols}>"),
             };
             format!(
                 "{template}(b{a}, b{}, b{}, b{b} + ob, put, tile, {m}, {n}, {k}, {}LL)",
