@@ -232,21 +232,8 @@ fn every_example_checks_and_runs() {
 /// (an intermediate rounded where two accumulation orders differ moves by a 16-bit ulp).
 pub(crate) fn assert_agrees(name: &str, text: &str, engine: &str, got: &[Tensor], want: &[Tensor]) {
     let tol = if text.contains("f16") { 2e-2 } else { 1e-4 };
-    assert_eq!(
-        got.len(),
-        want.len(),
-        "{name}: {engine} gave another number of outputs"
-    );
-    for (o, (g, w)) in got.iter().zip(want).enumerate() {
-        assert_eq!(g.shape(), w.shape(), "{name}: output {o} on {engine}");
-        let (g, w) = (g.to_f64(), w.to_f64());
-        let scale = w.iter().fold(1e-30f64, |m, x| m.max(x.abs()));
-        for (i, (a, b)) in g.iter().zip(&w).enumerate() {
-            assert!(
-                (a - b).abs() <= tol * scale || (a.is_nan() && b.is_nan()),
-                "{name}: output {o} element {i} is {a} on {engine}, {b} in the interpreter"
-            );
-        }
+    if let Err(e) = crate::diff::agree(got, want, tol, &format!("on {engine}")) {
+        panic!("{name}: {e}");
     }
 }
 

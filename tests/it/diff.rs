@@ -126,6 +126,66 @@ fn jit(p: &Program, inputs: &[Tensor], shapes: &[Vec<usize>]) -> Result<Vec<Tens
     tdsl::runtime::run_jit(&plan, inputs, shapes).map_err(|d| d.to_string())
 }
 
+/// Whether two runs' outputs agree: every element within `tol` of the largest magnitude of its
+/// output in `want` (NaN against NaN agrees). `Ok` gives the worst difference (as a fraction of
+/// that scale); `Err` names the worst element (`got` `engine`, `want` in the interpreter).
+pub(crate) fn agree(
+    got: &[Tensor],
+    want: &[Tensor],
+    tol: f64,
+    engine: &str,
+) -> Result<f64, String> {
+    if got.len() != want.len() {
+        return Err(format!("{} outputs against {}", got.len(), want.len()));
+    }
+    let (mut worst, mut at) = (0.0f64, String::new());
+    for (o, (g, w)) in got.iter().zip(want).enumerate() {
+        if g.shape() != w.shape() {
+            return Err(format!(
+                "output {o} is {:?} against {:?}",
+                g.shape(),
+                w.shape()
+            ));
+        }
+        let (g, w) = (g.to_f64(), w.to_f64());
+        let scale = w.iter().fold(1e-30f64, |m, x| m.max(x.abs()));
+        for (i, (&a, &b)) in g.iter().zip(&w).enumerate() {
+            let d = match (a.is_nan(), b.is_nan()) {
+                (true, true) => 0.0,
+                (false, false) => (a - b).abs() / scale,
+                _ => f64::INFINITY,
+            };
+            if d > worst {
+                worst = d;
+                at = format!("output {o} element {i} is {a} {engine}, {b} in the interpreter");
+            }
+        }
+    }
+    if worst > tol {
+        return Err(format!(
+            "{at} (difference {worst:.3e} of the scale, tolerance {tol:.0e})"
+        ));
+    }
+    Ok(worst)
+}
+
+#[test]
+fn agree_names_the_worst_element_and_takes_nan_for_nan() {
+    let t = |v: &[f64]| Tensor::from_f64(DType::F32, vec![v.len()], v);
+    let want = [t(&[1.0, -4.0, f64::NAN])];
+    assert_eq!(
+        agree(&[t(&[1.0, -4.0, f64::NAN])], &want, 0.0, "here"),
+        Ok(0.0)
+    );
+    let e = agree(&[t(&[1.1, -3.0, f64::NAN])], &want, 0.1, "here").unwrap_err();
+    assert!(
+        e.starts_with("output 0 element 1 is -3 here, -4 in the interpreter"),
+        "{e}"
+    );
+    assert!(agree(&[t(&[1.0, -4.0, 0.0])], &want, 1.0, "here").is_err());
+    assert!(agree(&[t(&[1.0, -4.0])], &want, 1.0, "here").is_err());
+}
+
 /// The extents of every output of a checked program.
 pub(crate) fn output_shapes(p: &Program) -> Vec<Vec<usize>> {
     p.outputs

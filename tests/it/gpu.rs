@@ -77,15 +77,8 @@ fn gpu_runs_every_script_like_the_interpreter() {
         let want = tdsl::interp::run(&p, &inputs);
         let got = tdsl::runtime::run_on(Engine::Cuda, &plan, &inputs, &shapes)
             .unwrap_or_else(|d| panic!("{name}: {d}"));
-        for (g, w) in got.iter().zip(&want) {
-            let (g, w) = (g.to_f64(), w.to_f64());
-            let scale = w.iter().fold(1e-30f64, |m, x| m.max(x.abs()));
-            for (i, (a, b)) in g.iter().zip(&w).enumerate() {
-                assert!(
-                    (a - b).abs() <= 2e-2 * scale || (a.is_nan() && b.is_nan()),
-                    "{name}: element {i} is {a} on the GPU, {b} in the interpreter"
-                );
-            }
+        if let Err(e) = crate::diff::agree(&got, &want, 2e-2, "on the GPU") {
+            panic!("{name}: {e}");
         }
         ran += 1;
     }
@@ -138,18 +131,8 @@ fn gpu_products_in_every_tile_width_agree_with_the_cpu() {
         let want = tdsl::runtime::run_jit(&plan, &inputs, &shapes).expect("the JIT runs");
         let got = tdsl::runtime::run_on(Engine::Cuda, &plan, &inputs, &shapes)
             .unwrap_or_else(|d| panic!("{text}: {d}"));
-        for (g, w) in got.iter().zip(&want) {
-            let (g, w) = (g.to_f64(), w.to_f64());
-            let scale = w.iter().fold(1e-30f64, |m, x| m.max(x.abs()));
-            let worst = g
-                .iter()
-                .zip(&w)
-                .map(|(a, b)| (a - b).abs())
-                .fold(0f64, f64::max);
-            assert!(
-                worst <= 1e-2 * scale,
-                "{text}: worst difference {worst} (scale {scale}) on {dev}"
-            );
+        if let Err(e) = crate::diff::agree(&got, &want, 1e-2, "on the GPU") {
+            panic!("{text} on {dev}: {e} (here: the CPU JIT)");
         }
     }
 }

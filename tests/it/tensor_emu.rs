@@ -141,15 +141,8 @@ fn tensor_core_templates_agree_with_the_interpreter_in_emulation() {
                 emu.run_with(&mut bufs, copies)
                     .unwrap_or_else(|e| panic!("{name} ({tc:?}, {copies:?}): {e}"));
                 let got = tdsl::runtime::outputs(&plan, &shapes, bufs);
-                for (o, (g, w)) in got.iter().zip(&want).enumerate() {
-                    let (g, w) = (g.to_f64(), w.to_f64());
-                    let scale = w.iter().fold(1e-30f64, |m, x| m.max(x.abs()));
-                    for (i, (a, b)) in g.iter().zip(&w).enumerate() {
-                        assert!(
-                            (a - b).abs() <= 1e-2 * scale,
-                            "{name} ({tc:?}, copies {copies:?}): output {o} element {i} is {a} in emulation, {b} in the interpreter"
-                        );
-                    }
+                if let Err(e) = crate::diff::agree(&got, &want, 1e-2, "in emulation") {
+                    panic!("{name} ({tc:?}, copies {copies:?}): {e}");
                 }
             }
         }
@@ -198,25 +191,14 @@ fn tf32_products_agree_with_the_interpreter_in_emulation() {
             emu.run_with(&mut bufs, Copies::Early)
                 .unwrap_or_else(|e| panic!("{text} ({tc:?}): {e}"));
             let got = tdsl::runtime::outputs(&plan, &shapes, bufs);
-            for (g, w) in got.iter().zip(&want) {
-                let (g, w) = (g.to_f64(), w.to_f64());
-                let scale = w.iter().fold(1e-30f64, |m, x| m.max(x.abs()));
-                let worst = g
-                    .iter()
-                    .zip(&w)
-                    .map(|(a, b)| (a - b).abs())
-                    .fold(0f64, f64::max);
-                // TF32 keeps 10 of f32's 23 mantissa bits: far from exact, far within 1e-2.
-                assert!(
-                    worst <= 1e-2 * scale,
-                    "{text} ({tc:?}): worst difference {worst}, scale {scale}"
-                );
-                // ... and beyond f32's summation-order noise (~1e-7): TF32 was used.
-                assert!(
-                    worst > 1e-5 * scale,
-                    "{text} ({tc:?}): worst difference {worst}: f32, not TF32"
-                );
-            }
+            // TF32 keeps 10 of f32's 23 mantissa bits: far from exact, far within 1e-2 ...
+            let worst = crate::diff::agree(&got, &want, 1e-2, "in emulation")
+                .unwrap_or_else(|e| panic!("{text} ({tc:?}): {e}"));
+            // ... and beyond f32's summation-order noise (~1e-7): TF32 was used.
+            assert!(
+                worst > 1e-5,
+                "{text} ({tc:?}): worst difference {worst:.1e} of the scale: f32, not TF32"
+            );
         }
     }
 }
@@ -347,16 +329,8 @@ proptest! {
             emu.run_with(&mut bufs, Copies::Early)
                 .map_err(|e| TestCaseError::fail(format!("{text} ({tc:?}): {e}")))?;
             let got = tdsl::runtime::outputs(&plan, &shapes, bufs);
-            for (g, w) in got.iter().zip(&want) {
-                let (g, w) = (g.to_f64(), w.to_f64());
-                let scale = w.iter().fold(1e-30f64, |m, x| m.max(x.abs()));
-                for (i, (a, b)) in g.iter().zip(&w).enumerate() {
-                    prop_assert!(
-                        (a - b).abs() <= 1e-2 * scale,
-                        "{text} ({tc:?}): element {i} is {a} in emulation, {b} in the interpreter"
-                    );
-                }
-            }
+            crate::diff::agree(&got, &want, 1e-2, "in emulation")
+                .map_err(|e| TestCaseError::fail(format!("{text} ({tc:?}): {e}")))?;
         }
     }
 }
