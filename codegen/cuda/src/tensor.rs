@@ -566,8 +566,7 @@ pub fn select_with(p: &LoopProgram, tc: TensorCores, v: Variants) -> Selection {
         let [Stmt::Call(call)] = k.body.as_slice() else {
             continue;
         };
-        let mut dead = BTreeSet::new();
-        let tc = match call {
+        let folded = match call {
             LibCall::Gemm {
                 m,
                 n,
@@ -580,19 +579,15 @@ pub fn select_with(p: &LoopProgram, tc: TensorCores, v: Variants) -> Selection {
             } => {
                 // Tensor cores read a 16-bit source through the copy that widens it; the f32
                 // template, failing that, reads the widened f32 operands as they are.
-                let taken = &sel.dead;
-                let with = |widened: bool, dead: &mut BTreeSet<usize>| {
-                    let a = fold_input(p, ki, a, &[*m, *k], batch, widened, taken, dead);
-                    let b = fold_input(p, ki, b, &[*k, *n], batch, widened, taken, dead);
-                    let (c, epilogue) =
-                        fold_result(p, ki, c, &[*m, *n], batch, *accumulate, taken, dead);
+                let with = |widened: bool| {
+                    let mut f = Fold::new(p, ki, &sel.dead);
+                    let a = f.input(a, &[*m, *k], batch, widened);
+                    let b = f.input(b, &[*k, *n], batch, widened);
+                    let (c, epilogue) = f.result(c, &[*m, *n], batch, *accumulate);
                     dense(p, *m, *n, *k, batch, &a, &b, &c, *accumulate, tc, v)
-                        .map(|t| TensorCore { epilogue, ..t })
+                        .map(|t| (TensorCore { epilogue, ..t }, f.dead))
                 };
-                with(true, &mut dead).or_else(|| {
-                    dead.clear();
-                    with(false, &mut dead)
-                })
+                with(true).or_else(|| with(false))
             }
             LibCall::SpMM {
                 m,
@@ -609,9 +604,9 @@ pub fn select_with(p: &LoopProgram, tc: TensorCores, v: Variants) -> Selection {
                     Side::Left => [*k, *n],
                     Side::Right => [*m, *k],
                 };
-                let d = fold_input(p, ki, d, &d_dims, &[], true, &sel.dead, &mut dead);
-                let (c, epilogue) =
-                    fold_result(p, ki, c, &[*m, *n], &[], *accumulate, &sel.dead, &mut dead);
+                let mut f = Fold::new(p, ki, &sel.dead);
+                let d = f.input(d, &d_dims, &[], true);
+                let (c, epilogue) = f.result(c, &[*m, *n], &[], *accumulate);
                 let t = match s.layout {
                     SparseLayout::TwoFour { .. } => two_four(
                         p,
@@ -643,11 +638,11 @@ pub fn select_with(p: &LoopProgram, tc: TensorCores, v: Variants) -> Selection {
                     ),
                     _ => None,
                 };
-                t.map(|t| TensorCore { epilogue, ..t })
+                t.map(|t| (TensorCore { epilogue, ..t }, f.dead))
             }
             _ => None,
         };
-        if let Some(mut tc) = tc {
+        if let Some((mut tc, dead)) = folded {
             let id = BufId((p.buffers.len() + sel.scratch.len()) as u32);
             let name = p.buffer(tc.b.buf).name.clone();
             if let Some(buf) = stage_b(&mut tc, id, &name, tcs, v) {
@@ -1394,152 +1389,156 @@ fn compose(
     Some(out)
 }
 
-/// `view` (dims `dims` then the batch dims) read by kernel `ki`, or the view of the source it
-/// was copied from (and the copy kernel added to `dead`): a copy of the same type, or with
-/// `widened` one that widens a 16-bit source.
-#[allow(clippy::too_many_arguments)]
-fn fold_input(
-    p: &LoopProgram,
+/// What folding the kernels around one call shares: the program, the call's kernel `ki`, the
+/// kernels earlier calls folded (`taken`), and the ones this call folds (`dead`: not launched).
+struct Fold<'a> {
+    p: &'a LoopProgram,
     ki: usize,
-    view: &MatView,
-    dims: &[u64],
-    batch: &[u64],
-    widened: bool,
-    taken: &BTreeSet<usize>,
-    dead: &mut BTreeSet<usize>,
-) -> MatView {
-    let t = view.buf;
-    let b = p.buffer(t);
-    if b.role != Role::Temp || view.offset != 0 {
-        return view.clone();
-    }
-    let writers = users(p, t, ki, false);
-    let readers = users(p, t, ki, true);
-    let ([j], []) = (writers.as_slice(), readers.as_slice()) else {
-        return view.clone();
-    };
-    if *j >= ki {
-        return view.clone();
-    }
-    let Some(copy) = copy_nest(&p.kernels[*j].body) else {
-        return view.clone();
-    };
-    // Only exact conversions: the same type, or a 16-bit source widened.
-    let src_ty = p.buffer(copy.src).ty;
-    if copy.dst != t
-        || !(src_ty == b.ty || (widened && is16(src_ty) && !is16(b.ty)))
-        || taken.contains(j)
-    {
-        return view.clone();
-    }
-    // The copy must cover the temp: one store per element.
-    let covered: u64 = copy.vars.values().product();
-    if covered != b.elems {
-        return view.clone();
-    }
-    // The source must not change between the copy and the call.
-    let src_writers = users(p, copy.src, usize::MAX, false);
-    if (*j + 1..ki).any(|x| src_writers.contains(&x)) {
-        return view.clone();
-    }
-    let Some(new) = rebase_copy(view, dims, batch, &copy, false) else {
-        return view.clone();
-    };
-    dead.insert(*j);
-    MatView {
-        buf: copy.src,
-        ..new
-    }
+    taken: &'a BTreeSet<usize>,
+    dead: BTreeSet<usize>,
 }
 
-/// `view` written by kernel `ki`, or, when a later copy kernel moves it into another buffer and
-/// nothing else reads it, the view of that buffer (and the copy added to `dead`).
-#[allow(clippy::too_many_arguments)]
-fn fold_output(
-    p: &LoopProgram,
-    ki: usize,
-    view: &MatView,
-    dims: &[u64],
-    batch: &[u64],
-    accumulate: bool,
-    taken: &BTreeSet<usize>,
-    dead: &mut BTreeSet<usize>,
-) -> MatView {
-    let t = view.buf;
-    let b = p.buffer(t);
-    if accumulate || b.role != Role::Temp || view.offset != 0 {
-        return view.clone();
-    }
-    let writers = users(p, t, ki, false);
-    let readers = users(p, t, ki, true);
-    let ([], [j]) = (writers.as_slice(), readers.as_slice()) else {
-        return view.clone();
-    };
-    if *j <= ki {
-        return view.clone();
-    }
-    let Some(copy) = copy_nest(&p.kernels[*j].body) else {
-        return view.clone();
-    };
-    // The result is rounded once: the temp holds the f32 accumulator or the destination's type.
-    let dst_ty = p.buffer(copy.dst).ty;
-    if copy.src != t
-        || copy.vars.values().product::<u64>() != b.elems
-        || !(b.ty == ElemType::F32 || b.ty == dst_ty)
-        || taken.contains(j)
-    {
-        return view.clone();
-    }
-    // Nothing between the call and the copy may touch the destination.
-    let (dst_writers, dst_readers) = (
-        users(p, copy.dst, usize::MAX, false),
-        users(p, copy.dst, usize::MAX, true),
-    );
-    let touch = |x: usize| dst_writers.contains(&x) || dst_readers.contains(&x);
-    if (ki + 1..*j).any(touch) || !out_ok(dst_ty) {
-        return view.clone();
-    }
-    let Some(new) = rebase_copy(view, dims, batch, &copy, true) else {
-        return view.clone();
-    };
-    dead.insert(*j);
-    MatView {
-        buf: copy.dst,
-        ..new
-    }
-}
-
-/// The view a product writes and the epilogue fused into its store: the result moved by a
-/// later copy ([`fold_output`]), else the destination of a later elementwise kernel
-/// ([`fold_epilogue`]), else `view` itself.
-#[allow(clippy::too_many_arguments)]
-fn fold_result(
-    p: &LoopProgram,
-    ki: usize,
-    view: &MatView,
-    dims: &[u64],
-    batch: &[u64],
-    accumulate: bool,
-    taken: &BTreeSet<usize>,
-    dead: &mut BTreeSet<usize>,
-) -> (MatView, Option<Box<Epilogue>>) {
-    let c = fold_output(p, ki, view, dims, batch, accumulate, taken, dead);
-    // The copy's destination, written by the copy kernel (now not launched), may feed an
-    // elementwise kernel in turn.
-    let writer = if c.buf == view.buf {
-        ki
-    } else {
-        users(p, c.buf, usize::MAX, false)
-            .into_iter()
-            .find(|j| dead.contains(j))
-            .unwrap_or(ki)
-    };
-    match fold_epilogue(p, ki, writer, &c, dims, batch, accumulate, taken) {
-        Some((c, e)) => {
-            dead.insert(e.kernel);
-            (c, Some(Box::new(e)))
+impl<'a> Fold<'a> {
+    fn new(p: &'a LoopProgram, ki: usize, taken: &'a BTreeSet<usize>) -> Fold<'a> {
+        Fold {
+            p,
+            ki,
+            taken,
+            dead: BTreeSet::new(),
         }
-        None => (c, None),
+    }
+
+    /// The one copy kernel (one perfect nest of copies) that touches the temp `t` besides the
+    /// call: its only writer, before the call (`after` false), or its only reader after it,
+    /// not yet folded into another call.
+    fn lone_copy(&self, t: BufId, after: bool) -> Option<(usize, Copy)> {
+        let (p, ki) = (self.p, self.ki);
+        let (writers, readers) = (users(p, t, ki, false), users(p, t, ki, true));
+        let j = match (writers.as_slice(), readers.as_slice(), after) {
+            ([j], [], false) if *j < ki => *j,
+            ([], [j], true) if *j > ki => *j,
+            _ => return None,
+        };
+        if self.taken.contains(&j) {
+            return None;
+        }
+        Some((j, copy_nest(&p.kernels[j].body)?))
+    }
+
+    /// `view` (dims `dims` then `batch`) read by the call, or the view of the source it was
+    /// copied from (the copy then not launched): a copy of the same type, or with `widened`
+    /// one that widens a 16-bit source.
+    fn input(&mut self, view: &MatView, dims: &[u64], batch: &[u64], widened: bool) -> MatView {
+        self.input_of(view, dims, batch, widened)
+            .unwrap_or_else(|| view.clone())
+    }
+
+    fn input_of(
+        &mut self,
+        view: &MatView,
+        dims: &[u64],
+        batch: &[u64],
+        widened: bool,
+    ) -> Option<MatView> {
+        let (p, t) = (self.p, view.buf);
+        let b = p.buffer(t);
+        if b.role != Role::Temp || view.offset != 0 {
+            return None;
+        }
+        let (j, copy) = self.lone_copy(t, false)?;
+        // Only exact conversions: the same type, or a 16-bit source widened; the copy must
+        // cover the temp (one store per element).
+        let src_ty = p.buffer(copy.src).ty;
+        if copy.dst != t
+            || !(src_ty == b.ty || (widened && is16(src_ty) && !is16(b.ty)))
+            || copy.vars.values().product::<u64>() != b.elems
+        {
+            return None;
+        }
+        // The source must not change between the copy and the call.
+        let src_writers = users(p, copy.src, usize::MAX, false);
+        if (j + 1..self.ki).any(|x| src_writers.contains(&x)) {
+            return None;
+        }
+        let new = rebase_copy(view, dims, batch, &copy, false)?;
+        self.dead.insert(j);
+        Some(MatView {
+            buf: copy.src,
+            ..new
+        })
+    }
+
+    /// `view` written by the call, or, when a later copy kernel moves it into another buffer
+    /// and nothing else reads it, the view of that buffer (the copy then not launched).
+    fn output(
+        &mut self,
+        view: &MatView,
+        dims: &[u64],
+        batch: &[u64],
+        accumulate: bool,
+    ) -> Option<MatView> {
+        let (p, t, ki) = (self.p, view.buf, self.ki);
+        let b = p.buffer(t);
+        if accumulate || b.role != Role::Temp || view.offset != 0 {
+            return None;
+        }
+        let (j, copy) = self.lone_copy(t, true)?;
+        // The result is rounded once: the temp holds the f32 accumulator or the destination's
+        // type.
+        let dst_ty = p.buffer(copy.dst).ty;
+        if copy.src != t
+            || copy.vars.values().product::<u64>() != b.elems
+            || !(b.ty == ElemType::F32 || b.ty == dst_ty)
+        {
+            return None;
+        }
+        // Nothing between the call and the copy may touch the destination.
+        let (dst_writers, dst_readers) = (
+            users(p, copy.dst, usize::MAX, false),
+            users(p, copy.dst, usize::MAX, true),
+        );
+        let touch = |x: usize| dst_writers.contains(&x) || dst_readers.contains(&x);
+        if (ki + 1..j).any(touch) || !out_ok(dst_ty) {
+            return None;
+        }
+        let new = rebase_copy(view, dims, batch, &copy, true)?;
+        self.dead.insert(j);
+        Some(MatView {
+            buf: copy.dst,
+            ..new
+        })
+    }
+
+    /// The view the call writes and the epilogue fused into its store: the result moved by a
+    /// later copy ([`Self::output`]), else the destination of a later elementwise kernel
+    /// ([`fold_epilogue`]), else `view` itself.
+    fn result(
+        &mut self,
+        view: &MatView,
+        dims: &[u64],
+        batch: &[u64],
+        accumulate: bool,
+    ) -> (MatView, Option<Box<Epilogue>>) {
+        let c = self
+            .output(view, dims, batch, accumulate)
+            .unwrap_or_else(|| view.clone());
+        // The copy's destination, written by the copy kernel (now not launched), may feed an
+        // elementwise kernel in turn.
+        let writer = if c.buf == view.buf {
+            self.ki
+        } else {
+            users(self.p, c.buf, usize::MAX, false)
+                .into_iter()
+                .find(|j| self.dead.contains(j))
+                .unwrap_or(self.ki)
+        };
+        match fold_epilogue(self, writer, &c, dims, batch, accumulate) {
+            Some((c, e)) => {
+                self.dead.insert(e.kernel);
+                (c, Some(Box::new(e)))
+            }
+            None => (c, None),
+        }
     }
 }
 
@@ -1548,18 +1547,15 @@ fn fold_result(
 /// at that element, no reduction, computed in f32), the view of that kernel's destination and
 /// the epilogue that computes it from the accumulator. The other buffers it reads must not be
 /// written between the product and it, and nothing between may touch its destination.
-#[allow(clippy::too_many_arguments)]
 fn fold_epilogue(
-    p: &LoopProgram,
-    ki: usize,
+    f: &Fold,
     writer: usize,
     view: &MatView,
     dims: &[u64],
     batch: &[u64],
     accumulate: bool,
-    taken: &BTreeSet<usize>,
 ) -> Option<(MatView, Epilogue)> {
-    let t = view.buf;
+    let (p, ki, t) = (f.p, f.ki, view.buf);
     let b = p.buffer(t);
     if accumulate || b.role != Role::Temp || view.offset != 0 || !out_ok(b.ty) {
         return None;
@@ -1568,7 +1564,7 @@ fn fold_epilogue(
     let ([], &[j]) = (writers.as_slice(), readers.as_slice()) else {
         return None;
     };
-    if j <= writer || taken.contains(&j) {
+    if j <= writer || f.taken.contains(&j) {
         return None;
     }
     let nest = store_nest(&p.kernels[j].body)?;
