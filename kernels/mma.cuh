@@ -427,21 +427,22 @@ TDSL_FN void tdsl_tc_wgmma_bsr(const unsigned short *__restrict__ Av, const int 
   const int br0 = (int)(tile % groups) * G, n0 = (int)(tile / groups) * TDSL_TC_BM;
   const int tid = threadIdx.x, wg = tid >> 7;
 
-  // The union: bit g of mark[c] when block row br0 + g stores a block at column c (one block row
-  // at a time: its columns are distinct, so no two threads write one word at once), then its
+  // The union: bit g of mark[c] when block row br0 + g stores a block at column c (the group's
+  // stored blocks split across the threads, each finding its block row among the G), then its
   // columns in order as list[j] = column | bits << 16 (each thread compacts a run of KB / 256
   // words after the others' counts before it).
   unsigned *list = mark + KB;
   __shared__ int tdsl_wgb_count[TDSL_TC_THREADS];
   for (int c = tid; c < KB; c += TDSL_TC_THREADS) mark[c] = 0;
-  int at[G];  // the loads' cursor into each block row's stored blocks
+  int at[G + 1];  // the loads' cursor into each block row's stored blocks; at[G]: the group's end
 #pragma unroll
-  for (int g = 0; g < G; g++) {
-    const bool in = br0 + g < block_rows;
-    at[g] = in ? ptr[br0 + g] : 0;
-    const int end = in ? ptr[br0 + g + 1] : 0;
-    __syncthreads();
-    for (int q = at[g] + tid; q < end; q += TDSL_TC_THREADS) mark[idx[q]] |= 1u << g;
+  for (int g = 0; g <= G; g++) at[g] = ptr[br0 + g < block_rows ? br0 + g : block_rows];
+  __syncthreads();
+  for (int q = at[0] + tid; q < at[G]; q += TDSL_TC_THREADS) {
+    int g = 0;
+#pragma unroll
+    for (int i = 1; i < G; i++) g += q >= at[i];
+    tdsl_smem_or(&mark[idx[q]], 1u << g);
   }
   __syncthreads();
   const int run = (KB + TDSL_TC_THREADS - 1) / TDSL_TC_THREADS, c0 = tid * run, c1 = c0 + run < KB ? c0 + run : KB;
