@@ -128,7 +128,8 @@ fn jit(p: &Program, inputs: &[Tensor], shapes: &[Vec<usize>]) -> Result<Vec<Tens
 
 /// Whether two runs' outputs agree: every element within `tol` of the largest magnitude of its
 /// output in `want` (NaN against NaN agrees). `Ok` gives the worst difference (as a fraction of
-/// that scale); `Err` names the worst element (`got` `engine`, `want` in the interpreter).
+/// that scale); `Err` names the worst element (`got` `engine`, `want` in the reference: the
+/// interpreter, or for the larger GPU products the CPU JIT).
 pub(crate) fn agree(
     got: &[Tensor],
     want: &[Tensor],
@@ -157,7 +158,7 @@ pub(crate) fn agree(
             };
             if d > worst {
                 worst = d;
-                at = format!("output {o} element {i} is {a} {engine}, {b} in the interpreter");
+                at = format!("output {o} element {i} is {a} {engine}, {b} in the reference");
             }
         }
     }
@@ -179,7 +180,7 @@ fn agree_names_the_worst_element_and_takes_nan_for_nan() {
     );
     let e = agree(&[t(&[1.1, -3.0, f64::NAN])], &want, 0.1, "here").unwrap_err();
     assert!(
-        e.starts_with("output 0 element 1 is -3 here, -4 in the interpreter"),
+        e.starts_with("output 0 element 1 is -3 here, -4 in the reference"),
         "{e}"
     );
     assert!(agree(&[t(&[1.0, -4.0, 0.0])], &want, 1.0, "here").is_err());

@@ -9,6 +9,8 @@
 use std::path::Path;
 use std::sync::OnceLock;
 
+use proptest::prelude::*;
+
 use tdsl::session::Engine;
 
 /// The device's description, or `None` (with the reason printed once).
@@ -132,7 +134,52 @@ fn gpu_products_in_every_tile_width_agree_with_the_cpu() {
         let got = tdsl::runtime::run_on(Engine::Cuda, &plan, &inputs, &shapes)
             .unwrap_or_else(|d| panic!("{text}: {d}"));
         if let Err(e) = crate::diff::agree(&got, &want, 1e-2, "on the GPU") {
-            panic!("{text} on {dev}: {e} (here: the CPU JIT)");
+            panic!("{text} on {dev}: {e} (the reference: the CPU JIT)");
         }
+    }
+}
+
+fn gpu_config() -> ProptestConfig {
+    let cases = std::env::var("TDSL_GPU_CASES")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(16);
+    ProptestConfig {
+        cases,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    }
+}
+
+proptest! {
+    #![proptest_config(gpu_config())]
+
+    /// The emulation's random tensor-core products (`tensor_emu::product_script`: dense in both
+    /// layouts, batched, 2:4 on either side, BSR of three block shapes, every dtype, TF32 half
+    /// the time, an epilogue or none) at sizes that reach the wide tiles, the grouped BSR walks
+    /// and split-K, on the device against the interpreter. The template variants are the
+    /// environment's (`TDSL_TC_SP=wgmma`, `TDSL_TC_BSR=wgmma`, ...), so `device.sh` runs this
+    /// with each path it is confirming. `TDSL_GPU_CASES` sets the number of cases.
+    #[test]
+    fn gpu_prop_tensor_core_products_agree(
+        form in 0usize..6, rows in 1u64..600, cols in 1u64..600, depth in 1u64..100,
+        ty in 0usize..4, out in 0usize..3, epilogue in 0usize..4, blk in 0usize..3,
+        seed in 0u64..1000, tf32 in any::<bool>(),
+    ) {
+        let Some(dev) = device() else { return Ok(()) };
+        let text = crate::tensor_emu::product_script(form, rows, cols, depth, ty, out, epilogue, blk, seed);
+        let p = tdsl::compile(&text, &Default::default())
+            .map_err(|d| TestCaseError::fail(format!("{text}\n{d}")))?;
+        let inputs = tdsl::bind::bind_inputs(&p, Default::default()).expect("binds");
+        let mut plan = tdsl::plan::lower::plan_program(&p).expect("plans");
+        plan.loops.tf32 = tf32;
+        let shapes = crate::diff::output_shapes(&p);
+        // The CPU JIT as the reference (the differential tests hold it to the interpreter, which
+        // would take seconds on the larger of these products).
+        let want = tdsl::runtime::run_jit(&plan, &inputs, &shapes).expect("the JIT runs");
+        let got = tdsl::runtime::run_on(Engine::Cuda, &plan, &inputs, &shapes)
+            .map_err(|d| TestCaseError::fail(format!("{text}: {d}")))?;
+        crate::diff::agree(&got, &want, 2e-2, "on the GPU")
+            .map_err(|e| TestCaseError::fail(format!("{text} (tf32 {tf32}) on {dev}: {e} (the reference: the CPU JIT)")))?;
     }
 }

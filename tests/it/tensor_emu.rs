@@ -206,7 +206,7 @@ fn tf32_products_agree_with_the_interpreter_in_emulation() {
 /// One random tensor-core product's script: the extents are rounded up to what each form
 /// needs to run on tensor cores.
 #[allow(clippy::too_many_arguments)]
-fn product_script(
+pub(crate) fn product_script(
     form: usize,
     rows: u64,
     cols: u64,
