@@ -401,8 +401,9 @@ TDSL_FN void tdsl_tc_wgmma_sp24(const unsigned short *__restrict__ Av, const int
 // those columns) have the 128-byte swizzle and descriptors of tdsl_tc_wgmma. The union is
 // marked once per thread block in shared memory (a word per block column, bit g for block row
 // g) and listed in order; the stored blocks' positions come from per-row cursors into `idx`.
-// Pipeline as tdsl_tc_wgmma: loads 2 stages ahead, one wgmma group in flight. 2 K / C words
-// after the stages (TDSL_TC_WGB_SMEM).
+// Pipeline as tdsl_tc_wgmma: loads 2 stages ahead, one wgmma group in flight. Shared memory:
+// the stages, then 2 K / C words (the marks and the list; TDSL_TC_WGB_SMEM), and 1 KiB of
+// static memory for the threads' counts.
 #define TDSL_TC_WGB_SMEM(COLS, KB) (TDSL_TC_WG_SMEM(COLS) + 8 * (KB))
 // a[g] for a g known only at run time, without an indexed (local-memory) array.
 template <int G> TDSL_FN int tdsl_pick(const int (&a)[G], int g) {
