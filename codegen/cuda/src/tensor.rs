@@ -1762,7 +1762,9 @@ pub fn render(p: &LoopProgram, name: &str, tc: &TensorCore) -> String {
         out,
         "  const long long tile = (long long)blockIdx.x % {tiles}LL;"
     );
-    let _ = writeln!(out, "  long long bz = (long long)blockIdx.x / {tiles}LL;");
+    if tc.split.is_some() || !tc.batch.is_empty() {
+        let _ = writeln!(out, "  long long bz = (long long)blockIdx.x / {tiles}LL;");
+    }
     if let Some(s) = &tc.split {
         let _ = writeln!(
             out,
@@ -1770,7 +1772,16 @@ pub fn render(p: &LoopProgram, name: &str, tc: &TensorCore) -> String {
             s.parts, s.parts
         );
     }
-    batch_offsets(&mut out, tc, true);
+    // A BSR template reads its blocks whole; a split product's main launch stores its partial
+    // sums, and a fused epilogue its own index, not C's.
+    let mut offsets = vec!["ob"];
+    if !matches!(tc.kind, Kind::Bsr { .. }) {
+        offsets.insert(0, "oa");
+    }
+    if tc.split.is_none() && tc.epilogue.is_none() {
+        offsets.push("oc");
+    }
+    batch_offsets(&mut out, tc, &offsets);
     // The templates' IN: 0 f16, 1 bf16, 2 tf32 (f32 read as pairs of halves: K and the row
     // strides doubled, the same bytes per 16-byte chunk).
     let input = match tc.input {
@@ -1924,28 +1935,31 @@ fn header(out: &mut String, p: &LoopProgram, name: &str, params: &[BufId], writt
     let _ = writeln!(out, "TDSL_KERNEL {name}({}) {{", params.join(", "));
 }
 
-/// The batch element `bz` as each batch axis's index `bi…` and the offsets `oc` of C and, with
-/// `operands`, `oa` and `ob` of A and B.
-fn batch_offsets(out: &mut String, tc: &TensorCore, operands: bool) {
+/// The batch element `bz` as each batch axis's index `bi…`, and the offsets `names` the launch
+/// reads (`oa`, `ob`, `oc`: of A, B and C, in that order) at it.
+fn batch_offsets(out: &mut String, tc: &TensorCore, names: &[&str]) {
     use std::fmt::Write;
-    if operands {
-        let _ = writeln!(
-            out,
-            "  long long oa = {}LL, ob = {}LL, oc = {}LL;",
-            tc.a.offset, tc.b.offset, tc.c_offset
-        );
-    } else {
-        let _ = writeln!(out, "  long long oc = {}LL;", tc.c_offset);
+    let pick = |name: &str, (a, b, c): (i64, i64, i64)| match name {
+        "oa" => a,
+        "ob" => b,
+        _ => c,
+    };
+    let init = (tc.a.offset, tc.b.offset, tc.c_offset);
+    if !names.is_empty() {
+        let decl: Vec<String> = names
+            .iter()
+            .map(|n| format!("{n} = {}LL", pick(n, init)))
+            .collect();
+        let _ = writeln!(out, "  long long {};", decl.join(", "));
     }
-    for (i, (e, sa, sb, sc)) in tc.batch.iter().enumerate().rev() {
-        let ab = if operands {
-            format!(" oa += bi{i} * {sa}LL; ob += bi{i} * {sb}LL;")
-        } else {
-            String::new()
-        };
+    for (i, &(e, sa, sb, sc)) in tc.batch.iter().enumerate().rev() {
+        let adds: String = names
+            .iter()
+            .map(|n| format!(" {n} += bi{i} * {}LL;", pick(n, (sa, sb, sc))))
+            .collect();
         let _ = writeln!(
             out,
-            "  const long long bi{i} = bz % {e}LL; bz /= {e}LL;{ab} oc += bi{i} * {sc}LL;"
+            "  const long long bi{i} = bz % {e}LL; bz /= {e}LL;{adds}"
         );
     }
 }
@@ -2021,10 +2035,13 @@ pub fn render_reduce(p: &LoopProgram, name: &str, tc: &TensorCore) -> String {
     );
     let _ = writeln!(
         out,
-        "  const int m = (int)(i / {n}LL % {m}LL), n = (int)(i % {n}LL);\n  long long bz = i / {}LL;",
-        m * n
+        "  const int m = (int)(i / {n}LL % {m}LL), n = (int)(i % {n}LL);"
     );
-    batch_offsets(&mut out, tc, false);
+    if !tc.batch.is_empty() {
+        let _ = writeln!(out, "  long long bz = i / {}LL;", m * n);
+    }
+    let offsets: &[&str] = if tc.epilogue.is_none() { &["oc"] } else { &[] };
+    batch_offsets(&mut out, tc, offsets);
     put_lambda(&mut out, p, tc, "float");
     let _ = writeln!(
         out,
