@@ -182,7 +182,7 @@ impl TensorCore {
     /// tile, 64 × 64 warp tiles, ran at 310 TFLOP/s against 339 for 128 × 128 on an H200 at
     /// 8192³, and at 143 against 208 with 256 rows, so it is not chosen), `wgmma`'s 64, 128 or
     /// 256 ([`wgmma_columns`]), BSR's 256 (8 warps of 32 columns side by side over one block
-    /// row) or 128 over groups of block rows.
+    /// row) or 128 over groups of block rows (and on `wgmma`: 128 dense rows, the call's N).
     pub fn bn(&self) -> u64 {
         match self.kind {
             Kind::Bsr {
@@ -196,7 +196,8 @@ impl TensorCore {
     }
 
     /// The block tile's M extent: 128 (for BSR over groups, 128 / r block rows; 256 for 2:4 on
-    /// `wgmma.sp` with two m64 blocks per warpgroup), or one block row for BSR.
+    /// `wgmma.sp` with two m64 blocks per warpgroup), one block row for BSR, or BSR on `wgmma`'s
+    /// `cols` BSR rows.
     pub fn bm(&self) -> u64 {
         match self.kind {
             Kind::Bsr {
