@@ -367,6 +367,15 @@ impl CudaExecutable {
         let mut dev = Vec::with_capacity(bufs.len());
         for (d, b) in bufs.iter().zip(&self.program.buffers) {
             let n = ((b.elems * b.ty.size_bytes()) as usize).max(1);
+            if b.role.is_input() && d.as_bytes().len() == n {
+                // Copied whole, straight from the typed vector: no zeroing first, no byte copy.
+                let slice = self
+                    .stream
+                    .clone_htod(d.as_bytes())
+                    .map_err(|e| driver_error("copying an input to the device", e))?;
+                dev.push(slice);
+                continue;
+            }
             let mut slice = self
                 .stream
                 .alloc_zeros::<u8>(n)
