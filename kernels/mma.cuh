@@ -198,9 +198,7 @@ TDSL_FN void tdsl_tc_gemm(const unsigned short *__restrict__ A, const unsigned s
 // A [128][64] and B [BN][64] halves per stage, both k-contiguous (B_KN = false only), in the
 // 128-byte swizzle wgmma's descriptors name (16-byte chunk c of row r at chunk c ^ (r mod 8);
 // 8-row atoms 1024 bytes apart), loaded by cp.async (zero-filled past M, N and K as in
-// tdsl_tc_gemm). TDSL_TC_WG_STAGES stages, loads issued TDSL_TC_WG_STAGES - 2 tiles ahead: one
-// wgmma group stays in flight while the next is issued, so the stage a load overwrites was read
-// two tiles ago, and every warpgroup has waited for it before the barrier that precedes the load.
+// tdsl_tc_gemm), through TDSL_TC_WG_STAGES stages of tdsl_wg_pipeline.
 #define TDSL_TC_WG_STAGES 4
 #define TDSL_TC_WG_STAGE_BYTES(BN) ((TDSL_TC_BM + (BN)) * 64 * 2)
 #define TDSL_TC_WG_SMEM(BN) (TDSL_TC_WG_STAGES * TDSL_TC_WG_STAGE_BYTES(BN) + 1024)
@@ -225,11 +223,37 @@ TDSL_FN void tdsl_wg_epilogue(const float *d, Put &put, int M, int N, int row0, 
       if (m < M && n < N) put(m, n, d[4 * j + i]);
     }
 }
+// The cp.async + wgmma pipeline of the sm_90a templates: `n` steps through STAGES stages,
+// loads issued STAGES - 2 steps ahead and one wgmma group kept in flight, so the stage a load
+// overwrites was read two steps ago and every warpgroup has waited for it before the barrier
+// that precedes the load. `load(stage, i)` issues step i's copies; `step(stage, i)` issues
+// step i's wgmmas (between the fence and the commit).
+template <int STAGES, typename Load, typename Step> TDSL_FN void tdsl_wg_pipeline(int n, Load load, Step step) {
+  constexpr int AHEAD = STAGES - 2;
+#pragma unroll
+  for (int s = 0; s < AHEAD; s++) {
+    if (s < n) load(s, s);
+    tdsl_cp_commit();
+  }
+  for (int kt = 0; kt < n; kt++) {
+    tdsl_cp_wait<AHEAD - 1>();  // step kt has landed (this thread's copies)
+    tdsl_fence_async_smem();    // ... and is visible to the tensor cores' proxy
+    __syncthreads();            // every thread's copies; every warpgroup done with step kt - 2
+    if (kt + AHEAD < n) load((kt + AHEAD) % STAGES, kt + AHEAD);
+    tdsl_cp_commit();
+    tdsl_wg_fence();
+    step(kt % STAGES, kt);
+    tdsl_wg_commit();
+    tdsl_wg_wait<1>();
+  }
+  tdsl_wg_wait<0>();
+  tdsl_cp_wait<0>();
+}
 template <int IN, int BN, typename Put>
 TDSL_FN void tdsl_tc_wgmma(const unsigned short *__restrict__ A, const unsigned short *__restrict__ B, Put put,
                            long long tile, int M, int N, int K, long long lda, long long ldb) {
   static_assert(BN == 64 || BN == 128 || BN == 256, "wgmma tiles 64, 128 or 256 wide");
-  constexpr int STAGES = TDSL_TC_WG_STAGES, AHEAD = STAGES - 2;
+  constexpr int STAGES = TDSL_TC_WG_STAGES;
   constexpr unsigned A_BYTES = TDSL_TC_BM * 128, STAGE = TDSL_TC_WG_STAGE_BYTES(BN);
   TDSL_DYN_SMEM(tdsl_smem_dyn);
   const unsigned base = (tdsl_smem(tdsl_smem_dyn) + 1023u) & ~1023u;
@@ -260,26 +284,11 @@ TDSL_FN void tdsl_tc_wgmma(const unsigned short *__restrict__ A, const unsigned 
   float d[BN / 2];
 #pragma unroll
   for (int i = 0; i < BN / 2; i++) d[i] = 0.0f;
-#pragma unroll
-  for (int s = 0; s < AHEAD; s++) {
-    if (s < KT) load(s, s);
-    tdsl_cp_commit();
-  }
-  for (int kt = 0; kt < KT; kt++) {
-    tdsl_cp_wait<AHEAD - 1>();  // tile kt has landed (this thread's copies)
-    tdsl_fence_async_smem();    // ... and is visible to the tensor cores' proxy
-    __syncthreads();            // every thread's copies; every warpgroup done with tile kt - 2
-    if (kt + AHEAD < KT) load((kt + AHEAD) % STAGES, kt + AHEAD);
-    tdsl_cp_commit();
-    const unsigned st = base + (kt % STAGES) * STAGE, a_st = st + wg * 64 * 128, b_st = st + A_BYTES;
-    tdsl_wg_fence();
+  tdsl_wg_pipeline<STAGES>(KT, load, [&](int stage, int) {
+    const unsigned st = base + stage * STAGE, a_st = st + wg * 64 * 128, b_st = st + A_BYTES;
 #pragma unroll
     for (int kk = 0; kk < 4; kk++) tdsl_wgmma<IN, BN>(d, tdsl_wg_desc(a_st + kk * 32), tdsl_wg_desc(b_st + kk * 32));
-    tdsl_wg_commit();
-    tdsl_wg_wait<1>();
-  }
-  tdsl_wg_wait<0>();
-  tdsl_cp_wait<0>();
+  });
   tdsl_wg_epilogue<BN>(d, put, M, N, m0 + wg * 64, n0);
 }
 
@@ -401,7 +410,7 @@ TDSL_FN void tdsl_tc_wgmma_sp24(const unsigned short *__restrict__ Av, const int
 // those columns) have the 128-byte swizzle and descriptors of tdsl_tc_wgmma. The union is
 // marked once per thread block in shared memory (a word per block column, bit g for block row
 // g) and listed in order; the stored blocks' positions come from per-row cursors into `idx`.
-// Pipeline as tdsl_tc_wgmma: loads 2 stages ahead, one wgmma group in flight. Shared memory:
+// Pipeline: tdsl_wg_pipeline, as tdsl_tc_wgmma. Shared memory:
 // the stages, then 2 K / C words (the marks and the list; TDSL_TC_WGB_SMEM), and 1 KiB of
 // static memory for the threads' counts.
 #define TDSL_TC_WGB_SMEM(COLS, KB) (TDSL_TC_WG_SMEM(COLS) + 8 * (KB))
@@ -416,7 +425,7 @@ template <int IN, int R, int C, int COLS, typename Put>
 TDSL_FN void tdsl_tc_wgmma_bsr(const unsigned short *__restrict__ Av, const int *__restrict__ ptr,
                                const int *__restrict__ idx, const unsigned short *__restrict__ B, Put put,
                                long long tile, int M, int N, int K, long long ldb) {
-  constexpr int G = COLS / R, S = 64 / C, CH = C / 8, STAGES = TDSL_TC_WG_STAGES, AHEAD = STAGES - 2;
+  constexpr int G = COLS / R, S = 64 / C, CH = C / 8, STAGES = TDSL_TC_WG_STAGES;
   static_assert((R == 16 || R == 32 || R == 64) && (C == 16 || C == 32 || C == 64), "BSR blocks of 16, 32 or 64");
   static_assert((COLS == 128 || COLS == 256) && G <= 8, "128 or 256 columns of at most 8 block rows");
   constexpr unsigned A_BYTES = TDSL_TC_BM * 128, STAGE = TDSL_TC_WG_STAGE_BYTES(COLS);
@@ -496,33 +505,18 @@ TDSL_FN void tdsl_tc_wgmma_bsr(const unsigned short *__restrict__ Av, const int 
   for (int g = 0; g < G; g++)
 #pragma unroll
     for (int i = 0; i < R / 2; i++) d[g][i] = 0.0f;
-#pragma unroll
-  for (int s = 0; s < AHEAD; s++) {
-    if (s < KT) load(s, s);
-    tdsl_cp_commit();
-  }
-  for (int kt = 0; kt < KT; kt++) {
-    tdsl_cp_wait<AHEAD - 1>();  // stage kt has landed (this thread's copies)
-    tdsl_fence_async_smem();    // ... and is visible to the tensor cores' proxy
-    __syncthreads();            // every thread's copies; every warpgroup done with stage kt - 2
-    if (kt + AHEAD < KT) load((kt + AHEAD) % STAGES, kt + AHEAD);
-    tdsl_cp_commit();
+  tdsl_wg_pipeline<STAGES>(KT, load, [&](int stage, int kt) {
     unsigned mk[S];  // this stage's columns: which block rows store a block at each
 #pragma unroll
     for (int s = 0; s < S; s++) mk[s] = kt * S + s < U ? list[kt * S + s] >> 16 : 0u;
-    const unsigned st = base + (kt % STAGES) * STAGE, a_st = st + wg * 64 * 128, b_st = st + A_BYTES;
-    tdsl_wg_fence();
+    const unsigned st = base + stage * STAGE, a_st = st + wg * 64 * 128, b_st = st + A_BYTES;
 #pragma unroll
     for (int kk = 0; kk < 4; kk++)
 #pragma unroll
       for (int g = 0; g < G; g++)
         tdsl_wgmma_if<IN, R>(d[g], tdsl_wg_desc(a_st + kk * 32), tdsl_wg_desc(b_st + g * R * 128 + kk * 32),
                              (mk[kk * S / 4] >> g) & 1u);
-    tdsl_wg_commit();
-    tdsl_wg_wait<1>();
-  }
-  tdsl_wg_wait<0>();
-  tdsl_cp_wait<0>();
+  });
   // Cᵀ: the template's row (dense) is the call's column.
   auto put_t = [&](int row, int col, float v) { put(col, row, v); };
 #pragma unroll

@@ -140,15 +140,7 @@ fn gpu_products_in_every_tile_width_agree_with_the_cpu() {
 }
 
 fn gpu_config() -> ProptestConfig {
-    let cases = std::env::var("TDSL_GPU_CASES")
-        .ok()
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(16);
-    ProptestConfig {
-        cases,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    }
+    crate::tensor_emu::cases_from("TDSL_GPU_CASES", 16)
 }
 
 proptest! {

@@ -278,10 +278,16 @@ pub(crate) fn product_script(
 }
 
 fn tc_config() -> ProptestConfig {
-    let cases = std::env::var("TDSL_TC_CASES")
+    cases_from("TDSL_TC_CASES", 8)
+}
+
+/// A property test's config: `default` cases, or as many as the environment variable `var`
+/// says; no failure files (the failing script is in the message).
+pub(crate) fn cases_from(var: &str, default: u32) -> ProptestConfig {
+    let cases = std::env::var(var)
         .ok()
         .and_then(|c| c.parse().ok())
-        .unwrap_or(8);
+        .unwrap_or(default);
     ProptestConfig {
         cases,
         failure_persistence: None,
