@@ -662,38 +662,44 @@ fn elementwise_kernels_after_a_tensor_core_product_fuse_into_its_store() {
 }
 
 #[test]
-fn sparse_rows_run_on_one_warp_or_block_each_unless_a_wide_dense_axis_follows() {
-    let split = |script: &str| {
+fn sparse_rows_are_binned_at_run_time_onto_blocks_and_warps_unless_a_wide_dense_axis_follows() {
+    use tdsl_cuda::{Split, Step};
+    let steps = |script: &str| {
         let plan = plan(script).expect("plans");
         let (_, steps) = tdsl_cuda::map_program(&plan.loops);
         steps
             .iter()
             .filter_map(|s| match s {
-                tdsl_cuda::Step::Launch(l) if !l.grid.is_empty() => Some(l.split),
+                Step::Launch(l) if !l.grid.is_empty() => Some(match (l.split, l.rows) {
+                    (Split::Block, Some(r)) if r.long => "long rows, a block each",
+                    (Split::Warp, Some(r)) if !r.long => "short rows, a warp each",
+                    (Split::Thread, None) => "a thread per element",
+                    _ => "something else",
+                }),
+                Step::Bin { .. } => Some("bin"),
                 _ => None,
             })
             .collect::<Vec<_>>()
     };
-    // CSR times a vector: a warp per row, its lanes over the row's entries.
-    assert_eq!(
-        split(
-            "input w: f32[64, 300] @ csr = randn(seed=1, density=0.2)\ninput x: f32[300] = randn(seed=2)\n\
-             y = einsum(w, x, 'o i, i -> o')\noutput y\n"
-        ),
-        [tdsl_cuda::Split::Warp]
-    );
-    // Rows of 1024 entries or more on average: a block per row.
-    assert_eq!(
-        split(
-            "input w: f32[8, 40000] @ csr = randn(seed=1, density=0.05)\ninput x: f32[40000] = randn(seed=2)\n\
-             y = einsum(w, x, 'o i, i -> o')\noutput y\n"
-        ),
-        [tdsl_cuda::Split::Block]
-    );
+    // CSR times a vector: the host bins the rows by their stored entries, then long rows run on
+    // a block each and the rest on a warp each, its lanes over the row's entries. Lengths are
+    // data, so both launches are always there (an empty list is not launched on the device).
+    for (rows, cols) in [(64, 300), (8, 40000)] {
+        assert_eq!(
+            steps(&format!(
+                "input w: f32[{rows}, {cols}] @ csr = randn(seed=1, density=0.05)\n\
+                 input x: f32[{cols}] = randn(seed=2)\n\
+                 y = einsum(w, x, 'o i, i -> o')\noutput y\n"
+            )),
+            ["bin", "long rows, a block each", "short rows, a warp each"]
+        );
+    }
     // CSR times 64 columns: consecutive threads share a row and read the columns contiguously.
-    assert!(!split(
-        "input w: f32[64, 300] @ csr = randn(seed=1, density=0.2)\ninput x: f32[300, 64] = randn(seed=2)\n\
-         y = einsum(w, x, 'o i, i c -> o c')\noutput y\n"
-    )
-    .contains(&tdsl_cuda::Split::Warp));
+    assert_eq!(
+        steps(
+            "input w: f32[64, 300] @ csr = randn(seed=1, density=0.2)\ninput x: f32[300, 64] = randn(seed=2)\n\
+             y = einsum(w, x, 'o i, i c -> o c')\noutput y\n"
+        ),
+        ["a thread per element"]
+    );
 }

@@ -332,7 +332,7 @@ impl seam::Backend for CudaBackend {
                     }
                     Some(f)
                 }
-                Step::Host { .. } => None,
+                Step::Host { .. } | Step::Bin { .. } => None,
             });
         }
         Ok(Arc::new(CudaExecutable {
@@ -432,10 +432,22 @@ impl seam::Executable for CudaExecutable {
         let mut transfer = t0.elapsed();
         let mut kernel_ms = vec![0f32; self.program.kernels.len()];
         let mut host_time = vec![Duration::ZERO; self.program.kernels.len()];
+        // The counts of each row list the host filled ([`Step::Bin`]), by list buffer.
+        let mut listed = std::collections::BTreeMap::new();
         for (step, f) in self.steps.iter().zip(&self.functions) {
             match (step, f) {
                 (Step::Launch(l), Some(f)) => {
-                    let (blocks, threads) = l.shape();
+                    let (blocks, threads) = match l.rows {
+                        Some(rows) => {
+                            let (long, short) = listed.get(&rows.list).copied().unwrap_or((0, 0));
+                            l.shape_listed(if rows.long { long } else { short })
+                        }
+                        None => l.shape(),
+                    };
+                    if blocks == 0 {
+                        // An empty list: nothing to launch.
+                        continue;
+                    }
                     let cfg = LaunchConfig {
                         grid_dim: (blocks as u32, 1, 1),
                         block_dim: (threads as u32, 1, 1),
@@ -463,6 +475,39 @@ impl seam::Executable for CudaExecutable {
                         driver_error(&format!("running {}", l.name), e).in_kernel(l.kernel)
                     })?;
                     kernel_ms[l.kernel] += ms;
+                }
+                (Step::Bin { kernel, bins }, _) => {
+                    let t = Instant::now();
+                    let from_device;
+                    let ptr = match &bufs[bins.ptr.0 as usize] {
+                        Data::I32(v) if self.program.buffer(bins.ptr).role.is_input() => v,
+                        _ => {
+                            let b = self.program.buffer(bins.ptr);
+                            let mut d = Data::zeros(b.ty, b.elems as usize);
+                            self.download(&dev[bins.ptr.0 as usize], &mut d)?;
+                            from_device = d;
+                            match &from_device {
+                                Data::I32(v) => v,
+                                _ => {
+                                    return Err(BackendError::new(
+                                        ErrorKind::Run,
+                                        "row offsets that are not i32",
+                                    ))
+                                }
+                            }
+                        }
+                    };
+                    let list = bins
+                        .fill(ptr)
+                        .map_err(|m| BackendError::new(ErrorKind::Run, m).in_kernel(*kernel))?;
+                    listed.insert(bins.list, crate::map::Bins::counts(&list));
+                    let bytes = Data::I32(list);
+                    let d = &mut dev[bins.list.0 as usize];
+                    let n = bytes.as_bytes().len().min(d.len());
+                    self.stream
+                        .memcpy_htod(&bytes.as_bytes()[..n], &mut d.slice_mut(0..n))
+                        .map_err(|e| driver_error("copying a row list to the device", e))?;
+                    host_time[*kernel] += t.elapsed();
                 }
                 (Step::Host { kernel, call }, _) => {
                     let t = Instant::now();

@@ -12,9 +12,9 @@
 //! math library (`expf` and friends differ by an ulp or two), and the PTX conversions (`cvt`),
 //! which the host prelude replaces with software conversions.
 //!
-//! Each segment of launches between host steps (`sparsify`) is one run of the emulator
-//! program: it reads every buffer from a file, runs the segment's launches and writes every
-//! buffer back.
+//! Each segment of launches between host steps (`sparsify`, the row bins of sparse-row
+//! launches) is one run of the emulator program: it reads every buffer, scratch included, from
+//! a file, runs the segment's launches and writes every buffer back.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -42,9 +42,9 @@ pub fn compiler() -> Option<PathBuf> {
 }
 
 /// The emulator program's source: the unit with the host prelude and a `main` that runs one
-/// segment (`argv[2]`) over the buffers in the file `argv[1]`: the first `host` of `p`'s
-/// buffers (the rest are the launches' scratch, zeroed and never read back).
-pub fn emulator_source(p: &LoopProgram, steps: &[Step], host: usize) -> String {
+/// segment (`argv[2]`) over the buffers in the file `argv[1]`: every buffer of `p`, the
+/// launches' scratch after the caller's.
+pub fn emulator_source(p: &LoopProgram, steps: &[Step]) -> String {
     let mut src = render_unit(p, steps, UnitTarget::Host);
     let mut main = String::new();
     let _ = writeln!(main, "\nint main(int argc, char** argv) {{");
@@ -59,12 +59,10 @@ pub fn emulator_source(p: &LoopProgram, steps: &[Step], host: usize) -> String {
             t = crate::render::c_type(b.ty),
             n = b.elems
         );
-        if i < host {
-            let _ = writeln!(
-                main,
-                "  if (fread(b{i}, 1, {bytes}, f) != {bytes}ULL) return 4;"
-            );
-        }
+        let _ = writeln!(
+            main,
+            "  if (fread(b{i}, 1, {bytes}, f) != {bytes}ULL) return 4;"
+        );
     }
     let _ = writeln!(main, "  fclose(f);");
     let _ = writeln!(main, "  int segment = atoi(argv[2]);");
@@ -73,7 +71,7 @@ pub fn emulator_source(p: &LoopProgram, steps: &[Step], host: usize) -> String {
     for step in steps {
         match step {
             Step::Launch(l) => launch_call(&mut main, l),
-            Step::Host { .. } => {
+            Step::Host { .. } | Step::Bin { .. } => {
                 segment += 1;
                 let _ = writeln!(main, "  }}\n  if (segment == {segment}) {{");
             }
@@ -82,7 +80,7 @@ pub fn emulator_source(p: &LoopProgram, steps: &[Step], host: usize) -> String {
     let _ = writeln!(main, "  }}");
     let _ = writeln!(main, "  f = fopen(argv[1], \"wb\");");
     let _ = writeln!(main, "  if (!f) return 5;");
-    for (i, b) in p.buffers.iter().enumerate().take(host) {
+    for (i, b) in p.buffers.iter().enumerate() {
         let bytes = b.elems * b.ty.size_bytes();
         let _ = writeln!(main, "  fwrite(b{i}, 1, {bytes}, f);");
     }
@@ -158,7 +156,7 @@ impl Emulator {
         v: Variants,
     ) -> Result<Emulator, String> {
         let (program, steps) = crate::map::map_program_variants(p, tc, v);
-        let src = emulator_source(&program, &steps, p.buffers.len());
+        let src = emulator_source(&program, &steps);
         let dir = std::env::temp_dir().join(format!(
             "tdsl-emulate-{}-{}",
             std::process::id(),
@@ -200,9 +198,15 @@ impl Emulator {
         crate::check_buffers(&self.program.buffers[..self.host], bufs)?;
         let file = self.dir.join("buffers.bin");
         let mut segment = 0;
-        let run_segment = |bufs: &mut [Data], segment: usize| -> Result<(), String> {
+        // The launches' scratch lives from one segment to the next (a row list is written
+        // between them).
+        let mut scratch: Vec<Data> = self.program.buffers[self.host..]
+            .iter()
+            .map(|b| Data::zeros(b.ty, b.elems as usize))
+            .collect();
+        let run_segment = |bufs: &mut [Data], scratch: &mut [Data], segment: usize| {
             let mut bytes = Vec::new();
-            for (b, buf) in bufs.iter().zip(&self.program.buffers) {
+            for (b, buf) in bufs.iter().chain(scratch.iter()).zip(&self.program.buffers) {
                 let n = bytes.len() + (buf.elems * buf.ty.size_bytes()) as usize;
                 bytes.extend(b.to_le_bytes());
                 bytes.resize(n, 0);
@@ -225,7 +229,11 @@ impl Emulator {
             }
             let bytes = std::fs::read(&file).map_err(|e| e.to_string())?;
             let mut at = 0;
-            for (b, buf) in bufs.iter_mut().zip(&self.program.buffers) {
+            for (b, buf) in bufs
+                .iter_mut()
+                .chain(scratch.iter_mut())
+                .zip(&self.program.buffers)
+            {
                 let n = (buf.elems * buf.ty.size_bytes()) as usize;
                 let part = bytes
                     .get(at..at + n)
@@ -235,15 +243,30 @@ impl Emulator {
                 }
                 at += n;
             }
-            Ok(())
+            Ok::<(), String>(())
         };
-        run_segment(bufs, segment)?;
+        run_segment(bufs, &mut scratch, segment)?;
         for step in &self.steps {
-            if let Step::Host { call, .. } = step {
-                crate::host_call(call, bufs)?;
-                segment += 1;
-                run_segment(bufs, segment)?;
+            match step {
+                Step::Host { call, .. } => crate::host_call(call, bufs)?,
+                Step::Bin { bins, .. } => {
+                    let at = |b: tdsl_loop::BufId| match (b.0 as usize).checked_sub(self.host) {
+                        Some(i) => &scratch[i],
+                        None => &bufs[b.0 as usize],
+                    };
+                    let Data::I32(ptr) = at(bins.ptr) else {
+                        return Err("row offsets that are not i32".into());
+                    };
+                    let list = Data::I32(bins.fill(ptr)?);
+                    let i = (bins.list.0 as usize)
+                        .checked_sub(self.host)
+                        .ok_or("a row list that is not scratch")?;
+                    scratch[i] = list;
+                }
+                Step::Launch(_) => continue,
             }
+            segment += 1;
+            run_segment(bufs, &mut scratch, segment)?;
         }
         Ok(())
     }

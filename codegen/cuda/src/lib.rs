@@ -19,7 +19,9 @@ pub mod tensor;
 use tdsl_loop::{data, Data, LibCall, LoopProgram};
 
 pub use device::CudaBackend;
-pub use map::{map_program, map_program_variants, map_program_with, Launch, Split, Step};
+pub use map::{
+    map_program, map_program_variants, map_program_with, Bins, Launch, Rows, Split, Step,
+};
 
 /// The CUDA C++ translation unit of `p`: every kernel of the program, each launch with its
 /// shape as a comment, after the device prelude. What `tdsl emit --target cuda` prints and
@@ -51,6 +53,10 @@ pub fn cuda_kernel(p: &LoopProgram, kernel: usize) -> String {
         match s {
             Step::Launch(l) if l.kernel == kernel => {
                 out.push_str(&render::render_launch(&mapped, l))
+            }
+            Step::Bin { kernel: k, bins } if *k == kernel => {
+                out.push_str(&render::bin_comment(&mapped, bins));
+                out.push('\n');
             }
             Step::Host { kernel: k, .. } if *k == kernel => {
                 out.push_str("// sparsify runs on the host between launches\n")

@@ -24,6 +24,12 @@
 //!    warps' partial results combined in shared memory. Everything else is one thread per
 //!    iteration.
 //!
+//!    A sparse operand's rows ([`sparse_rows`]: a CSR matrix times a vector or a few columns)
+//!    store a number of entries that only the data says. Such a launch becomes three steps
+//!    ([`Bins`]): the host sorts the rows into a list by their stored entries (read from the
+//!    row offsets when the launch runs), then one launch walks the rows of [`BLOCK_ROW`] or
+//!    more entries with a block each, and another the rest with a warp each, both longest
+//!    first, so one long row neither holds a warp for the whole launch nor a short one a block.
 //!
 //! 5. A grid launch that is one store of a transposing map (the store is contiguous in one grid
 //!    variable, a load in another: a permute, or an elementwise chain around one) runs one
@@ -41,6 +47,8 @@ use tdsl_loop::walk::stmt_buffers;
 use tdsl_loop::{BufId, Expr, GpuAxis, Index, Iter, LibCall, Loop, LoopProgram, Stmt, VarId};
 
 /// One step of a program on the GPU.
+// A program has a handful of steps: boxing the launches would cost more than it saves.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Step {
     Launch(Launch),
@@ -50,6 +58,91 @@ pub enum Step {
         kernel: usize,
         call: LibCall,
     },
+    /// Bins the rows of a sparse operand by their stored entries ([`Bins`]), on the host, before
+    /// the two launches that walk the bins ([`Launch::rows`]).
+    Bin {
+        kernel: usize,
+        bins: Bins,
+    },
+}
+
+/// The rows of a sparse operand, sorted into two run-time lists by how many entries each stores:
+/// rows of [`BLOCK_ROW`] or more entries go to a launch that gives each a block, the rest to one
+/// that gives each a warp. Each list is ordered by decreasing length (Sputnik's row swizzle), so
+/// the longest rows start first and the grid-stride loops end together.
+///
+/// The list buffer (i32, `2 + iterations` elements) holds `[long, short, long rows...,
+/// short rows...]`: the two counts, then the grid iterations of each list.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Bins {
+    /// The list buffer (device scratch, written by the host).
+    pub list: BufId,
+    /// The operand's row offsets (`indptr`).
+    pub ptr: BufId,
+    /// Where a grid iteration's row starts in `ptr` (its end is the next element).
+    pub at: Index,
+    /// The launch's grid: its variables and extents, outermost first.
+    pub grid: Vec<(VarId, u64)>,
+}
+
+/// Which list of a [`Bins`] a launch walks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rows {
+    pub list: BufId,
+    /// The long rows (one block each), or the short ones (one warp each).
+    pub long: bool,
+}
+
+impl Bins {
+    /// Grid iterations in all.
+    pub fn iterations(&self) -> u64 {
+        self.grid.iter().map(|g| g.1).product::<u64>().max(1)
+    }
+
+    /// The list buffer's contents for row offsets `ptr`, or why they do not fit.
+    pub fn fill(&self, ptr: &[i32]) -> Result<Vec<i32>, String> {
+        let n = self.iterations();
+        let mut long = Vec::new();
+        let mut short = Vec::new();
+        for gi in 0..n {
+            let mut rest = gi;
+            let mut at = self.at.offset;
+            for &(v, e) in self.grid.iter().rev() {
+                let x = (rest % e) as i64;
+                rest /= e;
+                at += self
+                    .at
+                    .terms
+                    .iter()
+                    .filter(|t| t.0 == v)
+                    .map(|t| t.1 * x)
+                    .sum::<i64>();
+            }
+            let entries = usize::try_from(at)
+                .ok()
+                .and_then(|a| Some((*ptr.get(a)?, *ptr.get(a + 1)?)))
+                .map(|(s, e)| i64::from(e) - i64::from(s))
+                .ok_or_else(|| format!("row {gi} is outside the row offsets ({})", ptr.len()))?;
+            let gi = i32::try_from(gi).map_err(|_| "too many rows for an i32 list")?;
+            match entries as u64 >= BLOCK_ROW {
+                true => long.push((entries, gi)),
+                false => short.push((entries, gi)),
+            }
+        }
+        // Longest first; equal lengths in row order.
+        long.sort_by_key(|&(e, gi)| (std::cmp::Reverse(e), gi));
+        short.sort_by_key(|&(e, gi)| (std::cmp::Reverse(e), gi));
+        let mut out = Vec::with_capacity(2 + n as usize);
+        out.extend([long.len() as i32, short.len() as i32]);
+        out.extend(long.iter().chain(&short).map(|&(_, gi)| gi));
+        Ok(out)
+    }
+
+    /// The two counts of a filled list.
+    pub fn counts(list: &[i32]) -> (u64, u64) {
+        let c = |i: usize| list.get(i).map_or(0, |&n| n.max(0) as u64);
+        (c(0), c(1))
+    }
 }
 
 /// One `__global__` function and how it is launched.
@@ -77,6 +170,9 @@ pub struct Launch {
     /// For [`Split::Tile`]: the load staged through shared memory. The grid's last two
     /// variables are the load's contiguous one, then the store's.
     pub tile: Option<Tile>,
+    /// The grid iterations come from a run-time list ([`Bins`]): the launch walks that list, not
+    /// the whole grid.
+    pub rows: Option<Rows>,
 }
 
 /// The load a transposing launch ([`Split::Tile`]) stages through a shared-memory tile: every
@@ -164,6 +260,7 @@ impl Launch {
             lib: None,
             reduce: false,
             tile,
+            rows: None,
         }
     }
 
@@ -182,6 +279,20 @@ impl Launch {
     /// (blocks, threads per block) for a warp of `warp` lanes (1 in the host emulation, whose
     /// block rows are one thread too).
     pub fn shape_for(&self, warp: u64) -> (u64, u64) {
+        self.shape_of(warp, self.iterations())
+    }
+
+    /// (blocks, threads per block) on the device for a launch over a run-time list
+    /// ([`Launch::rows`]) that holds `count` grid iterations; (0, 0) when it holds none.
+    pub fn shape_listed(&self, count: u64) -> (u64, u64) {
+        match count {
+            0 => (0, 0),
+            n => self.shape_of(WARP, n),
+        }
+    }
+
+    /// [`Launch::shape_for`] with `iterations` grid iterations.
+    fn shape_of(&self, warp: u64, iterations: u64) -> (u64, u64) {
         if let Some(tc) = &self.lib {
             if self.reduce {
                 return (tc.outputs().div_ceil(BLOCK).min(MAX_BLOCKS), BLOCK);
@@ -196,14 +307,14 @@ impl Launch {
             Split::Warp => warp,
             Split::Block => {
                 let threads = if warp == 1 { 1 } else { BLOCK };
-                return (self.iterations().min(MAX_BLOCKS), threads);
+                return (iterations.min(MAX_BLOCKS), threads);
             }
             Split::Tile => {
                 let threads = if warp == 1 { 1 } else { BLOCK };
                 return (self.tiles().min(MAX_BLOCKS), threads);
             }
         };
-        let n = self.iterations().saturating_mul(lanes);
+        let n = iterations.saturating_mul(lanes);
         let block = n.next_multiple_of(32).min(BLOCK);
         (n.div_ceil(block).min(MAX_BLOCKS), block)
     }
@@ -237,6 +348,9 @@ pub fn map_program_variants(
     out.buffers.extend(sel.scratch.iter().cloned());
     let elem_bytes: Vec<u64> = out.buffers.iter().map(|b| b.ty.size_bytes()).collect();
     let elems: Vec<u64> = out.buffers.iter().map(|b| b.elems).collect();
+    // The row lists of sparse-row launches ([`Bins`]): scratch after the tensor cores'.
+    let first_list = out.buffers.len();
+    let mut lists: Vec<tdsl_loop::Buffer> = Vec::new();
     let mut steps = Vec::new();
     for (ki, k) in out.kernels.iter_mut().enumerate() {
         if sel.dead.contains(&ki) {
@@ -260,6 +374,7 @@ pub fn map_program_variants(
                 lib: Some(tc.clone()),
                 reduce: false,
                 tile: None,
+                rows: None,
             }));
             if tc.split.is_some() {
                 steps.push(Step::Launch(Launch {
@@ -272,17 +387,44 @@ pub fn map_program_variants(
                     lib: Some(tc.clone()),
                     reduce: true,
                     tile: None,
+                    rows: None,
                 }));
             }
             continue;
         }
         let mut n = 0usize;
         let mut launch = |grid: Vec<(VarId, u64)>, body: Vec<Stmt>, steps: &mut Vec<Step>| {
+            let rows =
+                !grid.is_empty() && split_of(&body) == Split::Thread && sparse_rows(&grid, &body);
+            let list = BufId((first_list + lists.len()) as u32);
+            // Only an operand that can store BLOCK_ROW entries can have a long row.
+            let long = rows && stored_entries(&body, &elems) >= BLOCK_ROW;
+            if let Some(bins) = long.then(|| bins_of(&grid, &body, list)).flatten() {
+                // Rows binned at run time by their stored entries: a block each for the long
+                // ones, then a warp each for the rest.
+                lists.push(tdsl_loop::Buffer {
+                    name: format!("{}.rows", k.name),
+                    ty: tdsl_loop::ElemType::I32,
+                    elems: 2 + bins.iterations(),
+                    role: tdsl_loop::Role::Temp,
+                });
+                steps.push(Step::Bin { kernel: ki, bins });
+                for (long, split) in [(true, Split::Block), (false, Split::Warp)] {
+                    let name = format!("{}_{n}", k.name);
+                    let mut l = Launch::loops(name, ki, grid.clone(), body.clone(), split, false);
+                    l.params.push(list);
+                    l.rows = Some(Rows { list, long });
+                    steps.push(Step::Launch(l));
+                    n += 1;
+                }
+                return;
+            }
             let split = match grid.is_empty() {
                 true => Split::Thread,
                 false => match split_of(&body) {
-                    Split::Thread if sparse_rows(&grid, &body) => {
-                        // Rows of BLOCK_ROW or more entries on average take a block each.
+                    Split::Thread if rows => {
+                        // Rows of BLOCK_ROW or more entries on average take a block each (the
+                        // entries counted at their capacity: no list could be made).
                         let rows: u64 = grid.iter().map(|g| g.1).product();
                         if stored_entries(&body, &elems) >= BLOCK_ROW.saturating_mul(rows) {
                             Split::Block
@@ -332,7 +474,31 @@ pub fn map_program_variants(
         }
         k.body = new_body;
     }
+    out.buffers.extend(lists);
     (out, steps)
+}
+
+/// The [`Bins`] of a sparse-row launch (grid `grid`, iteration `body`, list buffer `list`): when
+/// its one compressed loop's row offset depends only on grid variables and the grid's
+/// iterations fit an i32 list.
+fn bins_of(grid: &[(VarId, u64)], body: &[Stmt], list: BufId) -> Option<Bins> {
+    let mut walks = body.iter().filter_map(|s| match s {
+        Stmt::Loop(Loop {
+            iter: Iter::Compressed { ptr, ptr_index, .. },
+            ..
+        }) => Some((*ptr, ptr_index)),
+        _ => None,
+    });
+    let (ptr, at) = walks.next()?;
+    let in_grid = |v: VarId| grid.iter().any(|g| g.0 == v);
+    let bins = Bins {
+        list,
+        ptr,
+        at: at.clone(),
+        grid: grid.to_vec(),
+    };
+    let fits = bins.iterations() <= i32::MAX as u64 - 2;
+    (walks.next().is_none() && at.terms.iter().all(|t| in_grid(t.0)) && fits).then_some(bins)
 }
 
 /// The launch that writes a staged operand ([`crate::tensor::Staging`]): one store per element,
@@ -947,6 +1113,49 @@ mod tests {
             }],
         )];
         assert!(!warp_ok(&carried));
+    }
+
+    #[test]
+    fn bins_put_long_rows_first_on_blocks_and_the_rest_on_warps_longest_first() {
+        // Rows of 0, 5, 2000, 5, 1024, 1023 and 3000 entries.
+        let lens = [0, 5, 2000, 5, 1024, 1023, 3000];
+        let mut ptr = vec![0i32];
+        for l in lens {
+            ptr.push(ptr.last().unwrap() + l);
+        }
+        let bins = Bins {
+            list: BufId(9),
+            ptr: BufId(0),
+            at: ix(&[(0, 1)]),
+            grid: vec![(VarId(0), 7)],
+        };
+        let list = bins.fill(&ptr).unwrap();
+        assert_eq!(list, [3, 4, 6, 2, 4, 5, 1, 3, 0]);
+        assert_eq!(Bins::counts(&list), (3, 4));
+        // A grid of (row, column) pairs: every column of a row has the row's length; the row's
+        // offset is read at `2·row + 1` (every other row of a larger operand, from the second).
+        let bins = Bins {
+            at: Index {
+                offset: 1,
+                terms: vec![(VarId(0), 2)],
+            },
+            grid: vec![(VarId(0), 3), (VarId(1), 2)],
+            ..bins
+        };
+        // Rows 1, 3, 5: 5, 5 and 1023 entries, all short; the longest row's pair first.
+        let list = bins.fill(&ptr).unwrap();
+        assert_eq!(list, [0, 6, 4, 5, 0, 1, 2, 3]);
+        // From the third row: rows 2, 4, 6 of 2000, 1024 and 3000 entries, all long.
+        let bins = Bins {
+            at: Index {
+                offset: 2,
+                terms: vec![(VarId(0), 2)],
+            },
+            ..bins
+        };
+        assert_eq!(bins.fill(&ptr).unwrap(), [6, 0, 4, 5, 0, 1, 2, 3]);
+        // Offsets past the end of `ptr` are an error, not a panic.
+        assert!(bins.fill(&ptr[..4]).is_err());
     }
 
     #[test]

@@ -93,6 +93,9 @@ pub fn render_unit(p: &LoopProgram, steps: &[Step], target: UnitTarget) -> Strin
                 out.push('\n');
                 out.push_str(&render_launch(p, l));
             }
+            Step::Bin { bins, .. } => {
+                let _ = writeln!(out, "\n{}", bin_comment(p, bins));
+            }
             Step::Host { kernel, .. } => {
                 let _ = writeln!(
                     out,
@@ -103,6 +106,18 @@ pub fn render_unit(p: &LoopProgram, steps: &[Step], target: UnitTarget) -> Strin
         }
     }
     out
+}
+
+/// The comment that stands for a [`Step::Bin`]: the host sorts the rows into the list buffer.
+pub fn bin_comment(p: &LoopProgram, bins: &crate::map::Bins) -> String {
+    format!(
+        "// the host bins the rows of %{} ({}) into b{}: {} or more stored entries one block \
+         each, the rest one warp each, longest first",
+        bins.ptr.0,
+        p.buffer(bins.ptr).name,
+        bins.list.0,
+        crate::map::BLOCK_ROW
+    )
 }
 
 /// One `__global__` function, with a comment that says where it comes from and how it is
@@ -139,14 +154,17 @@ pub fn render_launch(p: &LoopProgram, l: &Launch) -> String {
         let ext: Vec<String> = l.grid.iter().map(|g| g.1.to_string()).collect();
         let _ = writeln!(
             head,
-            "// launch: <<<{blocks}, {threads}>>>, grid-stride over {} = {} iterations{}",
+            "// launch: {}<<<{blocks}, {threads}>>>, grid-stride over {} = {} iterations{}",
+            if l.rows.is_some() { "at most " } else { "" },
             ext.join(" x "),
             l.iterations(),
-            match l.split {
-                Split::Thread => "",
-                Split::Warp => ", one warp each",
-                Split::Block => ", one block each",
-                Split::Tile => ", one 32x32 tile per block through shared memory",
+            match (l.split, l.rows) {
+                (Split::Block, Some(_)) => ", the long rows of the list, one block each",
+                (Split::Warp, Some(_)) => ", the short rows of the list, one warp each",
+                (Split::Thread, _) => "",
+                (Split::Warp, _) => ", one warp each",
+                (Split::Block, _) => ", one block each",
+                (Split::Tile, _) => ", one 32x32 tile per block through shared memory",
             }
         );
     }
@@ -168,26 +186,49 @@ pub fn render_launch(p: &LoopProgram, l: &Launch) -> String {
         r.tile(l, tile);
     } else {
         let n = l.iterations();
+        // A launch over a run-time list walks the list's entries (`gk`); each is a grid
+        // iteration (`gi`). The list is `[long, short, long rows..., short rows...]`.
+        let (n, list) = match l.rows {
+            Some(rows) => {
+                let b = rows.list.0;
+                let (count, first) = match rows.long {
+                    true => (format!("(long long)b{b}[0]"), "2".to_string()),
+                    false => (
+                        format!("(long long)b{b}[1]"),
+                        format!("2 + (long long)b{b}[0]"),
+                    ),
+                };
+                (
+                    count,
+                    Some(format!("const long long gi = b{b}[{first} + gk];")),
+                )
+            }
+            None => (format!("{n}LL"), None),
+        };
+        let gi = if list.is_some() { "gk" } else { "gi" };
         match l.split {
             // (A tile launch always has its tile; without one it is a thread's grid loop.)
             Split::Thread | Split::Tile => r.line(&format!(
-                "for (long long gi = TDSL_THREAD; gi < {n}LL; gi += TDSL_STRIDE) {{"
+                "for (long long {gi} = TDSL_THREAD; {gi} < {n}; {gi} += TDSL_STRIDE) {{"
             )),
             Split::Warp => {
                 r.line("const long long lane = TDSL_LANE;");
                 r.line(&format!(
-                    "for (long long gi = TDSL_THREAD / TDSL_WARP; gi < {n}LL; gi += TDSL_STRIDE / TDSL_WARP) {{"
+                    "for (long long {gi} = TDSL_THREAD / TDSL_WARP; {gi} < {n}; {gi} += TDSL_STRIDE / TDSL_WARP) {{"
                 ));
             }
             Split::Block => {
                 r.line("const long long lane = TDSL_ROW_THREAD;");
                 r.line("__shared__ double tdsl_red[TDSL_ROW_WARPS];");
                 r.line(&format!(
-                    "for (long long gi = blockIdx.x; gi < {n}LL; gi += gridDim.x) {{"
+                    "for (long long {gi} = blockIdx.x; {gi} < {n}; {gi} += gridDim.x) {{"
                 ));
             }
         }
         r.depth += 1;
+        if let Some(list) = &list {
+            r.line(list);
+        }
         let mut inner = 1u64;
         for &(v, e) in l.grid.iter().rev() {
             let div = if inner == 1 {
