@@ -703,3 +703,88 @@ fn sparse_rows_are_binned_at_run_time_onto_blocks_and_warps_unless_a_wide_dense_
         ["a thread per element"]
     );
 }
+
+/// A CSR matrix times a vector or a few columns, its rows of lengths drawn from four classes
+/// (empty, under a warp, under [`tdsl_cuda::map::BLOCK_ROW`], at or over it) so that the run-time
+/// bins of sparse-row launches ([`tdsl_cuda::Bins`]) get both lists, unsorted lengths and empty
+/// lists. Returns the script and its inputs (the matrix given dense, stored as CSR when bound).
+/// Values are multiples of 1/8 within ±2, so every sum is exact in f32 in any order.
+pub(crate) fn csr_rows_case(
+    rows: usize,
+    cols: usize,
+    classes: &[usize],
+    n: usize,
+    f16: bool,
+    seed: u64,
+) -> (String, Vec<tdsl::Tensor>) {
+    use tdsl::DType;
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut next = move |m: usize| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % m.max(1) as u64) as usize
+    };
+    let block = tdsl_cuda::map::BLOCK_ROW as usize;
+    let mut w = vec![0.0f64; rows * cols];
+    for r in 0..rows {
+        let len = match classes[r % classes.len()] % 4 {
+            0 => 0,
+            1 => 1 + next(31),
+            2 => 32 + next(block - 32),
+            _ => block + next(cols + 1 - block),
+        }
+        .min(cols);
+        // `len` distinct columns: a random start, then a stride coprime to nothing in
+        // particular; collisions are skipped, so a row may store a few fewer.
+        let start = next(cols);
+        for j in 0..len {
+            let c = (start + j * 7) % cols;
+            w[r * cols + c] = (next(33) as f64 - 16.0) / 8.0;
+        }
+    }
+    let x: Vec<f64> = (0..cols * n)
+        .map(|_| (next(33) as f64 - 16.0) / 8.0)
+        .collect();
+    let wt = if f16 { "f16" } else { "f32" };
+    let (x_shape, x_ty, spec) = match n {
+        1 => (vec![cols], "f32[i]".to_string(), "o i, i -> o"),
+        _ => (vec![cols, n], format!("f32[i, n={n}]"), "o i, i n -> o n"),
+    };
+    let script = format!(
+        "input w: {wt}[o={rows}, i={cols}] @ csr\ninput x: {x_ty}\n\
+         y = einsum(w, x, \"{spec}\")\nz = relu(y) * 2\noutput y\noutput z\n"
+    );
+    let dt = if f16 { DType::F16 } else { DType::F32 };
+    let inputs = vec![
+        tdsl::Tensor::from_f64(dt, vec![rows, cols], &w),
+        tdsl::Tensor::from_f64(DType::F32, x_shape, &x),
+    ];
+    (script, inputs)
+}
+
+proptest::proptest! {
+    #![proptest_config(crate::tensor_emu::cases_from("TDSL_EMU_CASES", 6))]
+
+    /// CSR rows of every length class, binned at run time onto blocks and warps, run by the
+    /// host emulation exactly like the interpreter. `TDSL_EMU_CASES` sets the number of cases.
+    #[test]
+    fn emulated_csr_rows_of_any_length_agree_with_the_interpreter(
+        rows in 1usize..24, cols in 1024usize..2600,
+        classes in proptest::collection::vec(0usize..4, 1..6),
+        n in proptest::sample::select(vec![1usize, 2, 3, 7]),
+        f16 in proptest::prelude::any::<bool>(), seed in 0u64..1000,
+    ) {
+        if crate::diff::cxx().is_none() {
+            return Ok(());
+        }
+        let (text, inputs) = csr_rows_case(rows, cols, &classes, n, f16, seed);
+        let p = tdsl::compile(&text, &Default::default()).expect("compiles");
+        let shapes = crate::diff::output_shapes(&p);
+        let want = tdsl::interp::run(&p, &inputs);
+        let got = crate::diff::cuda_emulated(&p, &inputs, &shapes)
+            .map_err(proptest::test_runner::TestCaseError::fail)?;
+        crate::diff::agree(&got, &want, 1e-6, "on the CUDA emulation")
+            .map_err(|e| proptest::test_runner::TestCaseError::fail(format!("{text}: {e}")))?;
+    }
+}

@@ -153,6 +153,27 @@ proptest! {
     /// environment's (`TDSL_TC_SP=wgmma`, `TDSL_TC_BSR=wgmma`, ...), so `device.sh` runs this
     /// with each path it is confirming. `TDSL_GPU_CASES` sets the number of cases.
     #[test]
+    fn gpu_prop_csr_rows_of_any_length_agree(
+        rows in 1usize..300, cols in 1024usize..5000,
+        classes in prop::collection::vec(0usize..4, 1..6),
+        n in prop::sample::select(vec![1usize, 2, 3, 7]),
+        f16 in any::<bool>(), seed in 0u64..1000,
+    ) {
+        // CSR rows binned at run time (`tdsl_cuda::Bins`): long ones on blocks, the rest on
+        // warps, the row offsets read from the input; exact sums, so any order agrees.
+        let Some(dev) = device() else { return Ok(()) };
+        let (text, inputs) = crate::cuda::csr_rows_case(rows, cols, &classes, n, f16, seed);
+        let p = tdsl::compile(&text, &Default::default()).expect("compiles");
+        let plan = tdsl::plan::lower::plan_program(&p).expect("plans");
+        let shapes = crate::diff::output_shapes(&p);
+        let want = tdsl::interp::run(&p, &inputs);
+        let got = tdsl::runtime::run_on(Engine::Cuda, &plan, &inputs, &shapes)
+            .map_err(|d| TestCaseError::fail(format!("{text}: {d}")))?;
+        crate::diff::agree(&got, &want, 1e-6, "on the GPU")
+            .map_err(|e| TestCaseError::fail(format!("{text} on {dev}: {e}")))?;
+    }
+
+    #[test]
     fn gpu_prop_tensor_core_products_agree(
         form in 0usize..6, rows in 1u64..600, cols in 1u64..600, depth in 1u64..100,
         ty in 0usize..4, out in 0usize..3, epilogue in 0usize..4, blk in 0usize..3,
