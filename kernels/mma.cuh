@@ -91,6 +91,14 @@ template <int STAGES, typename Load, typename Step> TDSL_FN void tdsl_cp_pipelin
   }
   tdsl_cp_wait<0>();
 }
+// The group table of a BSR operand under groups of G block rows (built on the host per pattern,
+// `tdsl_cuda::map::Groups`): `groups + 1` offsets, then each group's union of block columns in
+// order, one word per column: the column in the low 16 bits, bit 16 + g set when block row g of
+// the group stores a block there. Group `grp`'s entries and their count.
+TDSL_FN const unsigned *tdsl_bsr_group(const int *__restrict__ tab, int groups, int grp, int &count) {
+  count = tab[grp + 1] - tab[grp];
+  return reinterpret_cast<const unsigned *>(tab) + groups + 1 + tab[grp];
+}
 template <int MI, int NI> TDSL_FN void tdsl_zero(float (&acc)[MI][NI][4]) {
 #pragma unroll
   for (int mi = 0; mi < MI; mi++)
@@ -407,13 +415,10 @@ TDSL_FN void tdsl_tc_wgmma_sp24(const unsigned short *__restrict__ Av, const int
 // `wgmma.mma_async` m64nRk16 per k16 of its own (absent blocks are skipped, never multiplied
 // as zeros). A stage holds S = 64 / C columns of the union side by side in 128-byte rows, so
 // its A (128 x 64 halves) and its G slots of R x 64 halves (slot g: block row g's blocks at
-// those columns) have the 128-byte swizzle and descriptors of tdsl_tc_wgmma. The union is
-// marked once per thread block in shared memory (a word per block column, bit g for block row
-// g) and listed in order; the stored blocks' positions come from per-row cursors into `idx`.
-// Pipeline: tdsl_wg_pipeline, as tdsl_tc_wgmma. Shared memory:
-// the stages, then 2 K / C words (the marks and the list; TDSL_TC_WGB_SMEM), and 1 KiB of
-// static memory for the threads' counts.
-#define TDSL_TC_WGB_SMEM(COLS, KB) (TDSL_TC_WG_SMEM(COLS) + 8 * (KB))
+// those columns) have the 128-byte swizzle and descriptors of tdsl_tc_wgmma. The union is the
+// group table the host builds per pattern (tdsl_bsr_group); the stored blocks are found by a
+// cursor per block row, starting at `ptr`. Pipeline: tdsl_wg_pipeline, as tdsl_tc_wgmma; shared
+// memory: its stages only (TDSL_TC_WG_SMEM).
 // a[g] for a g known only at run time, without an indexed (local-memory) array.
 template <int G> TDSL_FN int tdsl_pick(const int (&a)[G], int g) {
   int v = a[0];
@@ -423,53 +428,25 @@ template <int G> TDSL_FN int tdsl_pick(const int (&a)[G], int g) {
 }
 template <int IN, int R, int C, int COLS, typename Put>
 TDSL_FN void tdsl_tc_wgmma_bsr(const unsigned short *__restrict__ Av, const int *__restrict__ ptr,
-                               const int *__restrict__ idx, const unsigned short *__restrict__ B, Put put,
-                               long long tile, int M, int N, int K, long long ldb) {
+                               const int *__restrict__ tab,
+                               const unsigned short *__restrict__ B, Put put, long long tile, int M, int N, int K,
+                               long long ldb) {
   constexpr int G = COLS / R, S = 64 / C, CH = C / 8, STAGES = TDSL_TC_WG_STAGES;
   static_assert((R == 16 || R == 32 || R == 64) && (C == 16 || C == 32 || C == 64), "BSR blocks of 16, 32 or 64");
   static_assert((COLS == 128 || COLS == 256) && G <= 8, "128 or 256 columns of at most 8 block rows");
   constexpr unsigned A_BYTES = TDSL_TC_BM * 128, STAGE = TDSL_TC_WG_STAGE_BYTES(COLS);
   TDSL_DYN_SMEM(tdsl_smem_dyn);
   const unsigned smem0 = tdsl_smem(tdsl_smem_dyn), base = (smem0 + 1023u) & ~1023u;
-  unsigned *mark = reinterpret_cast<unsigned *>(reinterpret_cast<unsigned char *>(tdsl_smem_dyn) + (base - smem0) +
-                                                STAGES * STAGE);
-  const int block_rows = M / R, groups = (block_rows + G - 1) / G, KB = K / C;
+  const int block_rows = M / R, groups = (block_rows + G - 1) / G;
   const int br0 = (int)(tile % groups) * G, n0 = (int)(tile / groups) * TDSL_TC_BM;
   const int tid = threadIdx.x, wg = tid >> 7;
-
-  // The union: bit g of mark[c] when block row br0 + g stores a block at column c (the group's
-  // stored blocks split across the threads, each finding its block row among the G), then its
-  // columns in order as list[j] = column | bits << 16 (each thread compacts a run of KB / 256
-  // words after the others' counts before it).
-  unsigned *list = mark + KB;
-  __shared__ int tdsl_wgb_count[TDSL_TC_THREADS];
-  for (int c = tid; c < KB; c += TDSL_TC_THREADS) mark[c] = 0;
-  int at[G + 1];  // the loads' cursor into each block row's stored blocks; at[G]: the group's end
+  (void)K;
+  int U;
+  const unsigned *list = tdsl_bsr_group(tab, groups, (int)(tile % groups), U);
+  const int KT = (U + S - 1) / S;
+  int at[G];  // the loads' cursor into each block row's stored blocks
 #pragma unroll
-  for (int g = 0; g <= G; g++) at[g] = ptr[br0 + g < block_rows ? br0 + g : block_rows];
-  __syncthreads();
-  for (int q = at[0] + tid; q < at[G]; q += TDSL_TC_THREADS) {
-    int g = 0;
-#pragma unroll
-    for (int i = 1; i < G; i++) g += q >= at[i];
-    tdsl_smem_or(&mark[idx[q]], 1u << g);
-  }
-  __syncthreads();
-  const int run = (KB + TDSL_TC_THREADS - 1) / TDSL_TC_THREADS, c0 = tid * run, c1 = c0 + run < KB ? c0 + run : KB;
-  int mine = 0;
-  for (int c = c0; c < c1; c++) mine += mark[c] != 0;
-  tdsl_wgb_count[tid] = mine;
-  for (int off = 1; off < TDSL_TC_THREADS; off *= 2) {  // inclusive prefix sums of the counts
-    __syncthreads();
-    const int add = tid >= off ? tdsl_wgb_count[tid - off] : 0;
-    __syncthreads();
-    tdsl_wgb_count[tid] += add;
-  }
-  __syncthreads();
-  for (int c = c0, j = tdsl_wgb_count[tid] - mine; c < c1; c++)
-    if (mark[c] != 0) list[j++] = (unsigned)c | mark[c] << 16;
-  const int U = tdsl_wgb_count[TDSL_TC_THREADS - 1], KT = (U + S - 1) / S;
-  __syncthreads();
+  for (int g = 0; g < G; g++) at[g] = ptr[br0 + g < block_rows ? br0 + g : block_rows];
 
   // Stage kt: the union's columns S kt .. S kt + S - 1 (fewer at its end).
   auto load = [&](int stage, int kt) {
@@ -704,42 +681,16 @@ TDSL_FN void tdsl_tc_bsr(const unsigned short *__restrict__ Av, const int *__res
 // tdsl_tc_bsr loads it once per block row. A stage holds the strip and the group's blocks at
 // that column (slot g for block row g; a block row without one skips the step). 8 warps:
 // 8 / G per block row, each R x (16 G) (MI = R / 16, NI = 2 G: 64 accumulators per thread).
-// Every thread walks the union itself (G cursors over the block rows' column lists), once ahead
-// for the loads and once behind for the products, so nothing is precomputed and nothing is
-// shared but the stages.
+// The union is the group table the host builds per pattern (tdsl_bsr_group); the loads find
+// each stored block with a cursor per block row, the products read only their row's bit.
 #define TDSL_TC_BSRU_BN 128
 #define TDSL_TC_BSRU_STAGES 4
 #define TDSL_TC_BSRU_SMEM(C) (TDSL_TC_BSRU_STAGES * (TDSL_TC_BM + TDSL_TC_BSRU_BN) * (C) * 2)
-// The union of G sorted column lists, one column at a time: cursors `at` up to `end`.
-template <int G> struct tdsl_bsr_walk {
-  int at[G], end[G];
-};
-template <int G> TDSL_FN void tdsl_bsr_walk_start(tdsl_bsr_walk<G> &w, const int *ptr, int br0, int block_rows) {
-#pragma unroll
-  for (int g = 0; g < G; g++) {
-    const bool in = br0 + g < block_rows;
-    w.at[g] = in ? ptr[br0 + g] : 0;
-    w.end[g] = in ? ptr[br0 + g + 1] : 0;
-  }
-}
-// The next column of the union (-1 when none) and, per block row, the stored block there (its
-// index into the values, or -1); the cursors move past it.
-template <int G> TDSL_FN int tdsl_bsr_walk_next(tdsl_bsr_walk<G> &w, const int *idx, int (&p)[G]) {
-  int col = 0x7fffffff;
-#pragma unroll
-  for (int g = 0; g < G; g++)
-    if (w.at[g] < w.end[g] && idx[w.at[g]] < col) col = idx[w.at[g]];
-#pragma unroll
-  for (int g = 0; g < G; g++) {
-    p[g] = w.at[g] < w.end[g] && idx[w.at[g]] == col ? w.at[g] : -1;
-    if (p[g] >= 0) w.at[g]++;
-  }
-  return col == 0x7fffffff ? -1 : col;
-}
 template <int IN, bool B_KN, int R, int C, typename Put>
 TDSL_FN void tdsl_tc_bsr_union(const unsigned short *__restrict__ Av, const int *__restrict__ ptr,
-                               const int *__restrict__ idx, const unsigned short *__restrict__ B, Put put, long long tile,
-                               int M, int N, int K, long long ldb) {
+                               const int *__restrict__ tab,
+                               const unsigned short *__restrict__ B, Put put, long long tile, int M, int N, int K,
+                               long long ldb) {
   constexpr int G = TDSL_TC_BM / R, BN = TDSL_TC_BSRU_BN, STAGES = TDSL_TC_BSRU_STAGES;
   constexpr int MI = R / 16, NI = 2 * G, WN = 16 * G, CH = C / 8, BCH = BN / 8, ROW_WARPS = 8 / G;
   static_assert(R % 16 == 0 && R <= 64 && C % 16 == 0 && C <= 64, "BSR blocks of 16, 32 or 64");
@@ -749,21 +700,20 @@ TDSL_FN void tdsl_tc_bsr_union(const unsigned short *__restrict__ Av, const int 
   const int br0 = (int)(tile % groups) * G, n0 = (int)(tile / groups) * BN;
   const int tid = threadIdx.x, warp = tid >> 5, g_w = warp / ROW_WARPS;
   (void)K;
-  // The union's length, then the two walks: loads ahead, products behind.
-  tdsl_bsr_walk<G> ahead, behind;
-  tdsl_bsr_walk_start(ahead, ptr, br0, block_rows);
-  int steps = 0, p[G];
-  while (tdsl_bsr_walk_next(ahead, idx, p) >= 0) steps++;
-  tdsl_bsr_walk_start(ahead, ptr, br0, block_rows);
-  tdsl_bsr_walk_start(behind, ptr, br0, block_rows);
+  int steps;
+  const unsigned *list = tdsl_bsr_group(tab, groups, (int)(tile % groups), steps);
+  int at[G];  // the loads' cursor into each block row's stored blocks
+#pragma unroll
+  for (int g = 0; g < G; g++) at[g] = ptr[br0 + g < block_rows ? br0 + g : block_rows];
 
-  auto load = [&](int stage, int) {
-    const int k0 = tdsl_bsr_walk_next(ahead, idx, p) * C;
+  auto load = [&](int stage, int kt) {
+    const unsigned e = list[kt];
+    const int k0 = (int)(e & 0xffffu) * C;
     uint4 *a_st = sA + stage * TDSL_TC_BM * CH, *b_st = sB + stage * BN * CH;
 #pragma unroll
     for (int g = 0; g < G; g++) {  // A: each present block into its slot, R x CH chunks
-      if (p[g] < 0) continue;
-      const unsigned short *a = Av + (long long)p[g] * (R * C);
+      if (!((e >> (16 + g)) & 1u)) continue;
+      const unsigned short *a = Av + (long long)(at[g]++) * (R * C);
 #pragma unroll
       for (int q0 = 0; q0 < R * CH; q0 += TDSL_TC_THREADS) {
         const int q = q0 + tid;
@@ -778,13 +728,10 @@ TDSL_FN void tdsl_tc_bsr_union(const unsigned short *__restrict__ Av, const int 
 
   float acc[MI][NI][4];
   tdsl_zero(acc);
+  int kt_behind = 0;
   tdsl_cp_pipeline<STAGES>(steps, load, [&](int st) {
-    int q[G];
-    tdsl_bsr_walk_next(behind, idx, q);
-    bool here = false;  // this warp's block row has a block at this column (q indexed unrolled)
-#pragma unroll
-    for (int g = 0; g < G; g++) here |= g == g_w && q[g] >= 0;
-    if (!here) return;
+    // This warp's block row has a block at this column.
+    if (!((list[kt_behind++] >> (16 + g_w)) & 1u)) return;
     const uint4 *a_st = sA + st * TDSL_TC_BM * CH + g_w * R * CH, *b_st = sB + st * BN * CH;
 #pragma unroll
     for (int kk = 0; kk < C / 16; kk++)

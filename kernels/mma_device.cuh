@@ -51,10 +51,6 @@ template <int IN> TDSL_FN void tdsl_mma_sp16832(float *d, const unsigned *a, con
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(b[2]), "r"(b[3]), "r"(e));
 }
-// *p |= v in shared memory, atomically (threads of a block marking one word together).
-TDSL_FN void tdsl_smem_or(unsigned *p, unsigned v) {
-  asm volatile("red.shared.or.b32 [%0], %1;\n" ::"r"(tdsl_smem(p)), "r"(v) : "memory");
-}
 TDSL_FN void tdsl_cp8(unsigned dst, const void *src, bool ok) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src), "r"(ok ? 8 : 0));
 }

@@ -447,8 +447,6 @@ template <int IN, int BN> TDSL_FN void tdsl_wgmma(float *d, unsigned long long d
   f.d = d;
   tdsl_emu_wait(TDSL_EMU_WG, TDSL_OP_WGMMA);
 }
-// Fibers switch only at the waits, so a read-modify-write is atomic among them.
-TDSL_FN void tdsl_smem_or(unsigned *p, unsigned v) { *p |= v; }
 // Guarded: every thread of the warpgroup passes the same `on` (a thread that disagreed would
 // leave the others waiting, which the emulation reports as a deadlock).
 template <int IN, int BN> TDSL_FN void tdsl_wgmma_if(float *d, unsigned long long da, unsigned long long db, bool on) {

@@ -676,7 +676,7 @@ fn sparse_rows_are_binned_at_run_time_onto_blocks_and_warps_unless_a_wide_dense_
                     (Split::Thread, None) => "a thread per element",
                     _ => "something else",
                 }),
-                Step::Bin { .. } => Some("bin"),
+                Step::Table { .. } => Some("bin"),
                 _ => None,
             })
             .collect::<Vec<_>>()

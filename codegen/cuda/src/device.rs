@@ -332,7 +332,7 @@ impl seam::Backend for CudaBackend {
                     }
                     Some(f)
                 }
-                Step::Host { .. } | Step::Bin { .. } => None,
+                Step::Host { .. } | Step::Table { .. } => None,
             });
         }
         Ok(Arc::new(CudaExecutable {
@@ -432,7 +432,7 @@ impl seam::Executable for CudaExecutable {
         let mut transfer = t0.elapsed();
         let mut kernel_ms = vec![0f32; self.program.kernels.len()];
         let mut host_time = vec![Duration::ZERO; self.program.kernels.len()];
-        // The counts of each row list the host filled ([`Step::Bin`]), by list buffer.
+        // The counts of each row list the host filled ([`crate::map::Table::Rows`]), by list.
         let mut listed = std::collections::BTreeMap::new();
         for (step, f) in self.steps.iter().zip(&self.functions) {
             match (step, f) {
@@ -476,37 +476,46 @@ impl seam::Executable for CudaExecutable {
                     })?;
                     kernel_ms[l.kernel] += ms;
                 }
-                (Step::Bin { kernel, bins }, _) => {
+                (Step::Table { kernel, table }, _) => {
                     let t = Instant::now();
-                    let from_device;
-                    let ptr = match &bufs[bins.ptr.0 as usize] {
-                        Data::I32(v) if self.program.buffer(bins.ptr).role.is_input() => v,
-                        _ => {
-                            let b = self.program.buffer(bins.ptr);
-                            let mut d = Data::zeros(b.ty, b.elems as usize);
-                            self.download(&dev[bins.ptr.0 as usize], &mut d)?;
-                            from_device = d;
-                            match &from_device {
-                                Data::I32(v) => v,
-                                _ => {
-                                    return Err(BackendError::new(
-                                        ErrorKind::Run,
-                                        "row offsets that are not i32",
-                                    ))
-                                }
-                            }
+                    // The index arrays: an input's from the caller's buffers, others (a host
+                    // step's result) copied back.
+                    let mut copied = Vec::new();
+                    for b in table.reads() {
+                        let buf = self.program.buffer(b);
+                        if !buf.role.is_input() {
+                            let mut d = Data::zeros(buf.ty, buf.elems as usize);
+                            self.download(&dev[b.0 as usize], &mut d)?;
+                            copied.push((b, d));
                         }
-                    };
-                    let list = bins
-                        .fill(ptr)
+                    }
+                    let mut data = Vec::new();
+                    for b in table.reads() {
+                        let d = match copied.iter().find(|c| c.0 == b) {
+                            Some((_, d)) => d,
+                            None => &bufs[b.0 as usize],
+                        };
+                        let Data::I32(v) = d else {
+                            return Err(BackendError::new(
+                                ErrorKind::Run,
+                                "index arrays that are not i32",
+                            ));
+                        };
+                        data.push(v.as_slice());
+                    }
+                    let filled = table
+                        .fill(&data, (dev[table.buf().0 as usize].len() / 4) as u64)
                         .map_err(|m| BackendError::new(ErrorKind::Run, m).in_kernel(*kernel))?;
-                    listed.insert(bins.list, crate::map::Bins::counts(&list));
-                    let bytes = Data::I32(list);
-                    let d = &mut dev[bins.list.0 as usize];
-                    let n = bytes.as_bytes().len().min(d.len());
+                    if let crate::map::Table::Rows(_) = table {
+                        listed.insert(table.buf(), crate::map::Bins::counts(&filled));
+                    }
+                    let filled = Data::I32(filled);
+                    let bytes = filled.as_bytes();
+                    let d = &mut dev[table.buf().0 as usize];
+                    let n = bytes.len().min(d.len());
                     self.stream
-                        .memcpy_htod(&bytes.as_bytes()[..n], &mut d.slice_mut(0..n))
-                        .map_err(|e| driver_error("copying a row list to the device", e))?;
+                        .memcpy_htod(&bytes[..n], &mut d.slice_mut(0..n))
+                        .map_err(|e| driver_error("copying an index table to the device", e))?;
                     host_time[*kernel] += t.elapsed();
                 }
                 (Step::Host { kernel, call }, _) => {

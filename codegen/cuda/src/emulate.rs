@@ -71,7 +71,7 @@ pub fn emulator_source(p: &LoopProgram, steps: &[Step]) -> String {
     for step in steps {
         match step {
             Step::Launch(l) => launch_call(&mut main, l),
-            Step::Host { .. } | Step::Bin { .. } => {
+            Step::Host { .. } | Step::Table { .. } => {
                 segment += 1;
                 let _ = writeln!(main, "  }}\n  if (segment == {segment}) {{");
             }
@@ -249,19 +249,24 @@ impl Emulator {
         for step in &self.steps {
             match step {
                 Step::Host { call, .. } => crate::host_call(call, bufs)?,
-                Step::Bin { bins, .. } => {
+                Step::Table { table, .. } => {
                     let at = |b: tdsl_loop::BufId| match (b.0 as usize).checked_sub(self.host) {
                         Some(i) => &scratch[i],
                         None => &bufs[b.0 as usize],
                     };
-                    let Data::I32(ptr) = at(bins.ptr) else {
-                        return Err("row offsets that are not i32".into());
-                    };
-                    let list = Data::I32(bins.fill(ptr)?);
-                    let i = (bins.list.0 as usize)
+                    let mut data = Vec::new();
+                    for b in table.reads() {
+                        let Data::I32(v) = at(b) else {
+                            return Err("index arrays that are not i32".into());
+                        };
+                        data.push(v.as_slice());
+                    }
+                    let elems = self.program.buffer(table.buf()).elems;
+                    let filled = Data::I32(table.fill(&data, elems)?);
+                    let i = (table.buf().0 as usize)
                         .checked_sub(self.host)
-                        .ok_or("a row list that is not scratch")?;
-                    scratch[i] = list;
+                        .ok_or("an index table that is not scratch")?;
+                    scratch[i] = filled;
                 }
                 Step::Launch(_) => continue,
             }

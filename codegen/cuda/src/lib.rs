@@ -20,7 +20,8 @@ use tdsl_loop::{data, Data, LibCall, LoopProgram};
 
 pub use device::CudaBackend;
 pub use map::{
-    map_program, map_program_variants, map_program_with, Bins, Launch, Rows, Split, Step,
+    map_program, map_program_variants, map_program_with, Bins, Groups, Launch, Rows, Split, Step,
+    Table,
 };
 
 /// The CUDA C++ translation unit of `p`: every kernel of the program, each launch with its
@@ -54,8 +55,8 @@ pub fn cuda_kernel(p: &LoopProgram, kernel: usize) -> String {
             Step::Launch(l) if l.kernel == kernel => {
                 out.push_str(&render::render_launch(&mapped, l))
             }
-            Step::Bin { kernel: k, bins } if *k == kernel => {
-                out.push_str(&render::bin_comment(&mapped, bins));
+            Step::Table { kernel: k, table } if *k == kernel => {
+                out.push_str(&render::table_comment(&mapped, table));
                 out.push('\n');
             }
             Step::Host { kernel: k, .. } if *k == kernel => {

@@ -58,12 +58,133 @@ pub enum Step {
         kernel: usize,
         call: LibCall,
     },
-    /// Bins the rows of a sparse operand by their stored entries ([`Bins`]), on the host, before
-    /// the two launches that walk the bins ([`Launch::rows`]).
-    Bin {
+    /// An index table the host builds from a sparse operand's index arrays when the program
+    /// runs (per pattern), before the launches that read it.
+    Table {
         kernel: usize,
-        bins: Bins,
+        table: Table,
     },
+}
+
+/// An index table built on the host from a sparse operand's `i32` index arrays.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Table {
+    /// The rows of a sparse-row launch binned by their stored entries ([`Launch::rows`]).
+    Rows(Bins),
+    /// The union of block columns of each group of BSR block rows (the tensor-core walks
+    /// [`crate::tensor::BsrWalk::Union`] and `Wgmma`).
+    Groups(Groups),
+}
+
+impl Table {
+    /// The buffer the table is written to (device scratch).
+    pub fn buf(&self) -> BufId {
+        match self {
+            Table::Rows(b) => b.list,
+            Table::Groups(g) => g.table,
+        }
+    }
+
+    /// The index arrays it is built from, in the order [`Table::fill`] takes them.
+    pub fn reads(&self) -> Vec<BufId> {
+        match self {
+            Table::Rows(b) => vec![b.ptr],
+            Table::Groups(g) => vec![g.ptr, g.idx],
+        }
+    }
+
+    /// The table for the arrays `data` (those of [`Table::reads`], in order), or why it cannot
+    /// be built from them or would not fit its buffer's `elems`.
+    pub fn fill(&self, data: &[&[i32]], elems: u64) -> Result<Vec<i32>, String> {
+        let t = match (self, data) {
+            (Table::Rows(b), [ptr]) => b.fill(ptr)?,
+            (Table::Groups(g), [ptr, idx]) => g.fill(ptr, idx)?,
+            _ => return Err("an index table was given the wrong arrays".into()),
+        };
+        match t.len() as u64 <= elems {
+            true => Ok(t),
+            false => Err(format!("an index table of {} entries for {elems}", t.len())),
+        }
+    }
+}
+
+/// The group table of a BSR operand under groups of `g` block rows: `groups + 1` offsets, then
+/// each group's union of block columns in increasing order, one word per column: the column in
+/// the low 16 bits, bit `16 + i` set when block row `i` of the group stores a block there
+/// (`tdsl_bsr_group` in kernels/mma.cuh). Built once per run from `ptr` and `idx`, so the
+/// kernels read the union instead of merging the rows' column lists themselves.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Groups {
+    pub table: BufId,
+    pub ptr: BufId,
+    pub idx: BufId,
+    pub block_rows: u64,
+    /// Block rows per group (at most 16).
+    pub g: u64,
+    /// Block columns (fewer than 2^16).
+    pub block_cols: u64,
+}
+
+impl Groups {
+    /// Groups of block rows.
+    pub fn groups(&self) -> u64 {
+        self.block_rows.div_ceil(self.g.max(1))
+    }
+
+    /// The most elements the table can take: the offsets, then at most one word per stored
+    /// block (`stored`, the column array's capacity) and per group and block column.
+    pub fn elems(&self, stored: u64) -> u64 {
+        let groups = self.groups();
+        groups + 1 + stored.min(groups.saturating_mul(self.block_cols))
+    }
+
+    /// The table for row offsets `ptr` and block columns `idx` (sorted within each block row,
+    /// as every bound BSR operand is), or why they are not a pattern of this shape.
+    pub fn fill(&self, ptr: &[i32], idx: &[i32]) -> Result<Vec<i32>, String> {
+        let groups = self.groups() as usize;
+        let (rows, cols) = (self.block_rows as usize, self.block_cols as usize);
+        if ptr.len() < rows + 1 {
+            return Err(format!("{} row offsets for {rows} block rows", ptr.len()));
+        }
+        let mut out = vec![0i32; groups + 1];
+        let mut mark = vec![0u32; cols];
+        let mut touched = Vec::new();
+        for grp in 0..groups {
+            for i in 0..self.g as usize {
+                let row = grp * self.g as usize + i;
+                if row >= rows {
+                    break;
+                }
+                let (a, b) = (ptr[row], ptr[row + 1]);
+                let blocks = usize::try_from(a)
+                    .ok()
+                    .zip(usize::try_from(b).ok())
+                    .and_then(|(a, b)| idx.get(a..b))
+                    .ok_or_else(|| {
+                        format!("block row {row} stores blocks {a}..{b} of {}", idx.len())
+                    })?;
+                for (j, &c) in blocks.iter().enumerate() {
+                    let sorted = j == 0 || blocks[j - 1] < c;
+                    let col = usize::try_from(c).ok().filter(|&c| c < cols && sorted);
+                    let col = col.ok_or_else(|| {
+                        format!("block row {row}: column {c} out of order or past {cols}")
+                    })?;
+                    if mark[col] == 0 {
+                        touched.push(col);
+                    }
+                    mark[col] |= 1 << i;
+                }
+            }
+            touched.sort_unstable();
+            for &col in &touched {
+                out.push((col as u32 | mark[col] << 16) as i32);
+                mark[col] = 0;
+            }
+            touched.clear();
+            out[grp + 1] = (out.len() - groups - 1) as i32;
+        }
+        Ok(out)
+    }
 }
 
 /// The rows of a sparse operand, sorted into two run-time lists by how many entries each stores:
@@ -364,6 +485,12 @@ pub fn map_program_variants(
             if let Some(st) = &tc.staged {
                 steps.push(Step::Launch(staging_launch(st, &k.name, ki)));
             }
+            if let Some(groups) = tc.groups() {
+                steps.push(Step::Table {
+                    kernel: ki,
+                    table: Table::Groups(groups),
+                });
+            }
             steps.push(Step::Launch(Launch {
                 name: format!("{}_0", k.name),
                 kernel: ki,
@@ -408,7 +535,10 @@ pub fn map_program_variants(
                     elems: 2 + bins.iterations(),
                     role: tdsl_loop::Role::Temp,
                 });
-                steps.push(Step::Bin { kernel: ki, bins });
+                steps.push(Step::Table {
+                    kernel: ki,
+                    table: Table::Rows(bins),
+                });
                 for (long, split) in [(true, Split::Block), (false, Split::Warp)] {
                     let name = format!("{}_{n}", k.name);
                     let mut l = Launch::loops(name, ki, grid.clone(), body.clone(), split, false);
@@ -1156,6 +1286,51 @@ mod tests {
         assert_eq!(bins.fill(&ptr).unwrap(), [6, 0, 4, 5, 0, 1, 2, 3]);
         // Offsets past the end of `ptr` are an error, not a panic.
         assert!(bins.fill(&ptr[..4]).is_err());
+    }
+
+    #[test]
+    fn group_tables_list_each_groups_union_of_block_columns_with_a_bit_per_block_row() {
+        // Five block rows of six block columns, in groups of two (the last group partial).
+        let rows: [&[i32]; 5] = [&[0, 2, 5], &[2], &[], &[1, 5], &[0]];
+        let mut ptr = vec![0i32];
+        let mut idx = Vec::new();
+        for r in rows {
+            idx.extend_from_slice(r);
+            ptr.push(idx.len() as i32);
+        }
+        let groups = Groups {
+            table: BufId(9),
+            ptr: BufId(0),
+            idx: BufId(1),
+            block_rows: 5,
+            g: 2,
+            block_cols: 6,
+        };
+        assert_eq!(groups.groups(), 3);
+        let e = |col: i32, bits: i32| col | bits << 16;
+        let want = [
+            vec![0, 3, 5, 6],
+            vec![e(0, 1), e(2, 3), e(5, 1)],
+            vec![e(1, 2), e(5, 2)],
+            vec![e(0, 1)],
+        ]
+        .concat();
+        assert_eq!(groups.fill(&ptr, &idx).unwrap(), want);
+        // It fits the buffer sized for 7 stored blocks: 4 offsets and at most 7 words.
+        assert!(want.len() as u64 <= groups.elems(7));
+        let table = Table::Groups(groups.clone());
+        assert!(table.fill(&[&ptr, &idx], groups.elems(7)).is_ok());
+        assert!(table.fill(&[&ptr, &idx], 5).is_err());
+        // Columns out of order, past the last block column, offsets past `idx` or too few
+        // offsets are errors, never a panic.
+        let mut unsorted = idx.clone();
+        unsorted.swap(0, 1);
+        assert!(groups.fill(&ptr, &unsorted).is_err());
+        let mut wide = idx.clone();
+        wide[2] = 6;
+        assert!(groups.fill(&ptr, &wide).is_err());
+        assert!(groups.fill(&ptr, &idx[..4]).is_err());
+        assert!(groups.fill(&ptr[..4], &idx).is_err());
     }
 
     #[test]

@@ -93,8 +93,8 @@ pub fn render_unit(p: &LoopProgram, steps: &[Step], target: UnitTarget) -> Strin
                 out.push('\n');
                 out.push_str(&render_launch(p, l));
             }
-            Step::Bin { bins, .. } => {
-                let _ = writeln!(out, "\n{}", bin_comment(p, bins));
+            Step::Table { table, .. } => {
+                let _ = writeln!(out, "\n{}", table_comment(p, table));
             }
             Step::Host { kernel, .. } => {
                 let _ = writeln!(
@@ -108,16 +108,26 @@ pub fn render_unit(p: &LoopProgram, steps: &[Step], target: UnitTarget) -> Strin
     out
 }
 
-/// The comment that stands for a [`Step::Bin`]: the host sorts the rows into the list buffer.
-pub fn bin_comment(p: &LoopProgram, bins: &crate::map::Bins) -> String {
-    format!(
-        "// the host bins the rows of %{} ({}) into b{}: {} or more stored entries one block \
-         each, the rest one warp each, longest first",
-        bins.ptr.0,
-        p.buffer(bins.ptr).name,
-        bins.list.0,
-        crate::map::BLOCK_ROW
-    )
+/// The comment that stands for a [`Step::Table`]: what the host builds, from what, where.
+pub fn table_comment(p: &LoopProgram, table: &crate::map::Table) -> String {
+    match table {
+        crate::map::Table::Rows(b) => format!(
+            "// the host bins the rows of %{} ({}) into b{}: {} or more stored entries one block \
+             each, the rest one warp each, longest first",
+            b.ptr.0,
+            p.buffer(b.ptr).name,
+            b.list.0,
+            crate::map::BLOCK_ROW
+        ),
+        crate::map::Table::Groups(g) => format!(
+            "// the host lists the union of block columns of each {} block rows of %{} ({}) \
+             into b{}",
+            g.g,
+            g.idx.0,
+            p.buffer(g.idx).name,
+            g.table.0
+        ),
+    }
 }
 
 /// One `__global__` function, with a comment that says where it comes from and how it is

@@ -49,7 +49,9 @@ pub enum Kind {
     /// Block-sparse rows of `r × c` blocks (tensor cores over the stored blocks only): `a` holds
     /// the blocks' values (`a.ld` is unused), `ptr` and `idx` the block rows' offsets and
     /// columns; `walk` says how thread blocks cover them. With [`BsrWalk::Rows`] each warp
-    /// computes `r × wn` (32 or 64 columns; `wn` unused otherwise).
+    /// computes `r × wn` (32 or 64 columns; `wn` unused otherwise). The walks over groups of
+    /// block rows read the union of their columns from `table`, the group table the host
+    /// builds per pattern ([`crate::map::Groups`]); the row walk reads `idx` itself.
     Bsr {
         ptr: BufId,
         idx: BufId,
@@ -57,6 +59,7 @@ pub enum Kind {
         c: u64,
         wn: u64,
         walk: BsrWalk,
+        table: Option<BufId>,
     },
 }
 
@@ -214,6 +217,36 @@ impl TensorCore {
         }
     }
 
+    /// The group table this product reads ([`crate::map::Groups`]): BSR walks over groups of
+    /// block rows, 128 / r of them (`tdsl_tc_bsr_union`) or `cols` / r (`tdsl_tc_wgmma_bsr`).
+    pub fn groups(&self) -> Option<crate::map::Groups> {
+        let Kind::Bsr {
+            ptr,
+            idx,
+            r,
+            c,
+            walk,
+            table: Some(table),
+            ..
+        } = self.kind
+        else {
+            return None;
+        };
+        let g = match walk {
+            BsrWalk::Rows => return None,
+            BsrWalk::Union => 128 / r,
+            BsrWalk::Wgmma { cols } => cols as u64 / r,
+        };
+        Some(crate::map::Groups {
+            table,
+            ptr,
+            idx,
+            block_rows: self.m / r,
+            g,
+            block_cols: self.k / c,
+        })
+    }
+
     /// Threads per block of the launch.
     pub fn threads(&self) -> u64 {
         match self.kind {
@@ -271,13 +304,11 @@ impl TensorCore {
                 ..
             } => 4 * (128 + 128) * c * 2,
             // `TDSL_TC_WGB_SMEM`: `wgmma`'s 4 stages (128 dense rows and `cols` rows of blocks,
-            // 64 halves each), the alignment, and two words per block column (the union's marks
-            // and its list; 1 KiB of static shared memory besides).
+            // 64 halves each) and the alignment.
             Kind::Bsr {
-                c,
                 walk: BsrWalk::Wgmma { cols },
                 ..
-            } => 4 * (128 + cols as u64) * 64 * 2 + 1024 + 8 * self.k / c,
+            } => 4 * (128 + cols as u64) * 64 * 2 + 1024,
         }
     }
 
@@ -291,8 +322,10 @@ impl TensorCore {
             Kind::TwoFour { meta, .. } => {
                 v.insert(meta.buf);
             }
-            Kind::Bsr { ptr, idx, .. } => {
-                v.extend([*ptr, *idx]);
+            Kind::Bsr {
+                ptr, idx, table, ..
+            } => {
+                v.extend([*ptr, table.unwrap_or(*idx)]);
             }
         }
         if self.split.is_none() {
@@ -654,6 +687,10 @@ pub fn select_with(p: &LoopProgram, tc: TensorCores, v: Variants) -> Selection {
             }
             let id = BufId((p.buffers.len() + sel.scratch.len()) as u32);
             if let Some(buf) = split_k(&mut tc, id, v) {
+                sel.scratch.push(buf);
+            }
+            let id = BufId((p.buffers.len() + sel.scratch.len()) as u32);
+            if let Some(buf) = group_table(p, &mut tc, id) {
                 sel.scratch.push(buf);
             }
             sel.calls.insert(ki, tc);
@@ -1135,6 +1172,7 @@ fn bsr(
         c: cb,
         wn: bsr_warp_columns(r),
         walk: BsrWalk::Rows,
+        table: None,
     };
     let values = Operand {
         buf: s.values,
@@ -1162,12 +1200,40 @@ fn bsr(
     Some(t)
 }
 
+/// The group table (scratch buffer `id`, [`crate::map::Groups`]) of a BSR product `t` that
+/// walks groups of block rows; such a walk whose block columns do not fit the table's 16 bits
+/// walks one block row per thread block instead.
+fn group_table(p: &LoopProgram, t: &mut TensorCore, id: BufId) -> Option<Buffer> {
+    let Kind::Bsr { idx, walk, .. } = t.kind else {
+        return None;
+    };
+    if walk == BsrWalk::Rows {
+        return None;
+    }
+    let set = |t: &mut TensorCore, w: BsrWalk, tab: Option<BufId>| {
+        if let Kind::Bsr { walk, table, .. } = &mut t.kind {
+            (*walk, *table) = (w, tab);
+        }
+    };
+    set(t, walk, Some(id));
+    let Some(groups) = t.groups().filter(|g| g.block_cols < 1 << 16) else {
+        set(t, BsrWalk::Rows, None);
+        return None;
+    };
+    Some(Buffer {
+        name: format!("{}.groups", p.buffer(idx).name),
+        ty: ElemType::I32,
+        elems: groups.elems(p.buffer(idx).elems),
+        role: Role::Temp,
+    })
+}
+
 /// The most dynamic shared memory a thread block of an H100 or H200 may use (227 KiB).
 const SMEM_MAX: u64 = 227 * 1024;
 
 /// BSR on `wgmma` ([`BsrWalk::Wgmma`]) for the product `t` of `r`-row blocks, where the device
 /// has it (sm_90a), the dense operand is k-contiguous (it is `wgmma`'s A, read through the
-/// same descriptors as a dense product's) and the union's list fits in shared memory: tiles of
+/// same descriptors as a dense product's) and its stages fit in shared memory: tiles of
 /// 256 BSR rows (at most 8 block rows, so `r` ≥ 32) where they still give every SM a thread
 /// block, else 128. `pinned` (128 or 256, where `r` allows) overrides that choice.
 fn wgmma_bsr(t: &TensorCore, r: u64, tc: TensorCores, pinned: u16) -> Option<BsrWalk> {
@@ -1899,16 +1965,18 @@ pub fn render(p: &LoopProgram, name: &str, tc: &TensorCore) -> String {
             c,
             wn,
             walk,
+            table,
         } => {
             let template = match walk {
                 BsrWalk::Rows => format!("tdsl_tc_bsr<{input}, {b_kn}, {r}, {c}, {wn}>"),
                 BsrWalk::Union => format!("tdsl_tc_bsr_union<{input}, {b_kn}, {r}, {c}>"),
                 BsrWalk::Wgmma { cols } => format!("tdsl_tc_wgmma_bsr<{input}, {r}, {c}, {cols}>"),
             };
+            // The row walk reads the block columns, the group walks their group table.
             format!(
                 "{template}(b{a}, b{}, b{}, b{b} + ob, put, tile, {m}, {n}, {k}, {}LL)",
                 ptr.0,
-                idx.0,
+                table.unwrap_or(*idx).0,
                 tc.b.ld
             )
         }
