@@ -674,6 +674,7 @@ fn sparse_rows_are_binned_at_run_time_onto_blocks_and_warps_unless_a_wide_dense_
                     (Split::Block, Some(r)) if r.long => "long rows, a block each",
                     (Split::Warp, Some(r)) if !r.long => "short rows, a warp each",
                     (Split::Thread, None) => "a thread per element",
+                    (Split::Thread, Some(r)) if r.inner == 64 => "rows, a thread per element",
                     _ => "something else",
                 }),
                 Step::Table { .. } => Some("bin"),
@@ -694,17 +695,26 @@ fn sparse_rows_are_binned_at_run_time_onto_blocks_and_warps_unless_a_wide_dense_
             ["bin", "long rows, a block each", "short rows, a warp each"]
         );
     }
-    // CSR times 64 columns: consecutive threads share a row and read the columns contiguously.
+    // CSR times 64 columns: consecutive threads share a row and read the columns contiguously;
+    // the rows are listed longest first, each expanded into its 64 columns.
     assert_eq!(
         steps(
             "input w: f32[64, 300] @ csr = randn(seed=1, density=0.2)\ninput x: f32[300, 64] = randn(seed=2)\n\
+             y = einsum(w, x, 'o i, i c -> o c')\noutput y\n"
+        ),
+        ["bin", "rows, a thread per element"]
+    );
+    // Too small an operand for a long row: no list.
+    assert_eq!(
+        steps(
+            "input w: f32[8, 100] @ csr = randn(seed=1, density=0.2)\ninput x: f32[100, 64] = randn(seed=2)\n\
              y = einsum(w, x, 'o i, i c -> o c')\noutput y\n"
         ),
         ["a thread per element"]
     );
 }
 
-/// A CSR matrix times a vector or a few columns, its rows of lengths drawn from four classes
+/// A CSR matrix times a vector or `n` columns, its rows of lengths drawn from four classes
 /// (empty, under a warp, under [`tdsl_cuda::map::BLOCK_ROW`], at or over it) so that the run-time
 /// bins of sparse-row launches ([`tdsl_cuda::Bins`]) get both lists, unsorted lengths and empty
 /// lists. Returns the script and its inputs (the matrix given dense, stored as CSR when bound).
@@ -772,7 +782,7 @@ proptest::proptest! {
     fn emulated_csr_rows_of_any_length_agree_with_the_interpreter(
         rows in 1usize..24, cols in 1024usize..2600,
         classes in proptest::collection::vec(0usize..4, 1..6),
-        n in proptest::sample::select(vec![1usize, 2, 3, 7]),
+        n in proptest::sample::select(vec![1usize, 2, 3, 7, 40]),
         f16 in proptest::prelude::any::<bool>(), seed in 0u64..1000,
     ) {
         if crate::diff::cxx().is_none() {

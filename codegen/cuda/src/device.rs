@@ -341,6 +341,7 @@ impl seam::Backend for CudaBackend {
             steps,
             functions,
             stream: self.stream.clone(),
+            tables: Default::default(),
         }))
     }
 
@@ -360,7 +361,13 @@ struct CudaExecutable {
     steps: Vec<Step>,
     functions: Vec<Option<CudaFunction>>,
     stream: Arc<CudaStream>,
+    /// The index tables of the last run, by step, with the arrays they were built from: a run
+    /// over the same pattern reuses them.
+    tables: std::sync::Mutex<std::collections::BTreeMap<usize, CachedTable>>,
 }
+
+/// An index table and the arrays it was built from.
+type CachedTable = (Vec<Vec<i32>>, Arc<Vec<i32>>);
 
 impl CudaExecutable {
     fn upload(&self, bufs: &[Data]) -> Result<Vec<CudaSlice<u8>>, BackendError> {
@@ -434,13 +441,14 @@ impl seam::Executable for CudaExecutable {
         let mut host_time = vec![Duration::ZERO; self.program.kernels.len()];
         // The counts of each row list the host filled ([`crate::map::Table::Rows`]), by list.
         let mut listed = std::collections::BTreeMap::new();
-        for (step, f) in self.steps.iter().zip(&self.functions) {
+        for (si, (step, f)) in self.steps.iter().zip(&self.functions).enumerate() {
             match (step, f) {
                 (Step::Launch(l), Some(f)) => {
                     let (blocks, threads) = match l.rows {
                         Some(rows) => {
                             let (long, short) = listed.get(&rows.list).copied().unwrap_or((0, 0));
-                            l.shape_listed(if rows.long { long } else { short })
+                            let count: u64 = if rows.long { long } else { short };
+                            l.shape_listed(count.saturating_mul(rows.inner))
                         }
                         None => l.shape(),
                     };
@@ -477,6 +485,7 @@ impl seam::Executable for CudaExecutable {
                     kernel_ms[l.kernel] += ms;
                 }
                 (Step::Table { kernel, table }, _) => {
+                    // Preparation, not a kernel: its time counts with the copies.
                     let t = Instant::now();
                     // The index arrays: an input's from the caller's buffers, others (a host
                     // step's result) copied back.
@@ -503,20 +512,36 @@ impl seam::Executable for CudaExecutable {
                         };
                         data.push(v.as_slice());
                     }
-                    let filled = table
-                        .fill(&data, (dev[table.buf().0 as usize].len() / 4) as u64)
-                        .map_err(|m| BackendError::new(ErrorKind::Run, m).in_kernel(*kernel))?;
+                    let cached = self
+                        .tables
+                        .lock()
+                        .ok()
+                        .and_then(|c| c.get(&si).filter(|e| e.0 == data).map(|e| e.1.clone()));
+                    let filled = match cached {
+                        Some(f) => f,
+                        None => {
+                            let elems = (dev[table.buf().0 as usize].len() / 4) as u64;
+                            let f = Arc::new(table.fill(&data, elems).map_err(|m| {
+                                BackendError::new(ErrorKind::Run, m).in_kernel(*kernel)
+                            })?);
+                            if let Ok(mut c) = self.tables.lock() {
+                                let arrays = data.iter().map(|a| a.to_vec()).collect();
+                                c.insert(si, (arrays, f.clone()));
+                            }
+                            f
+                        }
+                    };
                     if let crate::map::Table::Rows(_) = table {
                         listed.insert(table.buf(), crate::map::Bins::counts(&filled));
                     }
-                    let filled = Data::I32(filled);
+                    let filled = Data::I32(filled.to_vec());
                     let bytes = filled.as_bytes();
                     let d = &mut dev[table.buf().0 as usize];
                     let n = bytes.len().min(d.len());
                     self.stream
                         .memcpy_htod(&bytes[..n], &mut d.slice_mut(0..n))
                         .map_err(|e| driver_error("copying an index table to the device", e))?;
-                    host_time[*kernel] += t.elapsed();
+                    transfer += t.elapsed();
                 }
                 (Step::Host { kernel, call }, _) => {
                     let t = Instant::now();

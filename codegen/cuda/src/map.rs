@@ -187,35 +187,46 @@ impl Groups {
     }
 }
 
-/// The rows of a sparse operand, sorted into two run-time lists by how many entries each stores:
-/// rows of [`BLOCK_ROW`] or more entries go to a launch that gives each a block, the rest to one
-/// that gives each a warp. Each list is ordered by decreasing length (Sputnik's row swizzle), so
-/// the longest rows start first and the grid-stride loops end together.
+/// The rows of a sparse operand, sorted into run-time lists by how many entries each stores.
+/// With `split`, rows of [`BLOCK_ROW`] or more entries go to a launch that gives each a block,
+/// the rest to one that gives each a warp; without, every row is in the second list (a launch
+/// of a thread per element, the dense axis across the threads). Each list is ordered by
+/// decreasing length (Sputnik's row swizzle), so the longest rows start first and the
+/// launches' threads end together.
 ///
-/// The list buffer (i32, `2 + iterations` elements) holds `[long, short, long rows...,
-/// short rows...]`: the two counts, then the grid iterations of each list.
+/// A list entry is an iteration of `grid`, the launch's grid without its last axis when the
+/// row does not depend on it (the dense axis of a sparse × dense product, `inner` iterations
+/// each, expanded by the launch); else the whole grid (`inner` 1). The list buffer (i32,
+/// `2 + entries` elements) holds `[long, short, long rows..., short rows...]`: the two counts,
+/// then each list.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Bins {
     /// The list buffer (device scratch, written by the host).
     pub list: BufId,
     /// The operand's row offsets (`indptr`).
     pub ptr: BufId,
-    /// Where a grid iteration's row starts in `ptr` (its end is the next element).
+    /// Where a row starts in `ptr` (its end is the next element), in `grid`'s variables.
     pub at: Index,
-    /// The launch's grid: its variables and extents, outermost first.
+    /// The grid axes the list walks, outermost first.
     pub grid: Vec<(VarId, u64)>,
+    /// Iterations of the launch's last grid axis per list entry (1: it is in `grid`).
+    pub inner: u64,
+    /// Whether long rows get a list (and a launch) of their own.
+    pub split: bool,
 }
 
 /// Which list of a [`Bins`] a launch walks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Rows {
     pub list: BufId,
-    /// The long rows (one block each), or the short ones (one warp each).
+    /// The long rows (one block each), or the others.
     pub long: bool,
+    /// Grid iterations per list entry ([`Bins::inner`]).
+    pub inner: u64,
 }
 
 impl Bins {
-    /// Grid iterations in all.
+    /// List entries at most.
     pub fn iterations(&self) -> u64 {
         self.grid.iter().map(|g| g.1).product::<u64>().max(1)
     }
@@ -245,7 +256,7 @@ impl Bins {
                 .map(|(s, e)| i64::from(e) - i64::from(s))
                 .ok_or_else(|| format!("row {gi} is outside the row offsets ({})", ptr.len()))?;
             let gi = i32::try_from(gi).map_err(|_| "too many rows for an i32 list")?;
-            match entries as u64 >= BLOCK_ROW {
+            match self.split && entries as u64 >= BLOCK_ROW {
                 true => long.push((entries, gi)),
                 false => short.push((entries, gi)),
             }
@@ -521,29 +532,35 @@ pub fn map_program_variants(
         }
         let mut n = 0usize;
         let mut launch = |grid: Vec<(VarId, u64)>, body: Vec<Stmt>, steps: &mut Vec<Step>| {
-            let rows =
-                !grid.is_empty() && split_of(&body) == Split::Thread && sparse_rows(&grid, &body);
+            let thread = !grid.is_empty() && split_of(&body) == Split::Thread;
+            let rows = thread && sparse_rows(&grid, &body);
             let list = BufId((first_list + lists.len()) as u32);
             // Only an operand that can store BLOCK_ROW entries can have a long row.
-            let long = rows && stored_entries(&body, &elems) >= BLOCK_ROW;
-            if let Some(bins) = long.then(|| bins_of(&grid, &body, list)).flatten() {
-                // Rows binned at run time by their stored entries: a block each for the long
-                // ones, then a warp each for the rest.
+            let long = thread && stored_entries(&body, &elems) >= BLOCK_ROW;
+            if let Some(bins) = long.then(|| bins_of(&grid, &body, list, rows)).flatten() {
+                // Rows listed at run time by their stored entries, longest first: for rows of
+                // a reduction, a block each for the long ones, then a warp each for the rest;
+                // for a thread per element, all of them in one launch.
                 lists.push(tdsl_loop::Buffer {
                     name: format!("{}.rows", k.name),
                     ty: tdsl_loop::ElemType::I32,
                     elems: 2 + bins.iterations(),
                     role: tdsl_loop::Role::Temp,
                 });
+                let inner = bins.inner;
+                let launches: &[(bool, Split)] = match bins.split {
+                    true => &[(true, Split::Block), (false, Split::Warp)],
+                    false => &[(false, Split::Thread)],
+                };
                 steps.push(Step::Table {
                     kernel: ki,
                     table: Table::Rows(bins),
                 });
-                for (long, split) in [(true, Split::Block), (false, Split::Warp)] {
+                for &(long, split) in launches {
                     let name = format!("{}_{n}", k.name);
                     let mut l = Launch::loops(name, ki, grid.clone(), body.clone(), split, false);
                     l.params.push(list);
-                    l.rows = Some(Rows { list, long });
+                    l.rows = Some(Rows { list, long, inner });
                     steps.push(Step::Launch(l));
                     n += 1;
                 }
@@ -608,10 +625,12 @@ pub fn map_program_variants(
     (out, steps)
 }
 
-/// The [`Bins`] of a sparse-row launch (grid `grid`, iteration `body`, list buffer `list`): when
-/// its one compressed loop's row offset depends only on grid variables and the grid's
-/// iterations fit an i32 list.
-fn bins_of(grid: &[(VarId, u64)], body: &[Stmt], list: BufId) -> Option<Bins> {
+/// The [`Bins`] of a launch over a sparse operand's rows (grid `grid`, iteration `body`, list
+/// buffer `list`; `split`: rows of a reduction, run by a warp or a block): when its one
+/// top-level compressed loop's row offset depends only on grid variables and the list's
+/// entries fit an i32. The list walks the grid without its last axis when the offset does not
+/// depend on it.
+fn bins_of(grid: &[(VarId, u64)], body: &[Stmt], list: BufId, split: bool) -> Option<Bins> {
     let mut walks = body.iter().filter_map(|s| match s {
         Stmt::Loop(Loop {
             iter: Iter::Compressed { ptr, ptr_index, .. },
@@ -620,15 +639,26 @@ fn bins_of(grid: &[(VarId, u64)], body: &[Stmt], list: BufId) -> Option<Bins> {
         _ => None,
     });
     let (ptr, at) = walks.next()?;
-    let in_grid = |v: VarId| grid.iter().any(|g| g.0 == v);
+    let uses = |v: VarId| at.terms.iter().any(|t| t.0 == v && t.1 != 0);
+    let (outer, inner) = match grid.split_last() {
+        Some((&(v, e), outer)) if !uses(v) => (outer.to_vec(), e),
+        _ => (grid.to_vec(), 1),
+    };
+    let in_grid = at
+        .terms
+        .iter()
+        .all(|t| t.1 == 0 || outer.iter().any(|g| g.0 == t.0));
     let bins = Bins {
         list,
         ptr,
         at: at.clone(),
-        grid: grid.to_vec(),
+        grid: outer,
+        inner,
+        split,
     };
-    let fits = bins.iterations() <= i32::MAX as u64 - 2;
-    (walks.next().is_none() && at.terms.iter().all(|t| in_grid(t.0)) && fits).then_some(bins)
+    let fits = bins.iterations() <= i32::MAX as u64 - 2
+        && bins.iterations().saturating_mul(inner) < 1 << 62;
+    (walks.next().is_none() && in_grid && fits).then_some(bins)
 }
 
 /// The launch that writes a staged operand ([`crate::tensor::Staging`]): one store per element,
@@ -1258,10 +1288,18 @@ mod tests {
             ptr: BufId(0),
             at: ix(&[(0, 1)]),
             grid: vec![(VarId(0), 7)],
+            inner: 1,
+            split: true,
         };
         let list = bins.fill(&ptr).unwrap();
         assert_eq!(list, [3, 4, 6, 2, 4, 5, 1, 3, 0]);
         assert_eq!(Bins::counts(&list), (3, 4));
+        // Without a list of long rows (a thread per element): one list, longest first.
+        let one = Bins {
+            split: false,
+            ..bins.clone()
+        };
+        assert_eq!(one.fill(&ptr).unwrap(), [0, 7, 6, 2, 4, 5, 1, 3, 0]);
         // A grid of (row, column) pairs: every column of a row has the row's length; the row's
         // offset is read at `2·row + 1` (every other row of a larger operand, from the second).
         let bins = Bins {

@@ -111,6 +111,12 @@ pub fn render_unit(p: &LoopProgram, steps: &[Step], target: UnitTarget) -> Strin
 /// The comment that stands for a [`Step::Table`]: what the host builds, from what, where.
 pub fn table_comment(p: &LoopProgram, table: &crate::map::Table) -> String {
     match table {
+        crate::map::Table::Rows(b) if !b.split => format!(
+            "// the host lists the rows of %{} ({}) in b{}, longest first",
+            b.ptr.0,
+            p.buffer(b.ptr).name,
+            b.list.0
+        ),
         crate::map::Table::Rows(b) => format!(
             "// the host bins the rows of %{} ({}) into b{}: {} or more stored entries one block \
              each, the rest one warp each, longest first",
@@ -171,6 +177,7 @@ pub fn render_launch(p: &LoopProgram, l: &Launch) -> String {
             match (l.split, l.rows) {
                 (Split::Block, Some(_)) => ", the long rows of the list, one block each",
                 (Split::Warp, Some(_)) => ", the short rows of the list, one warp each",
+                (Split::Thread, Some(_)) => ", the rows of the list, longest first",
                 (Split::Thread, _) => "",
                 (Split::Warp, _) => ", one warp each",
                 (Split::Block, _) => ", one block each",
@@ -208,10 +215,18 @@ pub fn render_launch(p: &LoopProgram, l: &Launch) -> String {
                         format!("2 + (long long)b{b}[0]"),
                     ),
                 };
-                (
-                    count,
-                    Some(format!("const long long gi = b{b}[{first} + gk];")),
-                )
+                // An entry is a row; its `inner` iterations of the last grid axis follow it.
+                let gi = match rows.inner {
+                    1 => format!("const long long gi = b{b}[{first} + gk];"),
+                    e => format!(
+                        "const long long gi = (long long)b{b}[{first} + gk / {e}LL] * {e}LL + gk % {e}LL;"
+                    ),
+                };
+                let count = match rows.inner {
+                    1 => count,
+                    e => format!("{count} * {e}LL"),
+                };
+                (count, Some(gi))
             }
             None => (format!("{n}LL"), None),
         };

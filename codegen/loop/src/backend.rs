@@ -101,7 +101,8 @@ pub struct RunOptions {
 pub struct RunStats {
     /// Wall time of each kernel, in program order.
     pub kernel_times: Vec<Duration>,
-    /// Time spent moving data between host and device (zero on the host).
+    /// Time spent moving data between host and device, and preparing what is moved (the index
+    /// tables a GPU builds from a sparse operand's pattern); zero on the host.
     pub transfer: Duration,
 }
 
