@@ -30,6 +30,8 @@
 //!    row offsets when the launch runs), then one launch walks the rows of [`BLOCK_ROW`] or
 //!    more entries with a block each, and another the rest with a warp each, both longest
 //!    first, so one long row neither holds a warp for the whole launch nor a short one a block.
+//!    A sparse × dense product with a long dense axis (a thread per element) lists its rows
+//!    longest first as well, each expanded into the dense axis (Sputnik's row swizzle).
 //!
 //! 5. A grid launch that is one store of a transposing map (the store is contiguous in one grid
 //!    variable, a load in another: a permute, or an elementwise chain around one) runs one
