@@ -198,11 +198,12 @@ impl Emulator {
         crate::check_buffers(&self.program.buffers[..self.host], bufs)?;
         let file = self.dir.join("buffers.bin");
         let mut segment = 0;
-        // The launches' scratch lives from one segment to the next (a row list is written
-        // between them).
+        // The launches' scratch lives from one segment to the next (an index table is written
+        // between them). It starts as NaN (i32: -2^31), as unset device memory might be, so a
+        // read before a write shows.
         let mut scratch: Vec<Data> = self.program.buffers[self.host..]
             .iter()
-            .map(|b| Data::zeros(b.ty, b.elems as usize))
+            .map(|b| poisoned(b.ty, b.elems as usize))
             .collect();
         let run_segment = |bufs: &mut [Data], scratch: &mut [Data], segment: usize| {
             let mut bytes = Vec::new();
@@ -274,6 +275,18 @@ impl Emulator {
             run_segment(bufs, &mut scratch, segment)?;
         }
         Ok(())
+    }
+}
+
+/// `n` values of type `ty` that no launch should read before writing: NaN, or -2^31.
+fn poisoned(ty: tdsl_loop::ElemType, n: usize) -> Data {
+    use tdsl_loop::ElemType as T;
+    match ty {
+        T::F32 => Data::F32(vec![f32::NAN; n]),
+        T::F64 => Data::F64(vec![f64::NAN; n]),
+        T::F16 => Data::F16(vec![half::f16::NAN; n]),
+        T::BF16 => Data::BF16(vec![half::bf16::NAN; n]),
+        T::I32 => Data::I32(vec![i32::MIN; n]),
     }
 }
 
