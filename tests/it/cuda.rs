@@ -798,3 +798,31 @@ proptest::proptest! {
             .map_err(|e| proptest::test_runner::TestCaseError::fail(format!("{text}: {e}")))?;
     }
 }
+
+/// The grouped BSR walks read a group table whose words hold a block column in 16 bits: a
+/// product with 2^16 block columns or more walks one block row per thread block instead, with
+/// no table; one with fewer takes the walk it is asked for.
+#[test]
+fn bsr_walks_over_groups_need_block_columns_that_fit_the_group_table() {
+    use tdsl_cuda::tensor::{BsrWalk, TensorCores, Variants};
+    let unit = |cols: u64| {
+        let script = format!(
+            "input x: bf16[n=64, i={cols}] = randn(seed=0)\n\
+             input w: bf16[o=256, i] @ bsr(16, 16) = randn(seed=1, density=0.1)\n\
+             y = einsum(x, w, 'n i, o i -> n o')\noutput y\n"
+        );
+        let plan = plan(&script).expect("plans");
+        let v = Variants {
+            bsr: Some(BsrWalk::Union),
+            ..Variants::default()
+        };
+        tdsl_cuda::cuda_unit_with(&plan.loops, TensorCores::Wgmma, v)
+    };
+    let fits = unit(16 * 4096);
+    assert!(fits.contains("tdsl_tc_bsr_union<"), "{fits}");
+    assert!(fits.contains("// the host lists the union"), "{fits}");
+    let wide = unit(16 << 16);
+    assert!(wide.contains("tdsl_tc_bsr<"), "{wide}");
+    assert!(!wide.contains("tdsl_tc_bsr_union<"), "{wide}");
+    assert!(!wide.contains("// the host lists the union"), "{wide}");
+}

@@ -139,6 +139,31 @@ fn gpu_products_in_every_tile_width_agree_with_the_cpu() {
     }
 }
 
+/// One compiled program run on three CSR patterns in turn (A, B, A): the executable caches the
+/// index tables it builds per pattern, and must rebuild them when the pattern changes.
+#[test]
+fn gpu_index_tables_follow_the_pattern_from_run_to_run() {
+    let Some(dev) = device() else { return };
+    let case = |seed| crate::cuda::csr_rows_case(200, 3000, &[3, 1, 0, 2, 3], 3, false, seed);
+    let (text, _) = case(0);
+    let p = tdsl::compile(&text, &Default::default()).expect("compiles");
+    let plan = tdsl::plan::lower::plan_program(&p).expect("plans");
+    let shapes = crate::diff::output_shapes(&p);
+    let (exe, _) = tdsl::runtime::compile(Engine::Cuda, &plan).expect("compiles for the GPU");
+    for seed in [1, 2, 1] {
+        let (again, inputs) = case(seed);
+        assert_eq!(again, text);
+        let want = tdsl::interp::run(&p, &inputs);
+        let mut bufs = tdsl::runtime::buffers(&plan, &inputs).expect("binds");
+        exe.run(&mut bufs, &Default::default())
+            .unwrap_or_else(|e| panic!("seed {seed}: {e:?}"));
+        let got = tdsl::runtime::outputs(&plan, &shapes, bufs);
+        if let Err(e) = crate::diff::agree(&got, &want, 1e-6, "on the GPU") {
+            panic!("pattern {seed} on {dev}: {e}");
+        }
+    }
+}
+
 fn gpu_config() -> ProptestConfig {
     crate::tensor_emu::cases_from("TDSL_GPU_CASES", 16)
 }
@@ -146,12 +171,10 @@ fn gpu_config() -> ProptestConfig {
 proptest! {
     #![proptest_config(gpu_config())]
 
-    /// The emulation's random tensor-core products (`tensor_emu::product_script`: dense in both
-    /// layouts, batched, 2:4 on either side, BSR of three block shapes, every dtype, TF32 half
-    /// the time, an epilogue or none) at sizes that reach the wide tiles, the grouped BSR walks
-    /// and split-K, on the device against the interpreter. The template variants are the
-    /// environment's (`TDSL_TC_SP=wgmma`, `TDSL_TC_BSR=wgmma`, ...), so `device.sh` runs this
-    /// with each path it is confirming. `TDSL_GPU_CASES` sets the number of cases.
+    /// CSR rows of every length class (`cuda::csr_rows_case`), binned at run time
+    /// (`tdsl_cuda::Bins`): long ones on blocks, the rest on warps, or listed longest first for
+    /// a thread per element; the row offsets read from the input; exact sums, so any order
+    /// agrees with the interpreter.
     #[test]
     fn gpu_prop_csr_rows_of_any_length_agree(
         rows in 1usize..300, cols in 1024usize..5000,
@@ -159,8 +182,6 @@ proptest! {
         n in prop::sample::select(vec![1usize, 2, 3, 7, 40]),
         f16 in any::<bool>(), seed in 0u64..1000,
     ) {
-        // CSR rows binned at run time (`tdsl_cuda::Bins`): long ones on blocks, the rest on
-        // warps, the row offsets read from the input; exact sums, so any order agrees.
         let Some(dev) = device() else { return Ok(()) };
         let (text, inputs) = crate::cuda::csr_rows_case(rows, cols, &classes, n, f16, seed);
         let p = tdsl::compile(&text, &Default::default()).expect("compiles");
@@ -173,6 +194,12 @@ proptest! {
             .map_err(|e| TestCaseError::fail(format!("{text} on {dev}: {e}")))?;
     }
 
+    /// The emulation's random tensor-core products (`tensor_emu::product_script`: dense in both
+    /// layouts, batched, 2:4 on either side, BSR of three block shapes, every dtype, TF32 half
+    /// the time, an epilogue or none) at sizes that reach the wide tiles, the grouped BSR walks
+    /// and split-K, on the device against the interpreter. The template variants are the
+    /// environment's (`TDSL_TC_SP=wgmma`, `TDSL_TC_BSR=wgmma`, ...), so `device.sh` runs this
+    /// with each path it is confirming. `TDSL_GPU_CASES` sets the number of cases.
     #[test]
     fn gpu_prop_tensor_core_products_agree(
         form in 0usize..6, rows in 1u64..600, cols in 1u64..600, depth in 1u64..100,

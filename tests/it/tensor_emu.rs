@@ -103,6 +103,9 @@ fn scripts() -> Vec<(String, String)> {
         "input x: bf16[n=300, i=640] = randn(seed=44)\ninput w: bf16[o=544, i] @ bsr(32, 32) = randn(seed=45, density=0.3)\ny = einsum(x, w, 'n i, o i -> n o')\noutput y\n",
         "input x: f16[n=130, i=96] = randn(seed=46)\ninput w: f16[o=144, i] @ bsr(16, 16) = randn(seed=47, density=0.4)\ny = einsum(x, w, 'n i, o i -> n o')\noutput y\n",
         "input x: bf16[n=64, i=256] = randn(seed=48)\ninput w: bf16[o=192, i] @ bsr(64, 64) = randn(seed=49, density=0.5)\ny = einsum(x, w, 'n i, o i -> n o')\ny16 = cast(y, f16)\noutput y16\n",
+        // BSR built by `sparsify` (on the host) whose first 300 rows are zero: the first groups
+        // of block rows store no block at all (an empty union: no steps, zeros stored).
+        "input x: bf16[n=130, i=128] = randn(seed=50)\ninput wd: bf16[o=544, i] = randn(seed=51)\ninput s: f32[o] = arange\nw = sparsify(cast(wd * rearrange(relu(s - 300), 'o -> o 1'), bf16), bsr(32, 32))\ny = einsum(x, w, 'n i, o i -> n o')\noutput y\n",
         // f64 on the SIMT template: edges, K not a multiple of 8, B n-contiguous, batched.
         "input x: f64[n=150, i=37] = randn(seed=32)\ninput w: f64[o=136, i] = randn(seed=33)\ny = einsum(x, w, 'n i, o i -> n o')\noutput y\n",
         "input x: f64[b=2, n=70, i=20] = randn(seed=34)\ninput w: f64[i, o=140] = randn(seed=35)\ny = einsum(x, w, 'b n i, i o -> b n o')\noutput y\n",

@@ -256,7 +256,13 @@ impl Bins {
                 .ok()
                 .and_then(|a| Some((*ptr.get(a)?, *ptr.get(a + 1)?)))
                 .map(|(s, e)| i64::from(e) - i64::from(s))
-                .ok_or_else(|| format!("row {gi} is outside the row offsets ({})", ptr.len()))?;
+                .filter(|&n| n >= 0)
+                .ok_or_else(|| {
+                    format!(
+                        "row {gi}: outside or decreasing row offsets ({})",
+                        ptr.len()
+                    )
+                })?;
             let gi = i32::try_from(gi).map_err(|_| "too many rows for an i32 list")?;
             match self.split && entries as u64 >= BLOCK_ROW {
                 true => long.push((entries, gi)),
@@ -1324,8 +1330,11 @@ mod tests {
             ..bins
         };
         assert_eq!(bins.fill(&ptr).unwrap(), [6, 0, 4, 5, 0, 1, 2, 3]);
-        // Offsets past the end of `ptr` are an error, not a panic.
+        // Offsets past the end of `ptr`, or decreasing, are an error, not a panic.
         assert!(bins.fill(&ptr[..4]).is_err());
+        let mut down = ptr.clone();
+        down[3] = 0;
+        assert!(bins.fill(&down).is_err());
     }
 
     #[test]

@@ -303,7 +303,7 @@ impl TensorCore {
                 walk: BsrWalk::Union,
                 ..
             } => 4 * (128 + 128) * c * 2,
-            // `TDSL_TC_WGB_SMEM`: `wgmma`'s 4 stages (128 dense rows and `cols` rows of blocks,
+            // `TDSL_TC_WG_SMEM(cols)`: `wgmma`'s 4 stages (128 dense rows and `cols` rows of blocks,
             // 64 halves each) and the alignment.
             Kind::Bsr {
                 walk: BsrWalk::Wgmma { cols },
@@ -1251,7 +1251,7 @@ fn wgmma_bsr(t: &TensorCore, r: u64, tc: TensorCores, pinned: u16) -> Option<Bsr
     if let Kind::Bsr { walk: w, .. } = &mut probe.kind {
         *w = walk;
     }
-    (probe.smem_bytes() + 1024 <= SMEM_MAX).then_some(walk)
+    (probe.smem_bytes() <= SMEM_MAX).then_some(walk)
 }
 
 /// A kernel that is one perfect nest of range loops around `dst[ix] = src[is]`: the loop
