@@ -177,7 +177,7 @@ proptest! {
     /// agrees with the interpreter.
     #[test]
     fn gpu_prop_csr_rows_of_any_length_agree(
-        rows in 1usize..300, cols in 1024usize..5000,
+        rows in 1usize..200, cols in 1024usize..4000,
         classes in prop::collection::vec(0usize..4, 1..6),
         n in prop::sample::select(vec![1usize, 2, 3, 7, 40]),
         f16 in any::<bool>(), seed in 0u64..1000,
