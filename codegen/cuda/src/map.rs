@@ -577,16 +577,9 @@ pub fn map_program_variants(
             let split = match grid.is_empty() {
                 true => Split::Thread,
                 false => match split_of(&body) {
-                    Split::Thread if rows => {
-                        // Rows of BLOCK_ROW or more entries on average take a block each (the
-                        // entries counted at their capacity: no list could be made).
-                        let rows: u64 = grid.iter().map(|g| g.1).product();
-                        if stored_entries(&body, &elems) >= BLOCK_ROW.saturating_mul(rows) {
-                            Split::Block
-                        } else {
-                            Split::Warp
-                        }
-                    }
+                    // Rows no list could be made for: their lengths are data, and a warp runs
+                    // a row of any length (the column array's capacity says nothing of them).
+                    Split::Thread if rows => Split::Warp,
                     split => split,
                 },
             };
