@@ -1,6 +1,6 @@
-// tdsl host prelude: the generated CUDA kernels compiled as plain C++ and run one thread at a
-// time, so tests on machines with no GPU execute exactly the text NVRTC compiles. Only what
-// differs from the device lives here (thread indices, conversions, constants).
+// tdsl host prelude: the generated CUDA kernels compiled as C++ and run on the host, so tests on
+// machines with no GPU execute exactly the text NVRTC compiles. Only what differs from the
+// device lives here (thread indices, conversions, constants).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,18 +18,20 @@ static tdsl_dim3 blockIdx, threadIdx, blockDim, gridDim;
 #define TDSL_INF_D __builtin_inf()
 #define TDSL_NAN_D __builtin_nan("")
 
-// A warp of one lane: lane-split loops run whole, shuffles and warp barriers do nothing.
-#define TDSL_WARP 1
-#define TDSL_LANE 0LL
-TDSL_FN float tdsl_shfl(float x, int) { return x; }
-TDSL_FN double tdsl_shfl(double x, int) { return x; }
-TDSL_FN void tdsl_syncwarp() {}
-// A block row of one thread: its shared memory is a static array, its barrier does nothing.
-#define TDSL_ROW_THREADS 1
-#define TDSL_ROW_WARPS 1
-#define TDSL_ROW_THREAD 0LL
+// Warps of 32 lanes and block rows of 256 threads, as on the device (cuda.cuh). Launches that
+// share work between threads run every thread of a block as a fiber (threads_host.h, which
+// defines the shuffles and barriers declared here); __shared__ arrays are statics, which the
+// fibers of a block share.
+#define TDSL_WARP 32
+#define TDSL_LANE ((long long)(threadIdx.x & 31))
+TDSL_FN float tdsl_shfl(float x, int off);
+TDSL_FN double tdsl_shfl(double x, int off);
+TDSL_FN void tdsl_syncwarp();
+#define TDSL_ROW_THREADS 256
+#define TDSL_ROW_WARPS 8
+#define TDSL_ROW_THREAD ((long long)threadIdx.x)
 #define __shared__ static
-TDSL_FN void tdsl_syncblock() {}
+TDSL_FN void tdsl_syncblock();
 
 TDSL_FN float tdsl_bits_f32(unsigned int u) { float f; memcpy(&f, &u, 4); return f; }
 TDSL_FN unsigned int tdsl_f32_bits(float f) { unsigned int u; memcpy(&u, &f, 4); return u; }

@@ -1,13 +1,7 @@
 // tdsl tensor-core primitives in the host emulation: the functions mma_device.cuh defines with
-// PTX, written in software, so the templates of mma.cuh run without a GPU.
-//
-// A tensor-core launch runs its blocks one after another (tdsl_emu_launch); a block's threads are
-// fibers (ucontext), each running the kernel until it reaches an instruction that needs other
-// threads: a block barrier, a warp-wide instruction (ldmatrix, mma.sync, mma.sp) or a
-// warpgroup-wide one (wgmma and its commit and wait). When every thread of a group waits at the
-// same instruction, the scheduler performs it on the gathered lanes and resumes them. A thread
-// group that can never complete (threads of a warp at different instructions, a barrier some
-// threads never reach) stops the emulator with a message: on a GPU it would hang or be undefined.
+// PTX, written in software on threads_host.h's fibers, so the templates of mma.cuh run without a
+// GPU. A warp- or warpgroup-wide instruction (ldmatrix, mma.sync, mma.sp, wgmma and its commit
+// and wait) waits for every lane, then is performed on the gathered lanes.
 //
 // The lane maps are PTX's (shared/GPU.md §2), as bench/gpu/probe_mma.cu checked them on an H200;
 // the wgmma operands are read through their descriptors with the 128-byte swizzle applied to
@@ -15,12 +9,8 @@
 // moment the program allows, so a kernel that reads too early sees stale data: a cp.async copy
 // lands at the cp.async.wait_group that retires its group (or, with TDSL_EMU_COPIES=early, when
 // issued, so a stage overwritten too soon shows instead), a wgmma at the wgmma.wait_group that
-// retires its group. Shared memory starts filled with 0xff bytes (NaN in f16, bf16 and f32), so
-// reading what no copy wrote shows in the result.
-#include <ucontext.h>
-#include <functional>
-#include <vector>
-
+// retires its group. Shared memory starts every block filled with 0xff bytes (NaN in f16, bf16
+// and f32), so reading what no copy wrote shows in the result.
 #define __CUDA_ARCH_FEAT_SM90_ALL 1
 struct uint4 { unsigned x, y, z, w; };
 struct alignas(16) float4 { float x, y, z, w; };
@@ -29,20 +19,12 @@ struct alignas(16) double2 { double x, y; };
 struct uint2 { unsigned x, y; };
 
 #define TDSL_EMU_SMEM (256 * 1024)
-#define TDSL_EMU_STACK (256 * 1024)
 alignas(1024) static unsigned char tdsl_emu_smem[TDSL_EMU_SMEM];
 #define TDSL_DYN_SMEM(name) uint4 *name = reinterpret_cast<uint4 *>(tdsl_emu_smem)
 
-static void tdsl_emu_fail(const char *what) {
-  fprintf(stderr, "tdsl emulation: block %lld thread %lld: %s\n", blockIdx.x, threadIdx.x, what);
-  exit(7);
-}
-
-// What a fiber is doing.
-enum { TDSL_EMU_RUN, TDSL_EMU_DONE, TDSL_EMU_BAR, TDSL_EMU_WARP, TDSL_EMU_WG };
-// Warp and warpgroup instructions.
+// Warp and warpgroup instructions (threads_host.h numbers its own below TDSL_OP_TC).
 enum {
-  TDSL_OP_LDM,
+  TDSL_OP_LDM = TDSL_OP_TC,
   TDSL_OP_LDM_T,
   TDSL_OP_MMA_F16,
   TDSL_OP_MMA_BF16,
@@ -60,16 +42,13 @@ struct tdsl_emu_copy {
   const void *src;
   int bytes, size;
 };
-struct tdsl_emu_fiber {
-  ucontext_t ctx;
-  int state, op;
-  unsigned in[12], out[4];
-  unsigned long long da, db;
-  int n, type;
-  float *d;
-  std::vector<tdsl_emu_copy> open;                  // cp.async copies since the last commit
-  std::vector<std::vector<tdsl_emu_copy>> groups;  // committed groups, oldest first
+// A thread's cp.async copies: since the last commit, and the committed groups, oldest first.
+struct tdsl_emu_copies {
+  std::vector<tdsl_emu_copy> open;
+  std::vector<std::vector<tdsl_emu_copy>> groups;
 };
+static std::vector<tdsl_emu_copies> tdsl_emu_thread_copies;
+static tdsl_emu_copies &tdsl_emu_my_copies() { return tdsl_emu_thread_copies[tdsl_emu_self]; }
 // One wgmma: its operands and the accumulators (and for wgmma.sp the metadata) of the
 // warpgroup's 128 threads.
 struct tdsl_emu_wgmma {
@@ -84,25 +63,7 @@ struct tdsl_emu_wgroup {
   std::vector<std::vector<tdsl_emu_wgmma>> groups;
 };
 
-static std::vector<tdsl_emu_fiber> tdsl_emu_fibers;
 static std::vector<tdsl_emu_wgroup> tdsl_emu_wgroups;
-static ucontext_t tdsl_emu_sched;
-static int tdsl_emu_self;
-static std::function<void()> *tdsl_emu_body;
-
-static tdsl_emu_fiber &tdsl_emu_me() { return tdsl_emu_fibers[tdsl_emu_self]; }
-// Wait at an instruction of a group (`state`) until the scheduler has performed it.
-static void tdsl_emu_wait(int state, int op) {
-  tdsl_emu_fiber &f = tdsl_emu_me();
-  f.state = state;
-  f.op = op;
-  swapcontext(&f.ctx, &tdsl_emu_sched);
-}
-static void tdsl_emu_entry() {
-  (*tdsl_emu_body)();
-  tdsl_emu_me().state = TDSL_EMU_DONE;
-}
-#define __syncthreads() tdsl_emu_wait(TDSL_EMU_BAR, 0)
 
 static unsigned char *tdsl_emu_at(unsigned addr, unsigned bytes) {
   if (addr % bytes != 0 || addr + bytes > TDSL_EMU_SMEM) tdsl_emu_fail("a misaligned or out-of-range shared address");
@@ -266,8 +227,8 @@ static void tdsl_emu_wgmma_run(const tdsl_emu_wgmma &op) {
   }
 }
 
-// Performs the instruction every lane of the group `w` (32 or 128 fibers) waits at.
-static void tdsl_emu_perform(tdsl_emu_fiber *w, int lanes, int group) {
+// Performs the tensor-core instruction every lane of the group `w` (32 or 128 fibers) waits at.
+static void tdsl_emu_tc_perform(tdsl_emu_fiber *w, int lanes, int group) {
   const int op = w[0].op;
   switch (op) {
     case TDSL_OP_LDM: tdsl_emu_ldmatrix(w, false); break;
@@ -302,72 +263,22 @@ static void tdsl_emu_perform(tdsl_emu_fiber *w, int lanes, int group) {
       }
       break;
     }
-  }
-  (void)lanes;
-}
-
-// Runs `body` as `blocks` blocks of `threads` threads (blockIdx.x, threadIdx.x set).
-static void tdsl_emu_launch(long long blocks, int threads, std::function<void()> body) {
-  static std::vector<char> stacks;
-  stacks.resize((size_t)threads * TDSL_EMU_STACK);
-  gridDim.x = blocks;
-  blockDim.x = threads;
-  tdsl_emu_body = &body;
-  for (long long bx = 0; bx < blocks; bx++) {
-    blockIdx.x = bx;
-    memset(tdsl_emu_smem, 0xff, sizeof tdsl_emu_smem);
-    tdsl_emu_fibers.assign(threads, tdsl_emu_fiber{});
-    tdsl_emu_wgroups.assign((threads + 127) / 128, tdsl_emu_wgroup{});
-    for (int t = 0; t < threads; t++) {
-      tdsl_emu_fiber &f = tdsl_emu_fibers[t];
-      getcontext(&f.ctx);
-      f.ctx.uc_stack.ss_sp = stacks.data() + (size_t)t * TDSL_EMU_STACK;
-      f.ctx.uc_stack.ss_size = TDSL_EMU_STACK;
-      f.ctx.uc_link = &tdsl_emu_sched;
-      makecontext(&f.ctx, tdsl_emu_entry, 0);
-      f.state = TDSL_EMU_RUN;
-    }
-    for (;;) {
-      for (int t = 0; t < threads; t++) {
-        if (tdsl_emu_fibers[t].state != TDSL_EMU_RUN) continue;
-        tdsl_emu_self = t;
-        threadIdx.x = t;
-        swapcontext(&tdsl_emu_sched, &tdsl_emu_fibers[t].ctx);
-      }
-      int done = 0, bar = 0;
-      bool released = false;
-      for (const tdsl_emu_fiber &f : tdsl_emu_fibers) {
-        done += f.state == TDSL_EMU_DONE;
-        bar += f.state == TDSL_EMU_BAR;
-      }
-      if (done == threads) break;
-      for (int size : {32, 128}) {
-        const int state = size == 32 ? TDSL_EMU_WARP : TDSL_EMU_WG;
-        for (int g = 0; g + size <= threads; g += size) {
-          tdsl_emu_fiber *w = &tdsl_emu_fibers[g];
-          bool all = true;
-          for (int l = 0; l < size; l++) all = all && w[l].state == state && w[l].op == w[0].op;
-          if (!all) continue;
-          tdsl_emu_perform(w, size, g / size);
-          for (int l = 0; l < size; l++) w[l].state = TDSL_EMU_RUN;
-          released = true;
-        }
-      }
-      if (!released && bar == threads) {
-        for (tdsl_emu_fiber &f : tdsl_emu_fibers) f.state = TDSL_EMU_RUN;
-        released = true;
-      }
-      if (!released) {
-        threadIdx.x = 0;
-        tdsl_emu_fail("threads wait at instructions that can never complete (divergent barrier or warp instruction)");
-      }
-    }
-    for (const tdsl_emu_fiber &f : tdsl_emu_fibers)
-      if (!f.groups.empty() || !f.open.empty()) tdsl_emu_fail("cp.async copies still pending at the end of the kernel");
-    for (const tdsl_emu_wgroup &g : tdsl_emu_wgroups)
-      if (!g.groups.empty() || !g.open.empty()) tdsl_emu_fail("wgmma still pending at the end of the kernel");
+    default: tdsl_emu_fail("an unknown warp instruction");
   }
 }
+static void tdsl_emu_tc_block_start(int threads) {
+  memset(tdsl_emu_smem, 0xff, sizeof tdsl_emu_smem);
+  tdsl_emu_thread_copies.assign(threads, tdsl_emu_copies{});
+  tdsl_emu_wgroups.assign((threads + 127) / 128, tdsl_emu_wgroup{});
+}
+static void tdsl_emu_tc_block_end() {
+  for (const tdsl_emu_copies &c : tdsl_emu_thread_copies)
+    if (!c.groups.empty() || !c.open.empty()) tdsl_emu_fail("cp.async copies still pending at the end of the kernel");
+  for (const tdsl_emu_wgroup &g : tdsl_emu_wgroups)
+    if (!g.groups.empty() || !g.open.empty()) tdsl_emu_fail("wgmma still pending at the end of the kernel");
+}
+static const bool tdsl_emu_tc_hooked =
+    (tdsl_emu_tc = {tdsl_emu_tc_perform, tdsl_emu_tc_block_start, tdsl_emu_tc_block_end}, true);
 
 // The primitives of mma_device.cuh.
 TDSL_FN unsigned tdsl_smem(const void *p) {
@@ -395,17 +306,17 @@ TDSL_FN void tdsl_cp_async(unsigned dst, const void *src, int bytes, bool ok) {
   const tdsl_emu_copy c{dst, src, bytes, ok ? bytes : 0};
   tdsl_emu_at(dst, bytes);
   if (tdsl_emu_copies_early()) tdsl_emu_copy_now(c);
-  else tdsl_emu_me().open.push_back(c);
+  else tdsl_emu_my_copies().open.push_back(c);
 }
 TDSL_FN void tdsl_cp16(unsigned dst, const void *src, bool ok) { tdsl_cp_async(dst, src, 16, ok); }
 TDSL_FN void tdsl_cp8(unsigned dst, const void *src, bool ok) { tdsl_cp_async(dst, src, 8, ok); }
 TDSL_FN void tdsl_cp_commit() {
-  tdsl_emu_fiber &f = tdsl_emu_me();
+  tdsl_emu_copies &f = tdsl_emu_my_copies();
   f.groups.push_back(f.open);
   f.open.clear();
 }
 template <int N> TDSL_FN void tdsl_cp_wait() {
-  tdsl_emu_fiber &f = tdsl_emu_me();
+  tdsl_emu_copies &f = tdsl_emu_my_copies();
   while (f.groups.size() > (size_t)N) {
     for (const tdsl_emu_copy &c : f.groups.front()) tdsl_emu_copy_now(c);
     f.groups.erase(f.groups.begin());
@@ -469,3 +380,4 @@ template <int N> TDSL_FN void tdsl_wg_wait() {
   tdsl_emu_wait(TDSL_EMU_WG, TDSL_OP_WG_WAIT);
 }
 TDSL_FN void tdsl_fence_async_smem() {}
+

@@ -799,6 +799,93 @@ proptest::proptest! {
     }
 }
 
+/// Rows reduced by a warp or a block on the GPU, their lengths drawn from three classes (under a
+/// warp, under [`tdsl_cuda::map::BLOCK_ROW`], at or over it): `op` over each row, its result
+/// subtracted from the row again (a second pass over it after the combine), and the row's
+/// softmax. Returns the script and its input. Values are multiples of 1/8 within ±2 (for
+/// `prod`, ±1 with a few 2s and halves), so sums, products, maxima and minima are exact in f32
+/// in any order, and differ from the interpreter's only by the storage type's rounding.
+pub(crate) fn rows_case(
+    rows: usize,
+    class: usize,
+    op: &str,
+    dtype: tdsl::DType,
+    seed: u64,
+) -> (String, Vec<tdsl::Tensor>) {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut next = move |m: usize| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % m.max(1) as u64) as usize
+    };
+    let block = tdsl_cuda::map::BLOCK_ROW as usize;
+    let len = match class % 3 {
+        0 => 1 + next(31),
+        1 => 32 + next(block - 32),
+        _ => block + next(block + 600),
+    };
+    let x: Vec<f64> = (0..rows * len)
+        .map(|i| match op {
+            "prod" => match (i * 7 + next(5)) % 97 {
+                0 => 2.0,
+                1 => 0.5,
+                k if k % 2 == 0 => -1.0,
+                _ => 1.0,
+            },
+            _ => (next(33) as f64 - 16.0) / 8.0,
+        })
+        .collect();
+    let script = format!(
+        "input x: {dtype}[r={rows}, k={len}]\n\
+         s = reduce(x, \"r k -> r\", \"{op}\")\n\
+         d = x - reduce(x, \"r k -> r 1\", \"{op}\")\n\
+         e = exp(x - reduce(x, \"r k -> r 1\", \"max\"))\n\
+         p = e / reduce(e, \"r k -> r 1\", \"sum\")\n\
+         output s, d, p\n"
+    );
+    (
+        script,
+        vec![tdsl::Tensor::from_f64(dtype, vec![rows, len], &x)],
+    )
+}
+
+proptest::proptest! {
+    #![proptest_config(crate::tensor_emu::cases_from("TDSL_EMU_CASES", 6))]
+
+    /// Row reductions of every length class on warps and blocks of the emulation's 32-lane warps
+    /// and 256-thread blocks (the lane splits, the shuffle butterflies and the block's combine
+    /// through shared memory) agree with the interpreter: exactly for the reductions, to the
+    /// host's `exp` for the softmax and to the storage type's rounding.
+    #[test]
+    fn emulated_row_reductions_of_any_length_agree_with_the_interpreter(
+        rows in 1usize..12, class in 0usize..3,
+        op in proptest::sample::select(vec!["sum", "mean", "max", "min", "prod"]),
+        dtype in proptest::sample::select(vec![
+            tdsl::DType::F32, tdsl::DType::F64, tdsl::DType::F16, tdsl::DType::BF16,
+        ]),
+        seed in 0u64..1000,
+    ) {
+        if crate::diff::cxx().is_none() {
+            return Ok(());
+        }
+        let (text, inputs) = rows_case(rows, class, op, dtype, seed);
+        let p = tdsl::compile(&text, &Default::default()).expect("compiles");
+        let shapes = crate::diff::output_shapes(&p);
+        let want = tdsl::interp::run(&p, &inputs);
+        let got = crate::diff::cuda_emulated(&p, &inputs, &shapes)
+            .map_err(proptest::test_runner::TestCaseError::fail)?;
+        // A few units in the last place of the storage type: the softmax's `exp` is the host's.
+        let tol = match dtype {
+            tdsl::DType::F16 => 2e-3,
+            tdsl::DType::BF16 => 1.6e-2,
+            _ => 1e-5,
+        };
+        crate::diff::agree(&got, &want, tol, "on the CUDA emulation")
+            .map_err(|e| proptest::test_runner::TestCaseError::fail(format!("{text}: {e}")))?;
+    }
+}
+
 /// The grouped BSR walks read a group table whose words hold a block column in 16 bits: a
 /// product with 2^16 block columns or more walks one block row per thread block instead, with
 /// no table; one with fewer takes the walk it is asked for.

@@ -1,12 +1,17 @@
 //! Host emulation of the CUDA backend: the translation unit NVRTC compiles, with the host
-//! prelude (`kernels/host.h`) instead of the device one, compiled by the system C++ compiler
-//! and run one thread at a time. Machines without a GPU run the generated kernels this way, so
-//! the differential tests check their index math, types and rounding against the interpreter.
+//! prelude (`kernels/host.h`) instead of the device one, compiled by the system C++ compiler.
+//! Machines without a GPU run the generated kernels this way, so the differential tests check
+//! their index math, types and rounding against the interpreter.
 //!
-//! Tensor-core launches ([`Emulator::compile_with`]) run differently: every thread of a block
-//! is a fiber, and the warp-wide instructions are performed in software on the gathered lanes
-//! (`kernels/mma_host.h`), so the templates' fragment, swizzle and pipeline logic is checked
-//! too.
+//! Warps have 32 lanes and block rows 256 threads, as on the device. A launch whose threads work
+//! together ([`Launch::cooperative`]: a warp or a block per grid iteration, a tile, a
+//! tensor-core template) runs every thread of a block as a fiber (`kernels/threads_host.h`):
+//! shuffles and barriers wait for their lanes and are then performed in software, as are the
+//! tensor-core instructions (`kernels/mma_host.h`), so the lane splits, the shuffle and
+//! shared-memory reductions and the templates' fragment, swizzle and pipeline logic are checked,
+//! and a barrier or warp instruction some threads miss stops the run. Other launches run their
+//! threads one after another. A generic kernel's grid is cut to [`EMU_BLOCKS`] blocks, so its
+//! grid-stride loops take more than one turn.
 //!
 //! What emulation cannot show: races between threads (it runs them in order), the device's
 //! math library (`expf` and friends differ by an ulp or two), and the PTX conversions (`cvt`),
@@ -89,27 +94,37 @@ pub fn emulator_source(p: &LoopProgram, steps: &[Step]) -> String {
     src
 }
 
+/// The most blocks an emulated launch of a generic kernel runs. Its grid loops stride over the
+/// rest, so emulated launches take the strided path that large device launches take.
+pub const EMU_BLOCKS: u64 = 4;
+
 fn launch_call(out: &mut String, l: &Launch) {
     let args: Vec<String> = l.params.iter().map(|b| format!("b{}", b.0)).collect();
+    let call = format!("{}({})", l.name, args.join(", "));
+    let (blocks, threads) = l.shape();
     if l.lib.is_some() && !l.reduce {
-        // A tensor-core launch: every thread of a block, as fibers (`kernels/mma_host.h`).
-        let (blocks, threads) = l.shape();
+        // A tensor-core launch: its shape is the template's, every block of it.
         let _ = writeln!(
             out,
-            "    tdsl_emu_launch({blocks}, {threads}, [&] {{ {}({}); }});",
-            l.name,
-            args.join(", ")
+            "    tdsl_emu_launch({blocks}, {threads}, [&] {{ {call}; }});"
         );
         return;
     }
-    // The host prelude's warp has one lane.
-    let (blocks, threads) = l.shape_for(1);
-    let _ = writeln!(
-        out,
-        "    gridDim.x = {blocks}; blockDim.x = {threads};\n    for (long long bx = 0; bx < {blocks}; ++bx) for (long long tx = 0; tx < {threads}; ++tx) {{ blockIdx.x = bx; threadIdx.x = tx; {}({}); }}",
-        l.name,
-        args.join(", ")
-    );
+    let blocks = blocks.min(EMU_BLOCKS);
+    if !l.cooperative() {
+        // Threads that share nothing run one after another.
+        let _ = writeln!(
+            out,
+            "    gridDim.x = {blocks}; blockDim.x = {threads};\n    for (long long bx = 0; bx < {blocks}; ++bx) for (long long tx = 0; tx < {threads}; ++tx) {{ blockIdx.x = bx; threadIdx.x = tx; {call}; }}"
+        );
+    } else {
+        // A warp or a block per grid iteration, or a tile: every thread of a block, as fibers,
+        // meeting at the shuffles and barriers (`kernels/threads_host.h`).
+        let _ = writeln!(
+            out,
+            "    tdsl_emu_launch({blocks}, {threads}, [&] {{ {call}; }});"
+        );
+    }
 }
 
 /// When the emulated `cp.async` copies of the tensor-core templates land. Each timing shows one
@@ -166,8 +181,15 @@ impl Emulator {
         let cpp = dir.join("unit.cpp");
         std::fs::write(&cpp, &src).map_err(|e| e.to_string())?;
         let exe = dir.join("unit");
-        let out = Command::new(cxx)
-            .args(["-O1", "-std=c++17", "-w", "-o"])
+        let mut cmd = Command::new(cxx);
+        cmd.args(["-O1", "-std=c++17", "-w"]);
+        if cfg!(target_arch = "x86_64") {
+            // The fibers switch stacks with a plain `ret` (`kernels/threads_host.h`), which a
+            // shadow stack would refuse: leave the program unmarked, so none is enabled.
+            cmd.arg("-fcf-protection=none");
+        }
+        let out = cmd
+            .arg("-o")
             .arg(&exe)
             .arg(&cpp)
             .arg("-lm")

@@ -356,6 +356,16 @@ pub const BLOCK: u64 = 256;
 pub const MAX_BLOCKS: u64 = 1 << 16;
 
 impl Launch {
+    /// Whether the threads of a block work together: a warp or a block per grid iteration, a
+    /// tile, a tensor-core template (shuffles, barriers, warp-wide instructions). The host
+    /// emulation runs such a launch's threads as fibers.
+    pub fn cooperative(&self) -> bool {
+        match &self.lib {
+            Some(_) => !self.reduce,
+            None => self.split != Split::Thread,
+        }
+    }
+
     /// Iterations of the flattened grid (1 for a one-thread launch).
     pub fn iterations(&self) -> u64 {
         self.grid.iter().map(|g| g.1).product::<u64>().max(1)
@@ -413,13 +423,7 @@ impl Launch {
     }
 
     pub fn shape(&self) -> (u64, u64) {
-        self.shape_for(WARP)
-    }
-
-    /// (blocks, threads per block) for a warp of `warp` lanes (1 in the host emulation, whose
-    /// block rows are one thread too).
-    pub fn shape_for(&self, warp: u64) -> (u64, u64) {
-        self.shape_of(warp, self.iterations())
+        self.shape_of(self.iterations())
     }
 
     /// (blocks, threads per block) on the device for a launch over a run-time list
@@ -427,12 +431,12 @@ impl Launch {
     pub fn shape_listed(&self, count: u64) -> (u64, u64) {
         match count {
             0 => (0, 0),
-            n => self.shape_of(WARP, n),
+            n => self.shape_of(n),
         }
     }
 
-    /// [`Launch::shape_for`] with `iterations` grid iterations.
-    fn shape_of(&self, warp: u64, iterations: u64) -> (u64, u64) {
+    /// [`Launch::shape`] with `iterations` grid iterations.
+    fn shape_of(&self, iterations: u64) -> (u64, u64) {
         if let Some(tc) = &self.lib {
             if self.reduce {
                 return (tc.outputs().div_ceil(BLOCK).min(MAX_BLOCKS), BLOCK);
@@ -444,15 +448,9 @@ impl Launch {
         }
         let lanes = match self.split {
             Split::Thread => 1,
-            Split::Warp => warp,
-            Split::Block => {
-                let threads = if warp == 1 { 1 } else { BLOCK };
-                return (iterations.min(MAX_BLOCKS), threads);
-            }
-            Split::Tile => {
-                let threads = if warp == 1 { 1 } else { BLOCK };
-                return (self.tiles().min(MAX_BLOCKS), threads);
-            }
+            Split::Warp => WARP,
+            Split::Block => return (iterations.min(MAX_BLOCKS), BLOCK),
+            Split::Tile => return (self.tiles().min(MAX_BLOCKS), BLOCK),
         };
         let n = iterations.saturating_mul(lanes);
         let block = n.next_multiple_of(32).min(BLOCK);

@@ -25,8 +25,11 @@ pub const MMA: &str = include_str!("../../../kernels/mma.cuh");
 pub const MMA_DEVICE: &str = include_str!("../../../kernels/mma_device.cuh");
 /// The host-emulation prelude.
 pub const HOST_PRELUDE: &str = include_str!("../../../kernels/host.h");
-/// The tensor-core instructions in the host emulation (fibers, warp-wide instructions in
-/// software).
+/// The host emulation's threads: a block's threads as fibers, its barriers and warp shuffles in
+/// software. Host units whose launches share work between threads have it.
+pub const THREADS_HOST: &str = include_str!("../../../kernels/threads_host.h");
+/// The tensor-core instructions in the host emulation (warp-wide instructions in software on
+/// the fibers of [`THREADS_HOST`]).
 pub const MMA_HOST: &str = include_str!("../../../kernels/mma_host.h");
 
 /// What a unit is compiled for: the GPU (NVRTC) or the host emulation (the system C++ compiler).
@@ -44,13 +47,21 @@ impl UnitTarget {
         }
     }
 
-    fn mma_primitives(self) -> &'static str {
+    /// What follows the shared helpers, before the tensor-core templates: on the host, the
+    /// emulated threads when a launch's threads work together, and the emulated tensor-core
+    /// instructions; on the device, those instructions in PTX.
+    fn threads(self, cooperative: bool, tensor_cores: bool) -> Vec<&'static str> {
         match self {
-            UnitTarget::Device => MMA_DEVICE,
-            UnitTarget::Host => MMA_HOST,
+            UnitTarget::Host => [(cooperative, THREADS_HOST), (tensor_cores, MMA_HOST)]
+                .into_iter()
+                .filter_map(|(on, text)| on.then_some(text))
+                .collect(),
+            UnitTarget::Device if tensor_cores => vec![MMA_DEVICE],
+            UnitTarget::Device => vec![],
         }
     }
 }
+
 /// Helpers both preludes share.
 pub const COMMON: &str = include_str!("../../../kernels/common.cuh");
 
@@ -78,12 +89,17 @@ pub fn render_unit(p: &LoopProgram, steps: &[Step], target: UnitTarget) -> Strin
     out.push_str(target.prelude());
     out.push('\n');
     out.push_str(COMMON);
-    if steps
+    let tensor_cores = steps
         .iter()
-        .any(|s| matches!(s, Step::Launch(l) if l.lib.is_some()))
-    {
+        .any(|s| matches!(s, Step::Launch(l) if l.lib.is_some()));
+    let cooperative = steps
+        .iter()
+        .any(|s| matches!(s, Step::Launch(l) if l.cooperative()));
+    for text in target.threads(cooperative || tensor_cores, tensor_cores) {
         out.push('\n');
-        out.push_str(target.mma_primitives());
+        out.push_str(text);
+    }
+    if tensor_cores {
         out.push('\n');
         out.push_str(MMA);
     }
@@ -823,10 +839,11 @@ mod tests {
     #[test]
     fn block_rows_in_the_preludes_match_the_mapping_pass() {
         let warps = crate::map::BLOCK / crate::map::WARP;
-        assert!(CUDA_PRELUDE.contains(&format!("#define TDSL_ROW_THREADS {}\n", crate::map::BLOCK)));
-        assert!(CUDA_PRELUDE.contains(&format!("#define TDSL_ROW_WARPS {warps}\n")));
-        // The emulator's block row is one thread (Launch::shape_for(1)).
-        assert!(HOST_PRELUDE.contains("#define TDSL_ROW_THREADS 1\n"));
-        assert!(HOST_PRELUDE.contains("#define TDSL_ROW_WARPS 1\n"));
+        // The emulation's warps and block rows are the device's.
+        for prelude in [CUDA_PRELUDE, HOST_PRELUDE] {
+            assert!(prelude.contains(&format!("#define TDSL_WARP {}\n", crate::map::WARP)));
+            assert!(prelude.contains(&format!("#define TDSL_ROW_THREADS {}\n", crate::map::BLOCK)));
+            assert!(prelude.contains(&format!("#define TDSL_ROW_WARPS {warps}\n")));
+        }
     }
 }
