@@ -714,6 +714,17 @@ fn sparse_rows_are_binned_at_run_time_onto_blocks_and_warps_unless_a_wide_dense_
     );
 }
 
+/// Numbers drawn from `seed` (xorshift): each call gives one below its argument (0 for 0).
+pub(crate) fn draws(seed: u64) -> impl FnMut(usize) -> usize {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    move |m: usize| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % m.max(1) as u64) as usize
+    }
+}
+
 /// A CSR matrix times a vector or `n` columns, its rows of lengths drawn from four classes
 /// (empty, under a warp, under [`tdsl_cuda::map::BLOCK_ROW`], at or over it) so that the run-time
 /// bins of sparse-row launches ([`tdsl_cuda::Bins`]) get both lists, unsorted lengths and empty
@@ -728,13 +739,7 @@ pub(crate) fn csr_rows_case(
     seed: u64,
 ) -> (String, Vec<tdsl::Tensor>) {
     use tdsl::DType;
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut next = move |m: usize| {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        (state % m.max(1) as u64) as usize
-    };
+    let mut next = draws(seed);
     let block = tdsl_cuda::map::BLOCK_ROW as usize;
     let mut w = vec![0.0f64; rows * cols];
     for r in 0..rows {
@@ -812,13 +817,7 @@ pub(crate) fn rows_case(
     dtype: tdsl::DType,
     seed: u64,
 ) -> (String, Vec<tdsl::Tensor>) {
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut next = move |m: usize| {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        (state % m.max(1) as u64) as usize
-    };
+    let mut next = draws(seed);
     let block = tdsl_cuda::map::BLOCK_ROW as usize;
     let len = match class % 3 {
         0 => 1 + next(31),

@@ -153,6 +153,95 @@ fn tensor_core_templates_agree_with_the_interpreter_in_emulation() {
     eprintln!("{launches} tensor-core launches agree with the interpreter in emulation");
 }
 
+/// One compiled emulator run over three patterns in turn (A, B, A), as
+/// `gpu::gpu_index_tables_follow_the_pattern_from_run_to_run` runs one executable on a device:
+/// the run-time tables (CSR row bins, BSR group tables on `mma.sync` and on `wgmma`) are kept
+/// from run to run with the pattern they were built from ([`tdsl_cuda`]'s step walk, the
+/// device's), and must be rebuilt when the pattern changes.
+#[test]
+fn index_tables_follow_the_pattern_from_run_to_run_in_emulation() {
+    let Some(cxx) = crate::diff::cxx() else {
+        return;
+    };
+    // A BSR weight whose stored blocks differ by seed; values multiples of 1/8 within ±2, so
+    // every sum is exact.
+    let bsr_case = |seed: u64| {
+        let (n, o, i, r) = (70, 544, 256, 32);
+        let mut next = crate::cuda::draws(seed);
+        let keep: Vec<bool> = (0..(o / r) * (i / r)).map(|_| next(10) < 3).collect();
+        let mut w = vec![0.0f64; o * i];
+        for (at, v) in w.iter_mut().enumerate() {
+            let (row, col) = (at / i, at % i);
+            if keep[(row / r) * (i / r) + col / r] {
+                *v = (next(33) as f64 - 16.0) / 8.0;
+            }
+        }
+        let x: Vec<f64> = (0..n * i).map(|_| (next(33) as f64 - 16.0) / 8.0).collect();
+        let text = format!(
+            "input x: bf16[n={n}, i={i}]\ninput w: bf16[o={o}, i] @ bsr({r}, {r})\n\
+             y = einsum(x, w, 'n i, o i -> n o')\noutput y\n"
+        );
+        let inputs = vec![
+            tdsl::Tensor::from_f64(tdsl::DType::BF16, vec![n, i], &x),
+            tdsl::Tensor::from_f64(tdsl::DType::BF16, vec![o, i], &w),
+        ];
+        (text, inputs)
+    };
+    type Case = Box<dyn Fn(u64) -> (String, Vec<tdsl::Tensor>)>;
+    let union = Variants {
+        bsr: Some(BsrWalk::Union),
+        ..Variants::default()
+    };
+    let wgmma = Variants {
+        bsr: Some(BsrWalk::Wgmma { cols: 0 }),
+        ..Variants::default()
+    };
+    let csr: Case =
+        Box::new(|seed| crate::cuda::csr_rows_case(40, 1500, &[3, 1, 0, 2, 3], 3, false, seed));
+    let cases: [(&str, Case, TensorCores, Variants); 3] = [
+        ("CSR row bins", csr, TensorCores::None, Variants::default()),
+        (
+            "BSR groups, mma.sync",
+            Box::new(bsr_case),
+            TensorCores::Mma,
+            union,
+        ),
+        (
+            "BSR groups, wgmma",
+            Box::new(bsr_case),
+            TensorCores::Wgmma,
+            wgmma,
+        ),
+    ];
+    for (name, case, tc, v) in cases {
+        let (text, _) = case(0);
+        let p = tdsl::compile(&text, &Default::default()).expect("compiles");
+        let plan = tdsl::plan::lower::plan_program(&p).expect("plans");
+        let (_, steps) = tdsl_cuda::map_program_variants(&plan.loops, tc, v);
+        assert!(
+            steps
+                .iter()
+                .any(|s| matches!(s, tdsl_cuda::Step::Table { .. })),
+            "{name}: no index table"
+        );
+        let shapes = crate::diff::output_shapes(&p);
+        let emu = tdsl_cuda::emulate::Emulator::compile_variants(&plan.loops, cxx, tc, v)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        for seed in [1, 2, 1] {
+            let (again, inputs) = case(seed);
+            assert_eq!(again, text);
+            let want = tdsl::interp::run(&p, &inputs);
+            let mut bufs = tdsl::runtime::buffers(&plan, &inputs).expect("binds");
+            emu.run(&mut bufs)
+                .unwrap_or_else(|e| panic!("{name}, pattern {seed}: {e}"));
+            let got = tdsl::runtime::outputs(&plan, &shapes, bufs);
+            if let Err(e) = crate::diff::agree(&got, &want, 1e-6, "in emulation") {
+                panic!("{name}, pattern {seed}: {e}");
+            }
+        }
+    }
+}
+
 /// f32 products where the program allows TF32 (`--tf32`): on `mma.sync` m16n8k8 and on `wgmma`
 /// m64nNk8, the f32 operands passed as pairs of halves; an n-contiguous B (`x @ W` with W
 /// [in, out], P·V per batch) copied k-contiguous first. Within TF32's rounding of the

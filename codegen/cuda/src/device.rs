@@ -3,9 +3,9 @@
 //! `compile` maps the program (`crate::map`), renders one translation unit with the device
 //! prelude, compiles it with NVRTC to a CUBIN for the device's exact `sm_XX` and loads its
 //! functions. `run` allocates one device buffer per program buffer, copies the inputs in,
-//! launches every step in order on one stream (timing each launch with CUDA events), runs
-//! host steps (`sparsify`) between them, and copies only the outputs back: intermediates stay
-//! on the device.
+//! walks the steps ([`crate::walk`], the walk the host emulation takes too): every launch in
+//! order on one stream, each timed with CUDA events, index tables and host steps (`sparsify`)
+//! between them; then it copies only the outputs back: intermediates stay on the device.
 //!
 //! Nothing here calls cudarc before `is_culib_present` says the driver library is there
 //! (cudarc panics when a library is missing): no driver, no device and no NVRTC are
@@ -22,9 +22,9 @@ use cudarc::driver::{
 };
 use cudarc::nvrtc::Ptx;
 use tdsl_loop::backend::{self as seam, BackendError, ErrorKind, RunOptions, RunStats, Target};
-use tdsl_loop::{Data, LoopProgram, Role};
+use tdsl_loop::{BufId, Data, LoopProgram, Role};
 
-use crate::map::{map_program_with, Step};
+use crate::map::{map_program_with, Launch, Step};
 use crate::render::{render_unit, UnitTarget};
 
 /// The CUDA backend for one device.
@@ -361,13 +361,10 @@ struct CudaExecutable {
     steps: Vec<Step>,
     functions: Vec<Option<CudaFunction>>,
     stream: Arc<CudaStream>,
-    /// The index tables of the last run, by step, with the arrays they were built from: a run
+    /// The index tables of earlier runs, by step, with the arrays they were built from: a run
     /// over the same pattern reuses them.
-    tables: std::sync::Mutex<std::collections::BTreeMap<usize, CachedTable>>,
+    tables: crate::walk::Tables,
 }
-
-/// An index table and the arrays it was built from.
-type CachedTable = (Vec<Vec<i32>>, Arc<Vec<i32>>);
 
 impl CudaExecutable {
     fn upload(&self, bufs: &[Data]) -> Result<Vec<CudaSlice<u8>>, BackendError> {
@@ -435,154 +432,22 @@ impl seam::Executable for CudaExecutable {
         crate::check_buffers(&self.program.buffers, bufs)
             .map_err(|m| BackendError::new(ErrorKind::Buffers, m))?;
         let t0 = Instant::now();
-        let mut dev = self.upload(bufs)?;
+        let dev = self.upload(bufs)?;
         self.stream
             .synchronize()
             .map_err(|e| driver_error("synchronising", e))?;
         let mut transfer = t0.elapsed();
-        let mut kernel_ms = vec![0f32; self.program.kernels.len()];
-        let mut host_time = vec![Duration::ZERO; self.program.kernels.len()];
-        // The counts of each row list the host filled ([`crate::map::Table::Rows`]), by list.
-        let mut listed = std::collections::BTreeMap::new();
-        for (si, (step, f)) in self.steps.iter().zip(&self.functions).enumerate() {
-            match (step, f) {
-                (Step::Launch(l), Some(f)) => {
-                    let (blocks, threads) = match l.rows {
-                        Some(rows) => {
-                            let (long, short) = listed.get(&rows.list).copied().unwrap_or((0, 0));
-                            let count: u64 = if rows.long { long } else { short };
-                            l.shape_listed(count.saturating_mul(rows.inner))
-                        }
-                        None => l.shape(),
-                    };
-                    if blocks == 0 {
-                        // An empty list: nothing to launch.
-                        continue;
-                    }
-                    let cfg = LaunchConfig {
-                        grid_dim: (blocks as u32, 1, 1),
-                        block_dim: (threads as u32, 1, 1),
-                        shared_mem_bytes: l.smem_bytes() as u32,
-                    };
-                    let start = self
-                        .stream
-                        .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-                        .map_err(|e| driver_error("recording an event", e))?;
-                    let mut b = self.stream.launch_builder(f);
-                    for p in &l.params {
-                        b.arg(&dev[p.0 as usize]);
-                    }
-                    // SAFETY: the kernel's parameters are the buffers `l.params`, in order, each
-                    // a device allocation of its buffer's full size; indices were proven in
-                    // bounds by the verifier, and sparse index data was validated when bound.
-                    unsafe { b.launch(cfg) }.map_err(|e| {
-                        driver_error(&format!("launching {}", l.name), e).in_kernel(l.kernel)
-                    })?;
-                    let end = self
-                        .stream
-                        .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-                        .map_err(|e| driver_error("recording an event", e))?;
-                    let ms = start.elapsed_ms(&end).map_err(|e| {
-                        driver_error(&format!("running {}", l.name), e).in_kernel(l.kernel)
-                    })?;
-                    kernel_ms[l.kernel] += ms;
-                }
-                (Step::Table { kernel, table }, _) => {
-                    // Preparation, not a kernel: its time counts with the copies.
-                    let t = Instant::now();
-                    // The index arrays: an input's from the caller's buffers, others (a host
-                    // step's result) copied back.
-                    let mut copied = Vec::new();
-                    for b in table.reads() {
-                        let buf = self.program.buffer(b);
-                        if !buf.role.is_input() {
-                            let mut d = Data::zeros(buf.ty, buf.elems as usize);
-                            self.download(&dev[b.0 as usize], &mut d)?;
-                            copied.push((b, d));
-                        }
-                    }
-                    let mut data = Vec::new();
-                    for b in table.reads() {
-                        let d = match copied.iter().find(|c| c.0 == b) {
-                            Some((_, d)) => d,
-                            None => &bufs[b.0 as usize],
-                        };
-                        let Data::I32(v) = d else {
-                            return Err(BackendError::new(
-                                ErrorKind::Run,
-                                "index arrays that are not i32",
-                            ));
-                        };
-                        data.push(v.as_slice());
-                    }
-                    let cached = self
-                        .tables
-                        .lock()
-                        .ok()
-                        .and_then(|c| c.get(&si).filter(|e| e.0 == data).map(|e| e.1.clone()));
-                    let filled = match cached {
-                        Some(f) => f,
-                        None => {
-                            let elems = (dev[table.buf().0 as usize].len() / 4) as u64;
-                            let f = Arc::new(table.fill(&data, elems).map_err(|m| {
-                                BackendError::new(ErrorKind::Run, m).in_kernel(*kernel)
-                            })?);
-                            if let Ok(mut c) = self.tables.lock() {
-                                let arrays = data.iter().map(|a| a.to_vec()).collect();
-                                c.insert(si, (arrays, f.clone()));
-                            }
-                            f
-                        }
-                    };
-                    if let crate::map::Table::Rows(_) = table {
-                        listed.insert(table.buf(), crate::map::Bins::counts(&filled));
-                    }
-                    let filled = Data::I32(filled.to_vec());
-                    let bytes = filled.as_bytes();
-                    let d = &mut dev[table.buf().0 as usize];
-                    let n = bytes.len().min(d.len());
-                    self.stream
-                        .memcpy_htod(&bytes[..n], &mut d.slice_mut(0..n))
-                        .map_err(|e| driver_error("copying an index table to the device", e))?;
-                    transfer += t.elapsed();
-                }
-                (Step::Host { kernel, call }, _) => {
-                    let t = Instant::now();
-                    let mut host: Vec<Data> = self
-                        .program
-                        .buffers
-                        .iter()
-                        .map(|b| Data::zeros(b.ty, 0))
-                        .collect();
-                    for id in call.reads() {
-                        let b = self.program.buffer(id);
-                        host[id.0 as usize] = Data::zeros(b.ty, b.elems as usize);
-                        self.download(&dev[id.0 as usize], &mut host[id.0 as usize])?;
-                    }
-                    for id in call.writes() {
-                        let b = self.program.buffer(id);
-                        host[id.0 as usize] = Data::zeros(b.ty, b.elems as usize);
-                    }
-                    crate::host_call(call, &mut host)
-                        .map_err(|m| BackendError::new(ErrorKind::Run, m).in_kernel(*kernel))?;
-                    for id in call.writes() {
-                        let bytes = host[id.0 as usize].as_bytes();
-                        let d = &mut dev[id.0 as usize];
-                        let n = bytes.len().min(d.len());
-                        self.stream
-                            .memcpy_htod(&bytes[..n], &mut d.slice_mut(0..n))
-                            .map_err(|e| driver_error("copying a host result to the device", e))?;
-                    }
-                    host_time[*kernel] += t.elapsed();
-                }
-                (Step::Launch(l), None) => {
-                    return Err(BackendError::new(
-                        ErrorKind::Run,
-                        format!("kernel {} was not loaded", l.name),
-                    ))
-                }
-            }
-        }
+        let mut m = OnDevice {
+            exe: self,
+            inputs: bufs,
+            dev,
+            kernel_ms: vec![0f32; self.program.kernels.len()],
+        };
+        let host = crate::walk::walk(&self.program, &self.steps, &self.tables, &mut m)?;
+        let OnDevice { dev, kernel_ms, .. } = m;
+        // Tables are preparation, not kernels: their time counts with the copies.
+        transfer += host.tables;
+        let host_time = host.steps;
         let t1 = Instant::now();
         for (i, b) in self.program.buffers.iter().enumerate() {
             if let Role::Output(_) = b.role {
@@ -598,5 +463,80 @@ impl seam::Executable for CudaExecutable {
                 .collect(),
             transfer,
         })
+    }
+}
+
+/// A run's device buffers and kernel times: the device side of [`crate::walk`].
+struct OnDevice<'a> {
+    exe: &'a CudaExecutable,
+    inputs: &'a [Data],
+    dev: Vec<CudaSlice<u8>>,
+    kernel_ms: Vec<f32>,
+}
+
+impl crate::walk::Machine for OnDevice<'_> {
+    fn input(&self, b: BufId) -> &Data {
+        &self.inputs[b.0 as usize]
+    }
+
+    fn read(&mut self, b: BufId) -> Result<Data, BackendError> {
+        let buf = self.exe.program.buffer(b);
+        let mut d = Data::zeros(buf.ty, buf.elems as usize);
+        self.exe.download(&self.dev[b.0 as usize], &mut d)?;
+        Ok(d)
+    }
+
+    fn write(&mut self, b: BufId, data: &Data) -> Result<(), BackendError> {
+        let bytes = data.as_bytes();
+        let d = &mut self.dev[b.0 as usize];
+        let n = bytes.len().min(d.len());
+        if n > 0 {
+            self.exe
+                .stream
+                .memcpy_htod(&bytes[..n], &mut d.slice_mut(0..n))
+                .map_err(|e| driver_error("copying host data to the device", e))?;
+        }
+        Ok(())
+    }
+
+    fn launch(&mut self, step: usize, l: &Launch, shape: (u64, u64)) -> Result<(), BackendError> {
+        let Some(f) = self.exe.functions.get(step).and_then(|f| f.as_ref()) else {
+            return Err(BackendError::new(
+                ErrorKind::Run,
+                format!("kernel {} was not loaded", l.name),
+            ));
+        };
+        let (blocks, threads) = shape;
+        let cfg = LaunchConfig {
+            grid_dim: (blocks as u32, 1, 1),
+            block_dim: (threads as u32, 1, 1),
+            shared_mem_bytes: l.smem_bytes() as u32,
+        };
+        let stream = &self.exe.stream;
+        let start = stream
+            .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(|e| driver_error("recording an event", e))?;
+        let mut b = stream.launch_builder(f);
+        for p in &l.params {
+            b.arg(&self.dev[p.0 as usize]);
+        }
+        // SAFETY: the kernel's parameters are the buffers `l.params`, in order, each a device
+        // allocation of its buffer's full size; indices were proven in bounds by the verifier,
+        // and sparse index data was validated when bound.
+        unsafe { b.launch(cfg) }
+            .map_err(|e| driver_error(&format!("launching {}", l.name), e).in_kernel(l.kernel))?;
+        let end = stream
+            .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(|e| driver_error("recording an event", e))?;
+        let ms = start
+            .elapsed_ms(&end)
+            .map_err(|e| driver_error(&format!("running {}", l.name), e).in_kernel(l.kernel))?;
+        self.kernel_ms[l.kernel] += ms;
+        Ok(())
+    }
+
+    fn settle(&mut self) -> Result<(), BackendError> {
+        // One stream: the copies the host makes next are ordered after the launches.
+        Ok(())
     }
 }

@@ -26,7 +26,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use tdsl_loop::{Data, LoopProgram};
+use tdsl_loop::backend::{BackendError, ErrorKind};
+use tdsl_loop::{BufId, Data, LoopProgram};
 
 use crate::map::{Launch, Step};
 use crate::render::{render_unit, UnitTarget};
@@ -144,6 +145,8 @@ pub struct Emulator {
     program: LoopProgram,
     host: usize,
     steps: Vec<Step>,
+    /// The index tables of earlier runs (the device's cache, [`crate::walk::Tables`]).
+    tables: crate::walk::Tables,
     exe: PathBuf,
     dir: PathBuf,
 }
@@ -205,12 +208,15 @@ impl Emulator {
             host: p.buffers.len(),
             program,
             steps,
+            tables: Default::default(),
             exe,
             dir,
         })
     }
 
-    /// Runs every step over the host buffer set `bufs` (inputs bound, the rest zeroed).
+    /// Runs every step over the host buffer set `bufs` (inputs bound, the rest zeroed), as the
+    /// device does ([`crate::walk`]): index tables built on the host and kept for the next run
+    /// over the same pattern, `sparsify` on the host.
     pub fn run(&self, bufs: &mut [Data]) -> Result<(), String> {
         self.run_with(bufs, Copies::Late)
     }
@@ -218,84 +224,129 @@ impl Emulator {
     /// [`Emulator::run`] with the tensor-core templates' `cp.async` copies landing `copies`.
     pub fn run_with(&self, bufs: &mut [Data], copies: Copies) -> Result<(), String> {
         crate::check_buffers(&self.program.buffers[..self.host], bufs)?;
-        let file = self.dir.join("buffers.bin");
-        let mut segment = 0;
         // The launches' scratch lives from one segment to the next (an index table is written
         // between them). It starts as NaN (i32: -2^31), as unset device memory might be, so a
         // read before a write shows.
-        let mut scratch: Vec<Data> = self.program.buffers[self.host..]
+        let scratch = self.program.buffers[self.host..]
             .iter()
             .map(|b| poisoned(b.ty, b.elems as usize))
             .collect();
-        let run_segment = |bufs: &mut [Data], scratch: &mut [Data], segment: usize| {
-            let mut bytes = Vec::new();
-            for (b, buf) in bufs.iter().chain(scratch.iter()).zip(&self.program.buffers) {
-                let n = bytes.len() + (buf.elems * buf.ty.size_bytes()) as usize;
-                bytes.extend(b.to_le_bytes());
-                bytes.resize(n, 0);
-            }
-            std::fs::write(&file, bytes).map_err(|e| e.to_string())?;
-            let st = Command::new(&self.exe)
-                .env(
-                    "TDSL_EMU_COPIES",
-                    match copies {
-                        Copies::Late => "late",
-                        Copies::Early => "early",
-                    },
-                )
-                .arg(&file)
-                .arg(segment.to_string())
-                .status()
-                .map_err(|e| e.to_string())?;
-            if !st.success() {
-                return Err(format!("the emulator failed: {st}"));
-            }
-            let bytes = std::fs::read(&file).map_err(|e| e.to_string())?;
-            let mut at = 0;
-            for (b, buf) in bufs
-                .iter_mut()
-                .chain(scratch.iter_mut())
-                .zip(&self.program.buffers)
-            {
-                let n = (buf.elems * buf.ty.size_bytes()) as usize;
-                let part = bytes
-                    .get(at..at + n)
-                    .ok_or("the emulator wrote too few bytes")?;
-                if !buf.role.is_input() {
-                    *b = Data::from_le_bytes(buf.ty, part);
-                }
-                at += n;
-            }
-            Ok::<(), String>(())
+        let mut m = Emulated {
+            emu: self,
+            bufs,
+            scratch,
+            segment: 0,
+            copies,
         };
-        run_segment(bufs, &mut scratch, segment)?;
-        for step in &self.steps {
-            match step {
-                Step::Host { call, .. } => crate::host_call(call, bufs)?,
-                Step::Table { table, .. } => {
-                    let at = |b: tdsl_loop::BufId| match (b.0 as usize).checked_sub(self.host) {
-                        Some(i) => &scratch[i],
-                        None => &bufs[b.0 as usize],
-                    };
-                    let mut data = Vec::new();
-                    for b in table.reads() {
-                        let Data::I32(v) = at(b) else {
-                            return Err("index arrays that are not i32".into());
-                        };
-                        data.push(v.as_slice());
-                    }
-                    let elems = self.program.buffer(table.buf()).elems;
-                    let filled = Data::I32(table.fill(&data, elems)?);
-                    let i = (table.buf().0 as usize)
-                        .checked_sub(self.host)
-                        .ok_or("an index table that is not scratch")?;
-                    scratch[i] = filled;
-                }
-                Step::Launch(_) => continue,
-            }
-            segment += 1;
-            run_segment(bufs, &mut scratch, segment)?;
+        crate::walk::walk(&self.program, &self.steps, &self.tables, &mut m)
+            .map_err(|e| e.message)?;
+        Ok(())
+    }
+
+    /// Runs segment `segment` (the launches between two host steps) of the emulator program
+    /// over `bufs` and `scratch`, every buffer through one file.
+    fn run_segment(
+        &self,
+        bufs: &mut [Data],
+        scratch: &mut [Data],
+        segment: usize,
+        copies: Copies,
+    ) -> Result<(), String> {
+        let file = self.dir.join("buffers.bin");
+        let mut bytes = Vec::new();
+        for (b, buf) in bufs.iter().chain(scratch.iter()).zip(&self.program.buffers) {
+            let n = bytes.len() + (buf.elems * buf.ty.size_bytes()) as usize;
+            bytes.extend(b.to_le_bytes());
+            bytes.resize(n, 0);
         }
+        std::fs::write(&file, bytes).map_err(|e| e.to_string())?;
+        let st = Command::new(&self.exe)
+            .env(
+                "TDSL_EMU_COPIES",
+                match copies {
+                    Copies::Late => "late",
+                    Copies::Early => "early",
+                },
+            )
+            .arg(&file)
+            .arg(segment.to_string())
+            .status()
+            .map_err(|e| e.to_string())?;
+        if !st.success() {
+            return Err(format!("the emulator failed: {st}"));
+        }
+        let bytes = std::fs::read(&file).map_err(|e| e.to_string())?;
+        let mut at = 0;
+        for (b, buf) in bufs
+            .iter_mut()
+            .chain(scratch.iter_mut())
+            .zip(&self.program.buffers)
+        {
+            let n = (buf.elems * buf.ty.size_bytes()) as usize;
+            let part = bytes
+                .get(at..at + n)
+                .ok_or("the emulator wrote too few bytes")?;
+            if !buf.role.is_input() {
+                *b = Data::from_le_bytes(buf.ty, part);
+            }
+            at += n;
+        }
+        Ok(())
+    }
+}
+
+/// A run's host buffers, the caller's and the scratch: the emulation's side of [`crate::walk`].
+/// Launches run a segment at a time, when the walk settles (the emulator program runs a
+/// segment's launches in order, each with its own shape).
+struct Emulated<'a> {
+    emu: &'a Emulator,
+    bufs: &'a mut [Data],
+    scratch: Vec<Data>,
+    segment: usize,
+    copies: Copies,
+}
+
+impl Emulated<'_> {
+    fn buf(&mut self, b: BufId) -> &mut Data {
+        let i = b.0 as usize;
+        match i.checked_sub(self.emu.host) {
+            Some(s) => &mut self.scratch[s],
+            None => &mut self.bufs[i],
+        }
+    }
+}
+
+impl crate::walk::Machine for Emulated<'_> {
+    fn input(&self, b: BufId) -> &Data {
+        &self.bufs[b.0 as usize]
+    }
+
+    fn read(&mut self, b: BufId) -> Result<Data, BackendError> {
+        Ok(self.buf(b).clone())
+    }
+
+    fn write(&mut self, b: BufId, data: &Data) -> Result<(), BackendError> {
+        let to = self.buf(b);
+        if to.len() == data.len() {
+            *to = data.clone();
+        } else {
+            let (from, into) = (data.as_bytes(), to.as_bytes_mut());
+            let n = from.len().min(into.len());
+            into[..n].copy_from_slice(&from[..n]);
+        }
+        Ok(())
+    }
+
+    fn launch(&mut self, _: usize, _: &Launch, _: (u64, u64)) -> Result<(), BackendError> {
+        // In the current segment of the emulator program, which runs when the walk settles.
+        Ok(())
+    }
+
+    fn settle(&mut self) -> Result<(), BackendError> {
+        self.emu
+            .run_segment(self.bufs, &mut self.scratch, self.segment, self.copies)
+            .map_err(|m| BackendError::new(ErrorKind::Run, m))?;
+        self.segment += 1;
         Ok(())
     }
 }

@@ -4,8 +4,12 @@
 //! - `map.rs`: the GPU mapping pass (library calls as loop nests, launches, grid loops);
 //! - `render.rs`: the one C-style renderer (launches → CUDA C++), with the preludes under
 //!   `kernels/` (`cuda.cuh` for the device, `host.h` for emulation, `common.cuh` shared);
-//! - `emulate.rs`: the same text compiled by the host C++ compiler and run thread by thread,
-//!   which is how machines with no GPU test the generated kernels.
+//! - `walk.rs`: the walk over a mapped program's steps (launches, index tables, host steps),
+//!   one for the device and the emulation;
+//! - `device.rs`: the driver half (cudarc): buffers, launches and copies on a GPU;
+//! - `emulate.rs`: the same text compiled by the host C++ compiler and run on the host (a
+//!   block's threads as fibers where they work together), which is how machines with no GPU
+//!   test the generated kernels.
 
 #![deny(unsafe_code)]
 
@@ -15,6 +19,7 @@ pub mod map;
 pub mod nvrtc;
 pub mod render;
 pub mod tensor;
+mod walk;
 
 use tdsl_loop::{data, Data, LibCall, LoopProgram};
 

@@ -99,7 +99,8 @@ pub struct RunOptions {
 /// What a run measured.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RunStats {
-    /// Wall time of each kernel, in program order.
+    /// Wall time of each kernel, in program order. On a device, a kernel the host runs between
+    /// launches (`sparsify`) counts its host time, as it would on the CPU.
     pub kernel_times: Vec<Duration>,
     /// Time spent moving data between host and device, and preparing what is moved (the index
     /// tables a GPU builds from a sparse operand's pattern); zero on the host.
