@@ -171,10 +171,27 @@ fn run_file(path: &std::path::Path) -> Result<usize, String> {
         ),
     ];
     if let Some(cxx) = crate::diff::cxx() {
-        let emu = tdsl_cuda::emulate::Emulator::compile(&p, cxx)?;
-        let mut bufs = buffers(&p, &d, &file);
-        emu.run(&mut bufs)?;
-        others.push(("the CUDA emulation", bufs));
+        use tdsl_cuda::tensor::{TensorCores, Variants};
+        // The generic kernels, then the tensor-core templates where a product takes them (with
+        // the copies and elementwise kernels around it folded into its loads and stores).
+        let engines = [
+            (TensorCores::None, "the CUDA emulation"),
+            (TensorCores::Mma, "the CUDA emulation on mma.sync"),
+            (TensorCores::Wgmma, "the CUDA emulation on wgmma"),
+        ];
+        for (tc, engine) in engines {
+            let (_, steps) = tdsl_cuda::map_program_variants(&p, tc, Variants::default());
+            let products = steps
+                .iter()
+                .any(|s| matches!(s, tdsl_cuda::Step::Launch(l) if l.lib.is_some()));
+            if tc != TensorCores::None && !products {
+                continue;
+            }
+            let emu = tdsl_cuda::emulate::Emulator::compile_with(&p, cxx, tc)?;
+            let mut bufs = buffers(&p, &d, &file);
+            emu.run(&mut bufs)?;
+            others.push((engine, bufs));
+        }
     }
     let mut checked = 0;
     for (i, b) in p.buffers.iter().enumerate() {

@@ -1496,43 +1496,11 @@ impl<'a> Fold<'a> {
     /// copied from (the copy then not launched): a copy of the same type, or with `widened`
     /// one that widens a 16-bit source.
     fn input(&mut self, view: &MatView, dims: &[u64], batch: &[u64], widened: bool) -> MatView {
-        self.input_of(view, dims, batch, widened)
+        // Only exact conversions: the same type, or a 16-bit source widened.
+        let exact =
+            |temp: ElemType, src: ElemType| src == temp || (widened && is16(src) && !is16(temp));
+        self.through_copy(view, dims, batch, false, exact)
             .unwrap_or_else(|| view.clone())
-    }
-
-    fn input_of(
-        &mut self,
-        view: &MatView,
-        dims: &[u64],
-        batch: &[u64],
-        widened: bool,
-    ) -> Option<MatView> {
-        let (p, t) = (self.p, view.buf);
-        let b = p.buffer(t);
-        if b.role != Role::Temp || view.offset != 0 {
-            return None;
-        }
-        let (j, copy) = self.lone_copy(t, false)?;
-        // Only exact conversions: the same type, or a 16-bit source widened; the copy must
-        // cover the temp (one store per element).
-        let src_ty = p.buffer(copy.src).ty;
-        if copy.dst != t
-            || !(src_ty == b.ty || (widened && is16(src_ty) && !is16(b.ty)))
-            || copy.vars.values().product::<u64>() != b.elems
-        {
-            return None;
-        }
-        // The source must not change between the copy and the call.
-        let src_writers = users(p, copy.src, usize::MAX, false);
-        if (j + 1..self.ki).any(|x| src_writers.contains(&x)) {
-            return None;
-        }
-        let new = rebase_copy(view, dims, batch, &copy, false)?;
-        self.dead.insert(j);
-        Some(MatView {
-            buf: copy.src,
-            ..new
-        })
     }
 
     /// `view` written by the call, or, when a later copy kernel moves it into another buffer
@@ -1544,36 +1512,64 @@ impl<'a> Fold<'a> {
         batch: &[u64],
         accumulate: bool,
     ) -> Option<MatView> {
+        // The result is rounded once: the temp holds the f32 accumulator or the destination's
+        // type, which the call can store.
+        let once =
+            |temp: ElemType, dst: ElemType| (temp == ElemType::F32 || temp == dst) && out_ok(dst);
+        match accumulate {
+            true => None,
+            false => self.through_copy(view, dims, batch, true, once),
+        }
+    }
+
+    /// The view at the other end of the lone copy kernel that fills the temp `view` before the
+    /// call (`after` false: its source) or moves it after the call (`after` true: its
+    /// destination), marking the copy not launched. The copy must cover the temp (one store per
+    /// element) between element types `types` accepts (the temp's, the other end's), and the
+    /// other end must stay as it is between the copy and the call: not written, and for a
+    /// destination not read either.
+    fn through_copy(
+        &mut self,
+        view: &MatView,
+        dims: &[u64],
+        batch: &[u64],
+        after: bool,
+        types: impl Fn(ElemType, ElemType) -> bool,
+    ) -> Option<MatView> {
         let (p, t, ki) = (self.p, view.buf, self.ki);
         let b = p.buffer(t);
-        if accumulate || b.role != Role::Temp || view.offset != 0 {
+        if b.role != Role::Temp || view.offset != 0 {
             return None;
         }
-        let (j, copy) = self.lone_copy(t, true)?;
-        // The result is rounded once: the temp holds the f32 accumulator or the destination's
-        // type.
-        let dst_ty = p.buffer(copy.dst).ty;
-        if copy.src != t
+        let (j, copy) = self.lone_copy(t, after)?;
+        let (near, far) = match after {
+            false => (copy.dst, copy.src),
+            true => (copy.src, copy.dst),
+        };
+        if near != t
             || copy.vars.values().product::<u64>() != b.elems
-            || !(b.ty == ElemType::F32 || b.ty == dst_ty)
+            || !types(b.ty, p.buffer(far).ty)
         {
             return None;
         }
-        // Nothing between the call and the copy may touch the destination.
-        let (dst_writers, dst_readers) = (
-            users(p, copy.dst, usize::MAX, false),
-            users(p, copy.dst, usize::MAX, true),
-        );
-        let touch = |x: usize| dst_writers.contains(&x) || dst_readers.contains(&x);
-        if (ki + 1..j).any(touch) || !out_ok(dst_ty) {
+        let writers = users(p, far, usize::MAX, false);
+        let readers = match after {
+            false => Vec::new(),
+            true => users(p, far, usize::MAX, true),
+        };
+        let between = match after {
+            false => j + 1..ki,
+            true => ki + 1..j,
+        };
+        if between
+            .into_iter()
+            .any(|x| writers.contains(&x) || readers.contains(&x))
+        {
             return None;
         }
-        let new = rebase_copy(view, dims, batch, &copy, true)?;
+        let new = rebase_copy(view, dims, batch, &copy, after)?;
         self.dead.insert(j);
-        Some(MatView {
-            buf: copy.dst,
-            ..new
-        })
+        Some(MatView { buf: far, ..new })
     }
 
     /// The view the call writes and the epilogue fused into its store: the result moved by a
