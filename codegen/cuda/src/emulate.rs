@@ -103,27 +103,24 @@ fn launch_call(out: &mut String, l: &Launch) {
     let args: Vec<String> = l.params.iter().map(|b| format!("b{}", b.0)).collect();
     let call = format!("{}({})", l.name, args.join(", "));
     let (blocks, threads) = l.shape();
-    if l.lib.is_some() && !l.reduce {
-        // A tensor-core launch: its shape is the template's, every block of it.
+    // A tensor-core template's shape is its tiles, every block of it; a generic kernel's grid
+    // loops stride over any shape.
+    let blocks = match l.lib.is_some() && !l.reduce {
+        true => blocks,
+        false => blocks.min(EMU_BLOCKS),
+    };
+    if l.cooperative() {
+        // Every thread of a block as a fiber, meeting at the shuffles, barriers and warp-wide
+        // instructions (`kernels/threads_host.h`).
         let _ = writeln!(
             out,
             "    tdsl_emu_launch({blocks}, {threads}, [&] {{ {call}; }});"
         );
-        return;
-    }
-    let blocks = blocks.min(EMU_BLOCKS);
-    if !l.cooperative() {
+    } else {
         // Threads that share nothing run one after another.
         let _ = writeln!(
             out,
             "    gridDim.x = {blocks}; blockDim.x = {threads};\n    for (long long bx = 0; bx < {blocks}; ++bx) for (long long tx = 0; tx < {threads}; ++tx) {{ blockIdx.x = bx; threadIdx.x = tx; {call}; }}"
-        );
-    } else {
-        // A warp or a block per grid iteration, or a tile: every thread of a block, as fibers,
-        // meeting at the shuffles and barriers (`kernels/threads_host.h`).
-        let _ = writeln!(
-            out,
-            "    tdsl_emu_launch({blocks}, {threads}, [&] {{ {call}; }});"
         );
     }
 }
