@@ -33,6 +33,38 @@ TDSL_FN void tdsl_syncwarp();
 #define __shared__ static
 TDSL_FN void tdsl_syncblock();
 
+// The order the emulation runs what the device runs at once (the blocks of a launch, the ready
+// threads of a block): drawn from a pseudo-random sequence that TDSL_EMU_SEED picks (1 when
+// unset; 0 keeps thread order). A result that depends on which thread goes first, as a missing
+// barrier makes it, then differs from the interpreter's.
+static unsigned long long tdsl_emu_state;
+static int tdsl_emu_in_order() {
+  static int seeded = 0;
+  if (!seeded) {
+    const char *s = getenv("TDSL_EMU_SEED");
+    tdsl_emu_state = s ? strtoull(s, NULL, 10) : 1;
+    seeded = 1;
+  }
+  return tdsl_emu_state == 0;
+}
+// A draw below n (xorshift64*), or 0 in thread order.
+static long long tdsl_emu_pick(long long n) {
+  if (tdsl_emu_in_order() || n <= 1) return 0;
+  unsigned long long x = tdsl_emu_state;
+  x ^= x >> 12; x ^= x << 25; x ^= x >> 27;
+  tdsl_emu_state = x;
+  return (long long)((x * 0x2545F4914F6CDD1DULL >> 11) % (unsigned long long)n);
+}
+// 0 .. n - 1 shuffled (Fisher-Yates), or in order.
+static void tdsl_emu_order(long long *order, long long n) {
+  for (long long i = 0; i < n; i++) order[i] = i;
+  for (long long i = n - 1; i > 0 && !tdsl_emu_in_order(); i--) {
+    long long j = tdsl_emu_pick(i + 1), t = order[i];
+    order[i] = order[j];
+    order[j] = t;
+  }
+}
+
 TDSL_FN float tdsl_bits_f32(unsigned int u) { float f; memcpy(&f, &u, 4); return f; }
 TDSL_FN unsigned int tdsl_f32_bits(float f) { unsigned int u; memcpy(&u, &f, 4); return u; }
 TDSL_FN double tdsl_rint(double x) { return nearbyint(x); }

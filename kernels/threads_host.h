@@ -10,7 +10,10 @@
 // instruction, the scheduler performs it on the gathered lanes and resumes them. A thread group
 // that can never complete (threads of a warp at different instructions, a barrier some threads
 // never reach or that threads which returned leave short) stops the emulator with a message: on
-// a GPU it would hang or be undefined. Threads run in order, so races do not show.
+// a GPU it would hang or be undefined. Blocks run in a shuffled order, a warp runs ahead of the
+// others as far as it can, and its lanes resume in random order (tdsl_emu_run says how; host.h's
+// tdsl_emu_order and tdsl_emu_pick draw), so a result that leans on a missing barrier shows as a
+// difference from the interpreter.
 #include <vector>
 
 // Fiber contexts. On x86-64 a switch saves the callee-saved registers, the floating-point
@@ -127,6 +130,15 @@ static void tdsl_emu_perform(tdsl_emu_fiber *w, int lanes, int group) {
 }
 
 // Runs `body(data)` as `blocks` blocks of `threads` threads (blockIdx.x, threadIdx.x set).
+//
+// Blocks run one after another, in the order tdsl_emu_order gives. Within a block the scheduler
+// resumes one ready thread at a time until it waits; when its group (warp, warpgroup, block)
+// then waits at the same instruction, the scheduler performs the instruction and the group is
+// ready again. Which thread: one of the ready lanes, drawn at random, of the first warp with
+// any in a ranking of the block's warps that is drawn afresh at every block barrier. So a warp
+// runs ahead of the others as far as it can before they move (a barrier that is missing lets
+// it read or overwrite what they have not yet written or read), and a warp's lanes run in no
+// particular order (a missing __syncwarp shows the same way).
 static void tdsl_emu_run(long long blocks, int threads, void (*body)(void *), void *data) {
   static std::vector<char> stacks;
   stacks.resize((size_t)threads * TDSL_EMU_STACK);
@@ -134,49 +146,65 @@ static void tdsl_emu_run(long long blocks, int threads, void (*body)(void *), vo
   blockDim.x = threads;
   tdsl_emu_body = body;
   tdsl_emu_body_data = data;
-  for (long long bx = 0; bx < blocks; bx++) {
+  const int warps = (threads + 31) / 32;
+  std::vector<long long> block_order(blocks), rank(warps);
+  std::vector<std::vector<int>> ready(warps);  // a warp's ready lanes
+  tdsl_emu_order(block_order.data(), blocks);
+  const auto make_ready = [&](int t) {
+    tdsl_emu_fibers[t].state = TDSL_EMU_RUN;
+    ready[t / 32].push_back(t);
+  };
+  for (long long bx : block_order) {
     blockIdx.x = bx;
     if (tdsl_emu_tc.block_start) tdsl_emu_tc.block_start(threads);
     tdsl_emu_fibers.assign(threads, tdsl_emu_fiber{});
     for (int t = 0; t < threads; t++) {
       tdsl_emu_fiber &f = tdsl_emu_fibers[t];
       tdsl_emu_ctx_make(f.ctx, stacks.data() + (size_t)t * TDSL_EMU_STACK, TDSL_EMU_STACK, tdsl_emu_entry);
-      f.state = TDSL_EMU_RUN;
+      make_ready(t);
     }
+    tdsl_emu_order(rank.data(), warps);
+    int done = 0, bar = 0;
     for (;;) {
-      for (int t = 0; t < threads; t++) {
-        if (tdsl_emu_fibers[t].state != TDSL_EMU_RUN) continue;
-        tdsl_emu_self = t;
-        threadIdx.x = t;
-        tdsl_emu_ctx_swap(tdsl_emu_sched, tdsl_emu_fibers[t].ctx);
-      }
-      int done = 0, bar = 0;
-      bool released = false;
-      for (const tdsl_emu_fiber &f : tdsl_emu_fibers) {
-        done += f.state == TDSL_EMU_DONE;
-        bar += f.state == TDSL_EMU_BAR;
-      }
-      if (done == threads) break;
-      for (int size : {32, 128}) {
-        const int state = size == 32 ? TDSL_EMU_WARP : TDSL_EMU_WG;
-        for (int g = 0; g + size <= threads; g += size) {
-          tdsl_emu_fiber *w = &tdsl_emu_fibers[g];
-          bool all = true;
-          for (int l = 0; l < size; l++) all = all && w[l].state == state && w[l].op == w[0].op;
-          if (!all) continue;
-          tdsl_emu_perform(w, size, g / size);
-          for (int l = 0; l < size; l++) w[l].state = TDSL_EMU_RUN;
-          released = true;
+      std::vector<int> *lanes = nullptr;
+      for (long long w : rank) {
+        if (!ready[w].empty()) {
+          lanes = &ready[w];
+          break;
         }
       }
-      if (!released && bar == threads) {
-        for (tdsl_emu_fiber &f : tdsl_emu_fibers) f.state = TDSL_EMU_RUN;
-        released = true;
+      if (!lanes) break;
+      // In thread order (seed 0), the lane that has been ready longest.
+      const long i = (long)tdsl_emu_pick((long long)lanes->size());
+      const int t = (*lanes)[i];
+      lanes->erase(lanes->begin() + i);
+      tdsl_emu_self = t;
+      threadIdx.x = t;
+      tdsl_emu_ctx_swap(tdsl_emu_sched, tdsl_emu_fibers[t].ctx);
+      const tdsl_emu_fiber &f = tdsl_emu_fibers[t];
+      if (f.state == TDSL_EMU_DONE) {
+        done++;
+      } else if (f.state == TDSL_EMU_BAR) {
+        if (++bar == threads) {
+          bar = 0;
+          for (int u = 0; u < threads; u++) make_ready(u);
+          tdsl_emu_order(rank.data(), warps);
+        }
+      } else {
+        const int size = f.state == TDSL_EMU_WARP ? 32 : 128;
+        const int g = t / size * size;
+        tdsl_emu_fiber *w = &tdsl_emu_fibers[g];
+        bool all = g + size <= threads;
+        for (int l = 0; all && l < size; l++) all = w[l].state == f.state && w[l].op == f.op;
+        if (all) {
+          tdsl_emu_perform(w, size, g / size);
+          for (int l = 0; l < size; l++) make_ready(g + l);
+        }
       }
-      if (!released) {
-        threadIdx.x = 0;
-        tdsl_emu_fail("threads wait at instructions that can never complete (divergent barrier or warp instruction)");
-      }
+    }
+    if (done != threads) {
+      threadIdx.x = 0;
+      tdsl_emu_fail("threads wait at instructions that can never complete (divergent barrier or warp instruction)");
     }
     if (tdsl_emu_tc.block_end) tdsl_emu_tc.block_end();
   }

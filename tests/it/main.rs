@@ -6,6 +6,7 @@ mod corpus;
 mod cuda;
 mod diff;
 mod draw;
+mod emu_threads;
 mod errors;
 mod filetests;
 mod gpu;

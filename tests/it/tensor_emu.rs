@@ -6,7 +6,7 @@
 //! template's index, swizzle or pipeline logic (or in a template not yet run on a device).
 
 use proptest::prelude::*;
-use tdsl_cuda::emulate::Copies;
+use tdsl_cuda::emulate::{Copies, Order, Schedule};
 use tdsl_cuda::tensor::{BsrWalk, TensorCores, Variants};
 
 /// The instruction sets and template variants the emulation runs: `mma.sync`/`mma.sp` (BSR one
@@ -139,9 +139,10 @@ fn tensor_core_templates_agree_with_the_interpreter_in_emulation() {
                 .unwrap_or_else(|e| panic!("{name}: {e}"));
             let shapes = crate::diff::output_shapes(&p);
             let want = tdsl::interp::run(&p, &inputs);
-            for copies in [Copies::Late, Copies::Early] {
+            for (copies, seed) in [(Copies::Late, 1), (Copies::Early, 2)] {
                 let mut bufs = tdsl::runtime::buffers(&plan, &inputs).expect("buffers");
-                emu.run_with(&mut bufs, copies)
+                let order = Order::Shuffled(seed);
+                emu.run_with(&mut bufs, Schedule { copies, order })
                     .unwrap_or_else(|e| panic!("{name} ({tc:?}, {copies:?}): {e}"));
                 let got = tdsl::runtime::outputs(&plan, &shapes, bufs);
                 if let Err(e) = crate::diff::agree(&got, &want, 1e-2, "in emulation") {
@@ -280,7 +281,11 @@ fn tf32_products_agree_with_the_interpreter_in_emulation() {
             )
             .unwrap_or_else(|e| panic!("{text}: {e}"));
             let mut bufs = tdsl::runtime::buffers(&plan, &inputs).expect("buffers");
-            emu.run_with(&mut bufs, Copies::Early)
+            let early = Schedule {
+                copies: Copies::Early,
+                ..Default::default()
+            };
+            emu.run_with(&mut bufs, early)
                 .unwrap_or_else(|e| panic!("{text} ({tc:?}): {e}"));
             let got = tdsl::runtime::outputs(&plan, &shapes, bufs);
             // TF32 keeps 10 of f32's 23 mantissa bits: far from exact, far within 1e-2 ...
@@ -424,7 +429,9 @@ proptest! {
             let emu = tdsl_cuda::emulate::Emulator::compile_variants(&plan.loops, cxx, tc, v)
                 .map_err(TestCaseError::fail)?;
             let mut bufs = tdsl::runtime::buffers(&plan, &inputs).expect("buffers");
-            emu.run_with(&mut bufs, Copies::Early)
+            // Threads in an order drawn with the case.
+            let early = Schedule { copies: Copies::Early, order: Order::Shuffled(seed + 1) };
+            emu.run_with(&mut bufs, early)
                 .map_err(|e| TestCaseError::fail(format!("{text} ({tc:?}): {e}")))?;
             let got = tdsl::runtime::outputs(&plan, &shapes, bufs);
             crate::diff::agree(&got, &want, 1e-2, "in emulation")

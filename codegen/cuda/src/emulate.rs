@@ -13,8 +13,16 @@
 //! threads one after another. A generic kernel's grid is cut to [`EMU_BLOCKS`] blocks, so its
 //! grid-stride loops take more than one turn.
 //!
-//! What emulation cannot show: races between threads (it runs them in order), the device's
-//! math library (`expf` and friends differ by an ulp or two), and the PTX conversions (`cvt`),
+//! Threads run one at a time, so a race shows only through order. With [`Order::Shuffled`] (the
+//! default) the blocks of a launch run in a shuffled order; within a block the scheduler runs
+//! the first warp with a ready lane in a ranking of the warps drawn afresh at each block
+//! barrier, its ready lanes in random order. A warp thus runs ahead of the others as far as its
+//! barriers let it, and lane 0 seldom goes first: a read that a missing barrier leaves
+//! unordered with another thread's write sees the value from before the write, or a value from
+//! the writer's next round. Unordered writes of the same value, and the result of two threads'
+//! unordered writes to one place, are not reported.
+//!
+//! What emulation cannot show: the device's math library (`expf` and friends differ by an ulp or two), and the PTX conversions (`cvt`),
 //! which the host prelude replaces with software conversions.
 //!
 //! Each segment of launches between host steps (`sparsify`, the row bins of sparse-row
@@ -117,10 +125,10 @@ fn launch_call(out: &mut String, l: &Launch) {
             "    tdsl_emu_launch({blocks}, {threads}, [&] {{ {call}; }});"
         );
     } else {
-        // Threads that share nothing run one after another.
+        // Threads that share nothing run one after another, in a fresh order for each block.
         let _ = writeln!(
             out,
-            "    gridDim.x = {blocks}; blockDim.x = {threads};\n    for (long long bx = 0; bx < {blocks}; ++bx) for (long long tx = 0; tx < {threads}; ++tx) {{ blockIdx.x = bx; threadIdx.x = tx; {call}; }}"
+            "    {{\n      gridDim.x = {blocks}; blockDim.x = {threads};\n      long long bo[{blocks}], to[{threads}];\n      tdsl_emu_order(bo, {blocks});\n      for (long long bx : bo) {{\n        tdsl_emu_order(to, {threads});\n        for (long long tx : to) {{ blockIdx.x = bx; threadIdx.x = tx; {call}; }}\n      }}\n    }}"
         );
     }
 }
@@ -134,6 +142,38 @@ pub enum Copies {
     Late,
     /// When issued: a stage overwritten while a warp may still read it shows.
     Early,
+}
+
+/// The order in which the emulation runs what the device runs at once: the blocks of a launch,
+/// and a block's threads between two instructions that gather them (a barrier, a shuffle).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Order {
+    /// Thread and block order: a write by thread 0 is seen by every later thread, barrier or
+    /// not.
+    InOrder,
+    /// Blocks shuffled; within a block, warps ranked at random afresh at every block barrier,
+    /// the first warp with a ready lane running, its lanes in random order (all drawn from the
+    /// sequence this seed picks): a warp runs ahead of the others as far as it can, so a read
+    /// that a missing barrier leaves unordered with another thread's write sees the wrong
+    /// value.
+    Shuffled(u64),
+}
+
+/// How an emulated run orders what happens at once on the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Schedule {
+    pub copies: Copies,
+    pub order: Order,
+}
+
+impl Default for Schedule {
+    /// Copies land late, threads run shuffled (seed 1).
+    fn default() -> Schedule {
+        Schedule {
+            copies: Copies::Late,
+            order: Order::Shuffled(1),
+        }
+    }
 }
 
 /// A compiled emulator for one program.
@@ -214,12 +254,13 @@ impl Emulator {
     /// Runs every step over the host buffer set `bufs` (inputs bound, the rest zeroed), as the
     /// device does ([`crate::walk`]): index tables built on the host and kept for the next run
     /// over the same pattern, `sparsify` on the host.
+    /// Threads run in shuffled order and `cp.async` copies land late ([`Schedule::default`]).
     pub fn run(&self, bufs: &mut [Data]) -> Result<(), String> {
-        self.run_with(bufs, Copies::Late)
+        self.run_with(bufs, Schedule::default())
     }
 
-    /// [`Emulator::run`] with the tensor-core templates' `cp.async` copies landing `copies`.
-    pub fn run_with(&self, bufs: &mut [Data], copies: Copies) -> Result<(), String> {
+    /// [`Emulator::run`] with the schedule `schedule`.
+    pub fn run_with(&self, bufs: &mut [Data], schedule: Schedule) -> Result<(), String> {
         crate::check_buffers(&self.program.buffers[..self.host], bufs)?;
         // The launches' scratch lives from one segment to the next (an index table is written
         // between them). It starts as NaN (i32: -2^31), as unset device memory might be, so a
@@ -233,7 +274,7 @@ impl Emulator {
             bufs,
             scratch,
             segment: 0,
-            copies,
+            schedule,
         };
         crate::walk::walk(&self.program, &self.steps, &self.tables, &mut m)
             .map_err(|e| e.message)?;
@@ -247,7 +288,7 @@ impl Emulator {
         bufs: &mut [Data],
         scratch: &mut [Data],
         segment: usize,
-        copies: Copies,
+        schedule: Schedule,
     ) -> Result<(), String> {
         let file = self.dir.join("buffers.bin");
         let mut bytes = Vec::new();
@@ -260,10 +301,19 @@ impl Emulator {
         let st = Command::new(&self.exe)
             .env(
                 "TDSL_EMU_COPIES",
-                match copies {
+                match schedule.copies {
                     Copies::Late => "late",
                     Copies::Early => "early",
                 },
+            )
+            .env(
+                "TDSL_EMU_SEED",
+                match schedule.order {
+                    Order::InOrder => 0,
+                    // The emulator reads 0 as thread order.
+                    Order::Shuffled(seed) => seed.max(1),
+                }
+                .to_string(),
             )
             .arg(&file)
             .arg(segment.to_string())
@@ -300,7 +350,7 @@ struct Emulated<'a> {
     bufs: &'a mut [Data],
     scratch: Vec<Data>,
     segment: usize,
-    copies: Copies,
+    schedule: Schedule,
 }
 
 impl Emulated<'_> {
@@ -341,7 +391,7 @@ impl crate::walk::Machine for Emulated<'_> {
 
     fn settle(&mut self) -> Result<(), BackendError> {
         self.emu
-            .run_segment(self.bufs, &mut self.scratch, self.segment, self.copies)
+            .run_segment(self.bufs, &mut self.scratch, self.segment, self.schedule)
             .map_err(|m| BackendError::new(ErrorKind::Run, m))?;
         self.segment += 1;
         Ok(())
