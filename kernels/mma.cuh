@@ -752,6 +752,11 @@ TDSL_FN void tdsl_tc_bsr_union(const unsigned short *__restrict__ Av, const int 
 // of an f32 product may be f16 or bf16 (KA, KB: 0 as stored, 1 f16, 2 bf16), widened exactly
 // as it is loaded: an f32 activation times a bf16 weight, as the CPU's mixed-precision GEMM
 // computes it.
+// DMMA (f64 only): the same tiles and loads, the products on the f64 tensor cores instead
+// (mma.sync m8n8k4, sm_80 and later). Warp w computes rows 64 (w mod 2) + {0..63} and columns
+// 32 (w / 2) + {0..31} as 8 x 4 tiles of 8 x 8, reading its fragments straight from shared
+// memory, whose rows are padded by 4 doubles so that a half-warp's 16 reads (4 rows of K, 4
+// consecutive elements each) fall in 32 distinct banks.
 template <int KIND, typename T> TDSL_FN auto tdsl_ldf(const T *p) {
   if constexpr (KIND == 1) return tdsl_f16_to_f32(*p);
   else if constexpr (KIND == 2) return tdsl_bf16_to_f32(*p);
@@ -767,10 +772,12 @@ template <typename T> TDSL_FN void tdsl_ld4(const T *p, T *out) {
     out[0] = v0.x, out[1] = v0.y, out[2] = v1.x, out[3] = v1.y;
   }
 }
-template <int KA, int KB, bool B_KN, typename T, typename TA, typename TB, typename Put>
+template <int KA, int KB, bool B_KN, typename T, bool DMMA = false, typename TA, typename TB, typename Put>
 TDSL_FN void tdsl_sgemm(const TA *__restrict__ A, const TB *__restrict__ B, Put put, long long tile, int M, int N,
                         int K, long long lda, long long ldb) {
-  __shared__ __align__(16) T tdsl_sa[2][8][128], tdsl_sb[2][8][128];
+  static_assert(!DMMA || sizeof(T) == 8, "DMMA multiplies f64");
+  constexpr int ROW = DMMA ? 132 : 128;
+  __shared__ __align__(16) T tdsl_sa[2][8][ROW], tdsl_sb[2][8][ROW];
   int m0, n0;
   tdsl_tc_tile<128>(tile, M, N, m0, n0);
   const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
@@ -811,6 +818,21 @@ TDSL_FN void tdsl_sgemm(const TA *__restrict__ A, const TB *__restrict__ B, Put 
   for (int kt = 0; kt < KT; kt++) {
     const int cur = kt & 1;
     if (kt + 1 < KT) fetch(kt + 1);
+    if constexpr (DMMA) {
+      const int lane = tid & 31, g = lane >> 2, q = lane & 3, wm = 64 * ((tid >> 5) & 1), wn = 32 * (tid >> 6);
+#pragma unroll
+      for (int k = 0; k < 8; k += 4) {
+        T a[8], b[4];
+#pragma unroll
+        for (int i = 0; i < 8; i++) a[i] = tdsl_sa[cur][k + q][wm + 8 * i + g];
+#pragma unroll
+        for (int j = 0; j < 4; j++) b[j] = tdsl_sb[cur][k + q][wn + 8 * j + g];
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+#pragma unroll
+          for (int j = 0; j < 4; j++) tdsl_dmma884(&acc[i][2 * j], a[i], b[j]);
+      }
+    } else
 #pragma unroll
     for (int k = 0; k < 8; k++) {
       T a[8], b[8];
@@ -830,8 +852,11 @@ TDSL_FN void tdsl_sgemm(const TA *__restrict__ A, const TB *__restrict__ B, Put 
   for (int i = 0; i < 8; i++)
 #pragma unroll
     for (int j = 0; j < 8; j++) {
-      const int m = m0 + (i < 4 ? 4 * ty + i : 64 + 4 * ty + i - 4);
-      const int n = n0 + (j < 4 ? 4 * tx + j : 64 + 4 * tx + j - 4);
+      // DMMA: acc[i][2 j'], acc[i][2 j' + 1] are this lane's two elements of tile (i, j').
+      const int lane = tid & 31;
+      const int m = m0 + (DMMA ? 64 * ((tid >> 5) & 1) + 8 * i + (lane >> 2) : i < 4 ? 4 * ty + i : 64 + 4 * ty + i - 4);
+      const int n = n0 + (DMMA ? 32 * (tid >> 6) + 8 * (j >> 1) + 2 * (lane & 3) + (j & 1)
+                               : j < 4 ? 4 * tx + j : 64 + 4 * tx + j - 4);
       if (m < M && n < N) put(m, n, acc[i][j]);
     }
 }

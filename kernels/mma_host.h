@@ -3,7 +3,8 @@
 // GPU. A warp- or warpgroup-wide instruction (ldmatrix, mma.sync, mma.sp, wgmma and its commit
 // and wait) waits for every lane, then is performed on the gathered lanes.
 //
-// The lane maps are PTX's (shared/GPU.md §2), as bench/gpu/probe_mma.cu checked them on an H200;
+// The lane maps are PTX's (shared/GPU.md §2), as bench/gpu/probe_mma.cu checked them on an H200
+// (the f64 m8n8k4 one is PTX's too; its probe case has not yet run on a device);
 // the wgmma operands are read through their descriptors with the 128-byte swizzle applied to
 // the shared-memory address, as the hardware does. Asynchronous work is deferred to the last
 // moment the program allows, so a kernel that reads too early sees stale data: a cp.async copy
@@ -29,6 +30,7 @@ enum {
   TDSL_OP_MMA_F16,
   TDSL_OP_MMA_BF16,
   TDSL_OP_MMA_TF32,
+  TDSL_OP_DMMA,
   TDSL_OP_SP_F16,
   TDSL_OP_SP_BF16,
   TDSL_OP_WGMMA,
@@ -227,6 +229,28 @@ static void tdsl_emu_wgmma_run(const tdsl_emu_wgmma &op) {
   }
 }
 
+// D[8][8] += A[8][4] B[4][8] in f64 (DMMA): lane l gave A[l / 4][l % 4] (in[0..1]),
+// B[l % 4][l / 4] (in[2..3]) and D[l / 4][2 (l % 4) + {0, 1}] (in[4..7]), and takes the new D
+// elements (out[0..3]). Each sum runs in k order, one fused multiply-add at a time.
+static void tdsl_emu_dmma(tdsl_emu_fiber *w) {
+  double A[8][4], B[4][8], D[8][8];
+  for (int l = 0; l < 32; l++) {
+    const int g = l >> 2, t = l & 3;
+    memcpy(&A[g][t], w[l].in, 8);
+    memcpy(&B[t][g], w[l].in + 2, 8);
+    memcpy(&D[g][2 * t], w[l].in + 4, 16);
+  }
+  for (int l = 0; l < 32; l++) {
+    const int g = l >> 2, t = l & 3;
+    double d[2];
+    for (int c = 0; c < 2; c++) {
+      d[c] = D[g][2 * t + c];
+      for (int k = 0; k < 4; k++) d[c] = fma(A[g][k], B[k][2 * t + c], d[c]);
+    }
+    memcpy(w[l].out, d, 16);
+  }
+}
+
 // Performs the tensor-core instruction every lane of the group `w` (32 or 128 fibers) waits at.
 static void tdsl_emu_tc_perform(tdsl_emu_fiber *w, int lanes, int group) {
   const int op = w[0].op;
@@ -236,6 +260,7 @@ static void tdsl_emu_tc_perform(tdsl_emu_fiber *w, int lanes, int group) {
     case TDSL_OP_MMA_F16: tdsl_emu_mma(w, 0, false); break;
     case TDSL_OP_MMA_BF16: tdsl_emu_mma(w, 1, false); break;
     case TDSL_OP_MMA_TF32: tdsl_emu_mma_tf32(w); break;
+    case TDSL_OP_DMMA: tdsl_emu_dmma(w); break;
     case TDSL_OP_SP_F16: tdsl_emu_mma(w, 0, true); break;
     case TDSL_OP_SP_BF16: tdsl_emu_mma(w, 1, true); break;
     case TDSL_OP_WGMMA:
@@ -340,6 +365,14 @@ template <int IN> TDSL_FN void tdsl_mma16816(float *d, const unsigned *a, const 
   memcpy(f.in + 4, b, 8);
   f.d = d;
   tdsl_emu_wait(TDSL_EMU_WARP, IN == 2 ? TDSL_OP_MMA_TF32 : IN == 1 ? TDSL_OP_MMA_BF16 : TDSL_OP_MMA_F16);
+}
+TDSL_FN void tdsl_dmma884(double *d, double a, double b) {
+  tdsl_emu_fiber &f = tdsl_emu_me();
+  memcpy(f.in, &a, 8);
+  memcpy(f.in + 2, &b, 8);
+  memcpy(f.in + 4, d, 16);
+  tdsl_emu_wait(TDSL_EMU_WARP, TDSL_OP_DMMA);
+  memcpy(d, tdsl_emu_me().out, 16);
 }
 template <int IN> TDSL_FN void tdsl_mma_sp16832(float *d, const unsigned *a, const unsigned *b, unsigned e) {
   tdsl_emu_fiber &f = tdsl_emu_me();

@@ -13,7 +13,8 @@
 # tests run with wgmma.sp's), BSR_WG_ONLY picks its rows (default every bsr_bf16 row);
 # BSR_VARIANTS=0 skips the BSR comparison of one block row per thread block against groups;
 # WG_VARIANTS=0 skips the comparisons of dense wgmma tile widths and of split-K on short
-# products, and of x @ W [in, out] with and without its copy to k-contiguous.
+# products, of x @ W [in, out] with and without its copy to k-contiguous, and of f64 on the
+# f64 tensor cores against the FMA units.
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv,noheader | tee "$OUT/device.txt"
@@ -76,6 +77,9 @@ if [ "${WG_VARIANTS:-1}" = 1 ]; then
   # Short batches without split-K (the default splits K when the tiles leave SMs idle).
   echo "## TDSL_TC_SPLIT_K=1" | tee -a "$OUT/bench.txt"
   TDSL_TC_SPLIT_K=1 timeout 40 python3 bench/gpu/run.py --tdsl .dev/tdsl --runs 10 --no-compile --only '^(gemm|sp24)_bf16_16$' --no-anchors 2>&1 | tee -a "$OUT/bench.txt"
+  # f64 on the FMA units, against the default (the f64 tensor cores).
+  echo "## TDSL_TC_DMMA=0" | tee -a "$OUT/bench.txt"
+  TDSL_TC_DMMA=0 timeout 40 python3 bench/gpu/run.py --tdsl .dev/tdsl --runs 10 --no-compile --only '^gemm_f64$' --no-anchors 2>&1 | tee -a "$OUT/bench.txt"
   # x @ W [in, out] on mma.sync as stored, against the default (copied k-contiguous, wgmma).
   echo "## TDSL_TC_STAGE_B=0" | tee -a "$OUT/bench.txt"
   TDSL_TC_STAGE_B=0 timeout 40 python3 bench/gpu/run.py --tdsl .dev/tdsl --runs 10 --no-compile --only '^gemm_bf16_kn$' --no-anchors 2>&1 | tee -a "$OUT/bench.txt"

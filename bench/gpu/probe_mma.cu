@@ -9,7 +9,9 @@
 // metadata words (group g of a row at bits 4g, lower index first), every one of the six
 // patterns, selector 0 (metadata in lanes t=0,1) and selector 1 (lanes t=2,3), under two
 // hypotheses for which lane holds which half-word; mma.sync m16n8k8 tf32 with its fragments
-// loaded by ldmatrix on f32 words, as the dense templates load them for `--tf32`.
+// loaded by ldmatrix on f32 words, as the dense templates load them for `--tf32`; mma.sync
+// m8n8k4 f64 (DMMA) with the PTX lane map tdsl's f64 template and emulation use (lane l: A[l/4][l%4],
+// B[l%4][l/4], D[l/4][2(l%4) + i]), and whether its sums of products round once per product.
 #include <cstdio>
 #include <cstdint>
 #include <cuda_fp16.h>
@@ -130,6 +132,16 @@ __global__ void tf32_mma(const float *A, const float *Bt, float *D, int *ldm_bad
     for (int i = 0; i < 4; i++) D[(g + 8 * (i >> 1)) * 8 + 2 * t + (i & 1)] = d[i];
 }
 
+// DMMA: A [8][4], B [4][8] f64 row-major, D [8][8]; C = D on entry.
+__global__ void f64_mma(const double *A, const double *B, double *D) {
+    int lane = threadIdx.x, g = lane >> 2, t = lane & 3;
+    double a = A[g * 4 + t], b = B[t * 8 + g], d[2] = {D[g * 8 + 2 * t], D[g * 8 + 2 * t + 1]};
+    asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0, %1}, {%2}, {%3}, {%0, %1};"
+                 : "+d"(d[0]), "+d"(d[1]) : "d"(a), "d"(b));
+    D[g * 8 + 2 * t] = d[0];
+    D[g * 8 + 2 * t + 1] = d[1];
+}
+
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("cuda error %s at %d\n", cudaGetErrorString(e_), __LINE__); return 1; } } while (0)
 
 template <bool BF> int dense_case(int &fails) {
@@ -241,10 +253,49 @@ int tf32_case(int &fails) {
     return 0;
 }
 
+int f64_case(int &fails) {
+    double A[32], B[32], C[64], D[64];
+    for (int m = 0; m < 8; m++) for (int k = 0; k < 4; k++) A[m * 4 + k] = aval(m, k);
+    for (int k = 0; k < 4; k++) for (int n = 0; n < 8; n++) B[k * 8 + n] = bval(k, n);
+    for (int i = 0; i < 64; i++) C[i] = i % 5 - 2;
+    double *dA, *dB, *dD;
+    CK(cudaMalloc(&dA, 256)); CK(cudaMalloc(&dB, 256)); CK(cudaMalloc(&dD, 512));
+    CK(cudaMemcpy(dA, A, 256, cudaMemcpyHostToDevice)); CK(cudaMemcpy(dB, B, 256, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dD, C, 512, cudaMemcpyHostToDevice));
+    f64_mma<<<1, 32>>>(dA, dB, dD);
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(D, dD, 512, cudaMemcpyDeviceToHost));
+    int wrong = 0;
+    for (int m = 0; m < 8; m++) for (int n = 0; n < 8; n++) {
+        double s = C[m * 8 + n];
+        for (int k = 0; k < 4; k++) s += A[m * 4 + k] * B[k * 8 + n];
+        wrong += D[m * 8 + n] != s;
+    }
+    printf("probe mma.sync m8n8k4 f64: %s (%d of 64 wrong)\n", wrong ? "MISMATCH" : "ok", wrong);
+    fails += wrong != 0;
+    // Rounding: (1 + 2^-30)^2 - 1 = 2^-29 + 2^-60 exactly when the product is not rounded before
+    // the sum (as fma computes it); 2^-29 when it is.
+    for (int i = 0; i < 32; i++) A[i] = B[i] = 0;
+    for (int i = 0; i < 64; i++) C[i] = 0;
+    A[0] = 1.0 + 0x1p-30;
+    B[0] = 1.0 + 0x1p-30;
+    C[0] = -1.0;
+    CK(cudaMemcpy(dA, A, 256, cudaMemcpyHostToDevice)); CK(cudaMemcpy(dB, B, 256, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dD, C, 512, cudaMemcpyHostToDevice));
+    f64_mma<<<1, 32>>>(dA, dB, dD);
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(D, dD, 512, cudaMemcpyDeviceToHost));
+    const double fused = 0x1p-29 + 0x1p-60, rounded = 0x1p-29;
+    printf("probe m8n8k4 f64 (1 + 2^-30)^2 - 1 = %a (%s)\n", D[0],
+           D[0] == fused ? "fused, as fma" : D[0] == rounded ? "product rounded first" : "neither");
+    cudaFree(dA); cudaFree(dB); cudaFree(dD);
+    return 0;
+}
+
 int main() {
     int fails = 0;
     if (dense_case<false>(fails) || dense_case<true>(fails) || sparse_case<false>(fails) || sparse_case<true>(fails) ||
-        tf32_case(fails)) return 1;
+        tf32_case(fails) || f64_case(fails)) return 1;
     printf("probe: %d failing case(s) among those tdsl relies on\n", fails);
     return fails != 0;
 }

@@ -77,6 +77,9 @@ def gemm_cases(torch):
     xf = torch.randn(4096, 4096, generator=g, device=dev)
     wf = torch.randn(4096, 4096, generator=g, device=dev)
     out["gemm_f32"] = (2 * 4096 ** 3, {"cuBLAS SGEMM": lambda: F.linear(xf, wf)})
+    # f64, 4096³: cuBLAS DGEMM (on the f64 tensor cores of sm_80 and later, as tdsl's template).
+    xd, wd = xf.double(), wf.double()
+    out["gemm_f64"] = (2 * 4096 ** 3, {"cuBLAS DGEMM": lambda: F.linear(xd, wd)})
 
     # The same with TF32 allowed: tdsl's `--tf32` against torch's allow_tf32 (cuBLAS on TF32
     # tensor cores).

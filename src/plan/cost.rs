@@ -267,8 +267,9 @@ pub mod efficiency {
 
 /// Efficiencies of the CUDA backend's kernels (`--device cuda`), as fractions of the GPU's dense
 /// 16-bit tensor-core peak ([`NOMINAL_GPU`]), measured on an H200 at 8192 × 8192 weights and
-/// 8192 rows (bench/RESULTS.md, 2026-11-27). Only f16/bf16 products run on tensor cores; dense
-/// f32 and f64 ones on the SIMT template; sparse f32 and f64 products, CSR, CSC, COO and BSR
+/// 8192 rows (bench/RESULTS.md, 2026-11-27). f16/bf16 products run on tensor cores; dense f32
+/// ones on the SIMT template (TF32 tensor cores with `--tf32`), dense f64 ones on the f64 tensor
+/// cores; sparse f32 and f64 products, CSR, CSC, COO and BSR
 /// blocks other than 16, 32 or 64 run the generic loop-nest kernels.
 pub mod gpu_efficiency {
     /// Dense on `wgmma` (sm_90a; 541 TFLOP/s at 8192³, cuBLAS 734 in the same run). Devices
@@ -290,9 +291,9 @@ pub mod gpu_efficiency {
     /// instruction, at half the 16-bit peak (the H100's and H200's TF32 peak is half their
     /// bf16 one). Not measured.
     pub const TF32: f64 = DENSE / 2.0;
-    /// Dense f64 on the SIMT template in f64: an estimate, not measured: 60% of an H100's 34
-    /// TFLOP/s f64 FMA peak (without the f64 tensor cores).
-    pub const SIMT_DOUBLE: f64 = 0.02;
+    /// Dense f64 on the f64 tensor cores (`mma.sync` m8n8k4 in the SIMT template's tiles): an
+    /// estimate, not measured: 60% of an H100's 67 TFLOP/s f64 tensor-core peak.
+    pub const DMMA: f64 = 0.04;
 
     /// Fractions of the HBM bandwidth the tensor-core products reach when a small batch makes
     /// them read-bound (16 rows × 8192 × 8192 bf16 on an H200: dense 90 µs for its 128 MiB
@@ -324,7 +325,7 @@ pub enum Operands {
     F32,
     /// f32 with 16-bit operands: the f32 SIMT template for a dense product.
     Wide,
-    /// Any f64: the SIMT template in f64 for a dense product, else the generic kernels.
+    /// Any f64: the f64 tensor cores for a dense product, else the generic kernels.
     Double,
 }
 
@@ -355,7 +356,7 @@ pub fn product_efficiency(f: Format, ops: Operands, m: &Machine) -> f64 {
     match f {
         Format::Dense if ops == Operands::F32 && tf32 => TF32,
         Format::Dense if ops == Operands::F32 || ops == Operands::Wide => SIMT,
-        Format::Dense if ops == Operands::Double => SIMT_DOUBLE,
+        Format::Dense if ops == Operands::Double => DMMA,
         _ if ops != Operands::Sixteen => GENERIC,
         Format::Dense => DENSE,
         Format::Bsr { rows, cols } if tc_block(rows) && tc_block(cols) => BSR,

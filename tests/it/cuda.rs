@@ -561,6 +561,51 @@ fn nvrtc_compiles_tf32_products_without_spills() {
     }
 }
 
+/// f64 products take the f64 tensor cores (`mma.sync` m8n8k4) on sm_80 and sm_90a, or the FMA
+/// units when the variant says so; both compile without spills, torch layout and `x @ W`
+/// alike.
+#[test]
+fn nvrtc_compiles_f64_products_on_the_f64_tensor_cores_without_spills() {
+    use tdsl_cuda::tensor::{select_with, TensorCores, Variants};
+    let script = "input x: f64[n=300, i=136] = randn(seed=0)\n\
+                  input w: f64[o=200, i] = randn(seed=1)\n\
+                  input v: f64[i, p=72] = randn(seed=2)\n\
+                  y = einsum(x, w, 'n i, o i -> n o')\n\
+                  z = einsum(x, v, 'n i, i p -> n p')\n\
+                  output y, z\n";
+    let plan = plan(script).expect("plans");
+    let fma = Variants {
+        dmma: Some(false),
+        ..Variants::default()
+    };
+    for (tc, v, what) in [
+        (TensorCores::Mma, Variants::default(), "mma.sync m8n8k4"),
+        (TensorCores::Wgmma, Variants::default(), "mma.sync m8n8k4"),
+        (TensorCores::Wgmma, fma, "f64 FMA"),
+    ] {
+        let calls = select_with(&plan.loops, tc, v).calls;
+        assert_eq!(calls.len(), 2);
+        for t in calls.values() {
+            assert!(t.describe().contains(what), "{}", t.describe());
+        }
+    }
+    if !nvrtc_or_skip("the f64 compile check") {
+        return;
+    }
+    for (sm, tc, v) in [
+        (80, TensorCores::Mma, Variants::default()),
+        (90, TensorCores::Wgmma, Variants::default()),
+        (90, TensorCores::Wgmma, fma),
+    ] {
+        let unit = tdsl_cuda::cuda_unit_with(&plan.loops, tc, v);
+        let c = tdsl_cuda::nvrtc::compile(&unit, sm, true)
+            .unwrap_or_else(|e| panic!("f64 does not compile for sm_{sm}:\n{e}"));
+        for k in lean("f64", sm, &c) {
+            eprintln!("f64 sm_{sm} ({v:?}): {} {} registers", k.name, k.registers);
+        }
+    }
+}
+
 #[test]
 fn nvrtc_compiles_the_other_tensor_core_templates_without_spills() {
     if !nvrtc_or_skip("the compile check of the other templates") {

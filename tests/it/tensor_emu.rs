@@ -22,6 +22,8 @@ fn configs() -> [(TensorCores, Variants); 4] {
         wg_cols: Some(wg_cols),
         stage_b: Some(true),
         split_k,
+        // f64 on the FMA units (the first two configurations take the f64 tensor cores).
+        dmma: Some(false),
     };
     let split = |tc, split_k| {
         (
@@ -152,6 +154,60 @@ fn tensor_core_templates_agree_with_the_interpreter_in_emulation() {
         }
     }
     eprintln!("{launches} tensor-core launches agree with the interpreter in emulation");
+}
+
+/// f64 products run on the f64 tensor cores (`mma.sync` m8n8k4, DMMA) by default and on the
+/// FMA units when the variant says so; both agree with the interpreter to f64 rounding (1e-12 of
+/// the output's largest value; a wrong lane or a skipped step of K is off by far more): partial
+/// tiles, K of 11 and 37 (not multiples of 8), B either way contiguous, a transposed A,
+/// batches, a fused epilogue.
+#[test]
+fn f64_products_agree_on_the_f64_tensor_cores_and_on_the_fma_units() {
+    use tdsl_cuda::tensor::Kind;
+    let Some(cxx) = crate::diff::cxx() else {
+        return;
+    };
+    let scripts = [
+        "input x: f64[n=150, i=37] = randn(seed=60)\ninput w: f64[o=136, i] = randn(seed=61)\ny = einsum(x, w, 'n i, o i -> n o')\noutput y\n",
+        "input x: f64[b=2, n=70, i=20] = randn(seed=62)\ninput w: f64[i, o=140] = randn(seed=63)\ny = einsum(x, w, 'b n i, i o -> b n o')\nz = tanh(y) * 2 + y\noutput z\n",
+        "input x: f64[i=24, n=130] = randn(seed=64)\ninput w: f64[o=40, i] = randn(seed=65)\ny = einsum(x, w, 'i n, o i -> n o')\noutput y\n",
+        "input x: f64[n=5, i=11] = randn(seed=66)\ninput w: f64[o=200, i] = randn(seed=67)\ny = einsum(x, w, 'n i, o i -> n o')\noutput y\n",
+    ];
+    for text in scripts {
+        let p = tdsl::compile(text, &Default::default()).unwrap_or_else(|d| panic!("{text}: {d}"));
+        let inputs = tdsl::bind::bind_inputs(&p, Default::default()).expect("binds");
+        let plan = tdsl::plan::lower::plan_program(&p).expect("plans");
+        let shapes = crate::diff::output_shapes(&p);
+        let want = tdsl::interp::run(&p, &inputs);
+        for dmma in [true, false] {
+            let v = Variants {
+                dmma: Some(dmma),
+                ..Variants::default()
+            };
+            let (_, steps) = tdsl_cuda::map_program_variants(&plan.loops, TensorCores::Mma, v);
+            let kinds: Vec<_> = steps
+                .iter()
+                .filter_map(|s| match s {
+                    tdsl_cuda::Step::Launch(l) => l.lib.as_ref().map(|t| t.kind.clone()),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(kinds, [Kind::Simt { dmma }], "{text}");
+            let emu = tdsl_cuda::emulate::Emulator::compile_variants(
+                &plan.loops,
+                cxx,
+                TensorCores::Mma,
+                v,
+            )
+            .unwrap_or_else(|e| panic!("{text}: {e}"));
+            let mut bufs = tdsl::runtime::buffers(&plan, &inputs).expect("buffers");
+            emu.run(&mut bufs)
+                .unwrap_or_else(|e| panic!("{text} (dmma {dmma}): {e}"));
+            let got = tdsl::runtime::outputs(&plan, &shapes, bufs);
+            crate::diff::agree(&got, &want, 1e-12, "in emulation")
+                .unwrap_or_else(|e| panic!("{text} (dmma {dmma}): {e}"));
+        }
+    }
 }
 
 /// One compiled emulator run over three patterns in turn (A, B, A), as

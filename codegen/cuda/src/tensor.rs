@@ -38,10 +38,12 @@ pub enum Kind {
     /// Dense on sm_90a (`wgmma.mma_async` m64n`bn`k16 from shared-memory descriptors): tiles
     /// 128 × `bn` (256, or 128 when 256-wide tiles would leave SMs idle), B k-contiguous.
     Wgmma { bn: u64 },
-    /// Dense f32 without tensor cores, exact in f32 (`tdsl_sgemm`: 128 × 128 tiles, K in steps
-    /// of 8, 8 × 8 outputs per thread): any strides; an f16 or bf16 operand (not both of one
-    /// type: tensor cores take those) is widened as it is loaded.
-    Simt,
+    /// Dense f32 or f64, exact in its type (`tdsl_sgemm`: 128 × 128 tiles, K in steps of 8):
+    /// any strides; an f16 or bf16 operand of an f32 product (not both of one type: tensor
+    /// cores take those) is widened as it is loaded. `dmma`: an f64 product on the f64 tensor
+    /// cores (`mma.sync` m8n8k4, 64 × 32 outputs per warp); otherwise FMA units, 8 × 8 outputs
+    /// per thread.
+    Simt { dmma: bool },
     /// 2:4: `a` holds the compressed values, `meta` the metadata words; `mma.sp` (128 × 128
     /// × 64 tiles, `wgmma` 0), or `wgmma.mma_async.sp` (sm_90a, B k-contiguous) with `wgmma`
     /// m64 blocks per warpgroup (1 or 2: tiles of 128 or 256 rows by 128, 128 of K).
@@ -277,7 +279,7 @@ impl TensorCore {
             // 3 stages of A (128 x 32) and B (BN x 32) halves.
             Kind::Dense { bk, stages } => stages * (128 + self.bn()) * bk * 2,
             // Static: two buffers of 8 x 128 floats of A and of B (16 KiB).
-            Kind::Simt => 0,
+            Kind::Simt { .. } => 0,
             // `TDSL_TC_WG_SMEM`: 4 stages of A (128 x 64) and B (BN x 64) halves, and room to
             // align the first to the 1024 bytes of a swizzle atom.
             Kind::Wgmma { bn } => 4 * (128 + bn) * 64 * 2 + 1024,
@@ -318,7 +320,7 @@ impl TensorCore {
         let out = self.split.as_ref().map_or(self.c, |s| s.ws);
         let mut v: BTreeSet<BufId> = [self.a.buf, self.b.buf, out].into();
         match &self.kind {
-            Kind::Dense { .. } | Kind::Wgmma { .. } | Kind::Simt => {}
+            Kind::Dense { .. } | Kind::Wgmma { .. } | Kind::Simt { .. } => {}
             Kind::TwoFour { meta, .. } => {
                 v.insert(meta.buf);
             }
@@ -370,7 +372,7 @@ impl TensorCore {
             Kind::Dense { .. } | Kind::Wgmma { .. } => Some(64),
             Kind::TwoFour { wgmma: 0, .. } => Some(64),
             Kind::TwoFour { .. } => Some(128),
-            Kind::Simt | Kind::Bsr { .. } => None,
+            Kind::Simt { .. } | Kind::Bsr { .. } => None,
         }
     }
 
@@ -397,17 +399,19 @@ impl TensorCore {
                 if mw == 1 { 4 } else { 3 },
             ),
             Kind::Dense { bk, stages } => (format!("mma.sync m16n8k{k_step}"), bk / k_div, stages),
-            Kind::Simt => {
+            Kind::Simt { dmma } => {
                 let t = if self.input == ElemType::F64 {
                     "f64"
                 } else {
                     "f32"
                 };
+                let (m, n, k) = (self.m, self.n, self.k);
+                let how = match dmma {
+                    true => format!("f64 tensor cores (mma.sync m8n8k4, exact f64), M={m} N={n} K={k}, tiles 128x128x8, 64x32 outputs per warp"),
+                    false => format!("{t} FMA (no tensor cores: exact {t}), M={m} N={n} K={k}, tiles 128x128x8, 8x8 outputs per thread"),
+                };
                 return format!(
-                    "{t} FMA (no tensor cores: exact {t}), M={} N={} K={}, tiles 128x128x8, 8x8 outputs per thread, 2 shared buffers, B {}{}",
-                    self.m,
-                    self.n,
-                    self.k,
+                    "{how}, 2 shared buffers, B {}{}",
                     if self.b_kn { "n-contiguous" } else { "k-contiguous" },
                     self.epilogue.as_ref().map_or(String::new(), |e| format!(
                         ", the elementwise kernel k{} fused into the store",
@@ -545,13 +549,16 @@ pub struct Variants {
     /// The parts of K a product with too few tiles is split into ([`SplitK`]; 1: none). The
     /// pass decides by the launch's blocks ([`split_parts`]).
     pub split_k: Option<u64>,
+    /// An f64 product on the f64 tensor cores (`mma.sync` m8n8k4) rather than the FMA units.
+    /// The pass uses them wherever it takes the f64 template.
+    pub dmma: Option<bool>,
 }
 
 impl Variants {
     /// From the environment: `TDSL_TC_BSR=rows`, `union`, `wgmma` (`wgmma128`, `wgmma256`:
     /// its tile pinned), `TDSL_TC_SP_BM=128` or
     /// `256`, `TDSL_TC_WG_BN=64`, `128` or `256`, `TDSL_TC_STAGE_B=0` or `1`,
-    /// `TDSL_TC_SPLIT_K=1` to `64` (the GPU benchmark's comparisons).
+    /// `TDSL_TC_SPLIT_K=1` to `64`, `TDSL_TC_DMMA=0` or `1` (the GPU benchmark's comparisons).
     pub fn from_env() -> Variants {
         Variants {
             bsr: match std::env::var("TDSL_TC_BSR").as_deref() {
@@ -582,6 +589,11 @@ impl Variants {
                 .ok()
                 .and_then(|v| v.parse().ok())
                 .filter(|&p| (1..=64).contains(&p)),
+            dmma: match std::env::var("TDSL_TC_DMMA").as_deref() {
+                Ok("1") => Some(true),
+                Ok("0") => Some(false),
+                _ => None,
+            },
         }
     }
 }
@@ -683,7 +695,7 @@ pub fn select_with(p: &LoopProgram, tc: TensorCores, v: Variants) -> Selection {
                 sel.scratch.push(buf);
             } else if tc.input == ElemType::F32 && tc.b_kn {
                 // TF32 without its copy of B (too large to stage): exact f32 on SIMT instead.
-                tc.kind = Kind::Simt;
+                tc.kind = Kind::Simt { dmma: false };
             }
             let id = BufId((p.buffers.len() + sel.scratch.len()) as u32);
             if let Some(buf) = split_k(&mut tc, id, v) {
@@ -792,7 +804,10 @@ fn dense(
     let row_tiles = batch.iter().product::<u64>().max(1) * mm.div_ceil(128);
     Some(TensorCore {
         kind: if simt {
-            Kind::Simt
+            // f64 on the f64 tensor cores unless the variant pins the FMA units.
+            Kind::Simt {
+                dmma: double && v.dmma.unwrap_or(true),
+            }
         } else {
             dense_kind(tc, b_kn, row_tiles, nn, v)
         },
@@ -1917,14 +1932,14 @@ pub fn render(p: &LoopProgram, name: &str, tc: &TensorCore) -> String {
             tc.a.ld * unit as i64,
             tc.b.ld * unit as i64
         ),
-        Kind::Simt => {
+        Kind::Simt { dmma } => {
             let kind = |buf: BufId| match p.buffer(buf).ty {
                 ElemType::F16 => 1,
                 ElemType::BF16 => 2,
                 _ => 0,
             };
             format!(
-                "tdsl_sgemm<{}, {}, {b_kn}, {value_ty}>(b{a} + oa, b{b} + ob, put, tile, {m}, {n}, {k}, {}LL, {}LL)",
+                "tdsl_sgemm<{}, {}, {b_kn}, {value_ty}, {dmma}>(b{a} + oa, b{b} + ob, put, tile, {m}, {n}, {k}, {}LL, {}LL)",
                 kind(tc.a.buf),
                 kind(tc.b.buf),
                 tc.a.ld,
