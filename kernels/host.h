@@ -42,7 +42,9 @@ static int tdsl_emu_in_order() {
   static int seeded = 0;
   if (!seeded) {
     const char *s = getenv("TDSL_EMU_SEED");
-    tdsl_emu_state = s ? strtoull(s, NULL, 10) : 1;
+    char *end = NULL;
+    tdsl_emu_state = s ? strtoull(s, &end, 10) : 1;
+    if (s && (end == s || *end)) tdsl_emu_state = 1;  // not a number: the default
     seeded = 1;
   }
   return tdsl_emu_state == 0;

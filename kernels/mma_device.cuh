@@ -38,7 +38,6 @@ template <int IN> TDSL_FN void tdsl_mma16816(float *d, const unsigned *a, const 
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-// mma.sp::ordered_metadata m16n8k32, sparsity selector 0: lanes t = 0, 1 of each quad supply `e`.
 // D (8 x 8) += A (8 x 4) · B (4 x 8) in f64 on the f64 tensor cores (DMMA, sm_80 and later):
 // lane l holds A[l / 4][l % 4], B[l % 4][l / 4] and D[l / 4][2 (l % 4) + {0, 1}] (d[0], d[1]).
 TDSL_FN void tdsl_dmma884(double *d, double a, double b) {
@@ -46,6 +45,7 @@ TDSL_FN void tdsl_dmma884(double *d, double a, double b) {
                : "+d"(d[0]), "+d"(d[1])
                : "d"(a), "d"(b));
 }
+// mma.sp::ordered_metadata m16n8k32, sparsity selector 0: lanes t = 0, 1 of each quad supply `e`.
 template <int IN> TDSL_FN void tdsl_mma_sp16832(float *d, const unsigned *a, const unsigned *b, unsigned e) {
   if (IN == 1)
     asm volatile("mma.sp::ordered_metadata.sync.aligned.m16n8k32.row.col.f32.bf16.bf16.f32 "

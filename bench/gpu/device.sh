@@ -28,12 +28,13 @@ if [ "${MAIN:-1}" = 1 ]; then
   timeout "${TEST_S:-150}" env TDSL_REQUIRE_GPU=1 .dev/it ${TESTS:-gpu diff} --test-threads 8 2>&1 | tee "$OUT/tests.txt" | tail -40
   .dev/tdsl run --device cuda examples/quickstart.tdsl 2>&1 | tail -5
 fi
-# 2:4 on wgmma.mma_async.sp and BSR on wgmma: written from the PTX ISA and checked in emulation
-# only; the GPU tests (every tc_* corpus script, the 2:4 and BSR products) must pass with them
-# before they become the default. A failure names its script: 2:4 or BSR.
+# 2:4 on wgmma.mma_async.sp, BSR on wgmma and f64 on the f64 tensor cores (mma.sync m8n8k4):
+# written from the PTX ISA and checked in emulation only; the GPU tests (every tc_* corpus
+# script, the 2:4, BSR and f64 products) must pass with them before they become the default. A
+# failure names its script: 2:4, BSR or f64.
 if [ "${SP_WGMMA:-1}" = 1 ]; then
-  echo "## TDSL_TC_SP=wgmma TDSL_TC_BSR=wgmma: GPU tests" | tee "$OUT/tests_wgmma_sp.txt"
-  timeout "${SP_TEST_S:-60}" env TDSL_REQUIRE_GPU=1 TDSL_TC_SP=wgmma TDSL_TC_BSR=wgmma .dev/it gpu_ --test-threads 8 2>&1 | tee -a "$OUT/tests_wgmma_sp.txt" | tail -15
+  echo "## TDSL_TC_SP=wgmma TDSL_TC_BSR=wgmma TDSL_TC_DMMA=1: GPU tests" | tee "$OUT/tests_wgmma_sp.txt"
+  timeout "${SP_TEST_S:-60}" env TDSL_REQUIRE_GPU=1 TDSL_TC_SP=wgmma TDSL_TC_BSR=wgmma TDSL_TC_DMMA=1 .dev/it gpu_ --test-threads 8 2>&1 | tee -a "$OUT/tests_wgmma_sp.txt" | tail -15
 fi
 if [ "${MAIN:-1}" = 1 ]; then
   timeout "${BENCH_S:-120}" python3 bench/gpu/run.py --tdsl .dev/tdsl --runs 10 --no-compile --only "${ONLY:-.}" 2>&1 | tee "$OUT/bench.txt"
@@ -77,9 +78,9 @@ if [ "${WG_VARIANTS:-1}" = 1 ]; then
   # Short batches without split-K (the default splits K when the tiles leave SMs idle).
   echo "## TDSL_TC_SPLIT_K=1" | tee -a "$OUT/bench.txt"
   TDSL_TC_SPLIT_K=1 timeout 40 python3 bench/gpu/run.py --tdsl .dev/tdsl --runs 10 --no-compile --only '^(gemm|sp24)_bf16_16$' --no-anchors 2>&1 | tee -a "$OUT/bench.txt"
-  # f64 on the FMA units, against the default (the f64 tensor cores).
-  echo "## TDSL_TC_DMMA=0" | tee -a "$OUT/bench.txt"
-  TDSL_TC_DMMA=0 timeout 40 python3 bench/gpu/run.py --tdsl .dev/tdsl --runs 10 --no-compile --only '^gemm_f64$' --no-anchors 2>&1 | tee -a "$OUT/bench.txt"
+  # f64 on the f64 tensor cores (opt-in until confirmed), against the default (FMA units).
+  echo "## TDSL_TC_DMMA=1" | tee -a "$OUT/bench.txt"
+  TDSL_TC_DMMA=1 timeout 40 python3 bench/gpu/run.py --tdsl .dev/tdsl --runs 10 --no-compile --only '^gemm_f64$' --no-anchors 2>&1 | tee -a "$OUT/bench.txt"
   # x @ W [in, out] on mma.sync as stored, against the default (copied k-contiguous, wgmma).
   echo "## TDSL_TC_STAGE_B=0" | tee -a "$OUT/bench.txt"
   TDSL_TC_STAGE_B=0 timeout 40 python3 bench/gpu/run.py --tdsl .dev/tdsl --runs 10 --no-compile --only '^gemm_bf16_kn$' --no-anchors 2>&1 | tee -a "$OUT/bench.txt"

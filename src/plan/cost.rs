@@ -268,8 +268,8 @@ pub mod efficiency {
 /// Efficiencies of the CUDA backend's kernels (`--device cuda`), as fractions of the GPU's dense
 /// 16-bit tensor-core peak ([`NOMINAL_GPU`]), measured on an H200 at 8192 × 8192 weights and
 /// 8192 rows (bench/RESULTS.md, 2026-11-27). f16/bf16 products run on tensor cores; dense f32
-/// ones on the SIMT template (TF32 tensor cores with `--tf32`), dense f64 ones on the f64 tensor
-/// cores; sparse f32 and f64 products, CSR, CSC, COO and BSR
+/// and f64 ones on the SIMT template (f32 on TF32 tensor cores with `--tf32`); sparse f32 and
+/// f64 products, CSR, CSC, COO and BSR
 /// blocks other than 16, 32 or 64 run the generic loop-nest kernels.
 pub mod gpu_efficiency {
     /// Dense on `wgmma` (sm_90a; 541 TFLOP/s at 8192³, cuBLAS 734 in the same run). Devices
@@ -291,9 +291,10 @@ pub mod gpu_efficiency {
     /// instruction, at half the 16-bit peak (the H100's and H200's TF32 peak is half their
     /// bf16 one). Not measured.
     pub const TF32: f64 = DENSE / 2.0;
-    /// Dense f64 on the f64 tensor cores (`mma.sync` m8n8k4 in the SIMT template's tiles): an
-    /// estimate, not measured: 60% of an H100's 67 TFLOP/s f64 tensor-core peak.
-    pub const DMMA: f64 = 0.04;
+    /// Dense f64 on the SIMT template in f64: an estimate, not measured: 60% of an H100's 34
+    /// TFLOP/s f64 FMA peak. (On the f64 tensor cores, `TDSL_TC_DMMA=1` until a device has
+    /// confirmed them, it should about double.)
+    pub const SIMT_DOUBLE: f64 = 0.02;
 
     /// Fractions of the HBM bandwidth the tensor-core products reach when a small batch makes
     /// them read-bound (16 rows × 8192 × 8192 bf16 on an H200: dense 90 µs for its 128 MiB
@@ -325,8 +326,10 @@ pub enum Operands {
     F32,
     /// f32 with 16-bit operands: the f32 SIMT template for a dense product.
     Wide,
-    /// Any f64: the f64 tensor cores for a dense product, else the generic kernels.
+    /// All f64: the SIMT template in f64 for a dense product, else the generic kernels.
     Double,
+    /// f64 with other types: the generic kernels (the SIMT template takes f64 only with f64).
+    MixedDouble,
 }
 
 impl Operands {
@@ -334,8 +337,10 @@ impl Operands {
         let first = types.first().copied().unwrap_or(DType::F32);
         if first.size_bytes() == 2 && types.iter().all(|&t| t == first) {
             Operands::Sixteen
-        } else if types.contains(&DType::F64) {
+        } else if types.iter().all(|&t| t == DType::F64) {
             Operands::Double
+        } else if types.contains(&DType::F64) {
+            Operands::MixedDouble
         } else if types.iter().all(|&t| t == DType::F32) {
             Operands::F32
         } else {
@@ -356,7 +361,7 @@ pub fn product_efficiency(f: Format, ops: Operands, m: &Machine) -> f64 {
     match f {
         Format::Dense if ops == Operands::F32 && tf32 => TF32,
         Format::Dense if ops == Operands::F32 || ops == Operands::Wide => SIMT,
-        Format::Dense if ops == Operands::Double => DMMA,
+        Format::Dense if ops == Operands::Double => SIMT_DOUBLE,
         _ if ops != Operands::Sixteen => GENERIC,
         Format::Dense => DENSE,
         Format::Bsr { rows, cols } if tc_block(rows) && tc_block(cols) => BSR,

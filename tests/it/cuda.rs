@@ -561,8 +561,8 @@ fn nvrtc_compiles_tf32_products_without_spills() {
     }
 }
 
-/// f64 products take the f64 tensor cores (`mma.sync` m8n8k4) on sm_80 and sm_90a, or the FMA
-/// units when the variant says so; both compile without spills, torch layout and `x @ W`
+/// f64 products take the FMA units, or the f64 tensor cores (`mma.sync` m8n8k4) on sm_80 and
+/// sm_90a when the variant says so; both compile without spills, torch layout and `x @ W`
 /// alike.
 #[test]
 fn nvrtc_compiles_f64_products_on_the_f64_tensor_cores_without_spills() {
@@ -574,14 +574,14 @@ fn nvrtc_compiles_f64_products_on_the_f64_tensor_cores_without_spills() {
                   z = einsum(x, v, 'n i, i p -> n p')\n\
                   output y, z\n";
     let plan = plan(script).expect("plans");
-    let fma = Variants {
-        dmma: Some(false),
+    let dmma = Variants {
+        dmma: Some(true),
         ..Variants::default()
     };
     for (tc, v, what) in [
-        (TensorCores::Mma, Variants::default(), "mma.sync m8n8k4"),
-        (TensorCores::Wgmma, Variants::default(), "mma.sync m8n8k4"),
-        (TensorCores::Wgmma, fma, "f64 FMA"),
+        (TensorCores::Mma, dmma, "mma.sync m8n8k4"),
+        (TensorCores::Wgmma, dmma, "mma.sync m8n8k4"),
+        (TensorCores::Wgmma, Variants::default(), "f64 FMA"),
     ] {
         let calls = select_with(&plan.loops, tc, v).calls;
         assert_eq!(calls.len(), 2);
@@ -593,9 +593,9 @@ fn nvrtc_compiles_f64_products_on_the_f64_tensor_cores_without_spills() {
         return;
     }
     for (sm, tc, v) in [
-        (80, TensorCores::Mma, Variants::default()),
+        (80, TensorCores::Mma, dmma),
+        (90, TensorCores::Wgmma, dmma),
         (90, TensorCores::Wgmma, Variants::default()),
-        (90, TensorCores::Wgmma, fma),
     ] {
         let unit = tdsl_cuda::cuda_unit_with(&plan.loops, tc, v);
         let c = tdsl_cuda::nvrtc::compile(&unit, sm, true)

@@ -155,7 +155,7 @@ pub enum Order {
     /// the first warp with a ready lane running, its lanes in random order (all drawn from the
     /// sequence this seed picks): a warp runs ahead of the others as far as it can, so a read
     /// that a missing barrier leaves unordered with another thread's write sees the wrong
-    /// value.
+    /// value. Seed 0 is taken as 1.
     Shuffled(u64),
 }
 

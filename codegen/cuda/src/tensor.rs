@@ -41,8 +41,8 @@ pub enum Kind {
     /// Dense f32 or f64, exact in its type (`tdsl_sgemm`: 128 × 128 tiles, K in steps of 8):
     /// any strides; an f16 or bf16 operand of an f32 product (not both of one type: tensor
     /// cores take those) is widened as it is loaded. `dmma`: an f64 product on the f64 tensor
-    /// cores (`mma.sync` m8n8k4, 64 × 32 outputs per warp); otherwise FMA units, 8 × 8 outputs
-    /// per thread.
+    /// cores (`mma.sync` m8n8k4, 64 × 32 outputs per warp; only with [`Variants::dmma`] until a
+    /// device has confirmed it); otherwise FMA units, 8 × 8 outputs per thread.
     Simt { dmma: bool },
     /// 2:4: `a` holds the compressed values, `meta` the metadata words; `mma.sp` (128 × 128
     /// × 64 tiles, `wgmma` 0), or `wgmma.mma_async.sp` (sm_90a, B k-contiguous) with `wgmma`
@@ -278,7 +278,8 @@ impl TensorCore {
         match self.kind {
             // 3 stages of A (128 x 32) and B (BN x 32) halves.
             Kind::Dense { bk, stages } => stages * (128 + self.bn()) * bk * 2,
-            // Static: two buffers of 8 x 128 floats of A and of B (16 KiB).
+            // Static: two buffers of 8 x 128 values of A and of B (16 KiB of f32, 32 KiB of f64;
+            // 33 KiB with DMMA's padded rows).
             Kind::Simt { .. } => 0,
             // `TDSL_TC_WG_SMEM`: 4 stages of A (128 x 64) and B (BN x 64) halves, and room to
             // align the first to the 1024 bytes of a swizzle atom.
@@ -550,7 +551,8 @@ pub struct Variants {
     /// pass decides by the launch's blocks ([`split_parts`]).
     pub split_k: Option<u64>,
     /// An f64 product on the f64 tensor cores (`mma.sync` m8n8k4) rather than the FMA units.
-    /// The pass uses them wherever it takes the f64 template.
+    /// Written from the PTX ISA's lane map and checked in the host emulation, not yet on a
+    /// device: the pass takes the FMA units unless this says otherwise.
     pub dmma: Option<bool>,
 }
 
@@ -804,9 +806,10 @@ fn dense(
     let row_tiles = batch.iter().product::<u64>().max(1) * mm.div_ceil(128);
     Some(TensorCore {
         kind: if simt {
-            // f64 on the f64 tensor cores unless the variant pins the FMA units.
+            // f64 on the f64 tensor cores only when asked (`TDSL_TC_DMMA=1`) until a device
+            // has confirmed the lane map (`bench/gpu/probe_mma.cu`).
             Kind::Simt {
-                dmma: double && v.dmma.unwrap_or(true),
+                dmma: double && v.dmma.unwrap_or(false),
             }
         } else {
             dense_kind(tc, b_kn, row_tiles, nn, v)
