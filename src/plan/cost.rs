@@ -1038,6 +1038,23 @@ mod tests {
         }
     }
 
+    /// The GPU prices a dense f64 product on the f64 template only when every operand is f64;
+    /// f64 with f32 runs the generic kernels, as `tdsl_cuda::tensor` maps it.
+    #[test]
+    fn gpu_prices_f64_products_by_the_kernel_their_operand_types_take() {
+        let gpu = &NOMINAL_GPU;
+        let eff = |types: &[DType]| product_efficiency(Format::Dense, Operands::of(types), gpu);
+        assert_eq!(Operands::of(&[DType::F64, DType::F64]), Operands::Double);
+        assert_eq!(eff(&[DType::F64, DType::F64]), gpu_efficiency::SIMT_DOUBLE);
+        assert_eq!(
+            Operands::of(&[DType::F64, DType::F32]),
+            Operands::MixedDouble
+        );
+        assert_eq!(eff(&[DType::F64, DType::F32]), gpu_efficiency::GENERIC);
+        assert_eq!(eff(&[DType::F32, DType::BF16]), gpu_efficiency::SIMT);
+        assert_eq!(eff(&[DType::BF16, DType::BF16]), gpu_efficiency::DENSE);
+    }
+
     #[test]
     fn three_operand_paths_count_relayout_copies() {
         // b i, i j k, b k -> b j (labels b=0 i=1 j=2 k=3): contracting x with z first is 1M

@@ -512,19 +512,27 @@ fn snapshot_transpose_through_a_shared_memory_tile() {
 /// block rows and dense `wgmma` tiles 128 and 256 wide (chosen for large launches; the corpus's
 /// are small): the tensor-core corpus
 /// compiles for sm_90a and sm_80 with them, without spills, and its products take them.
+/// Two products of `ty` operands: in torch layout (x · wᵀ, both k-contiguous) and `x @ v` (v
+/// n-contiguous), 300 rows, K of 136.
+fn two_products(ty: &str) -> String {
+    format!(
+        "input x: {ty}[n=300, i=136] = randn(seed=0)\n\
+         input w: {ty}[o=200, i] = randn(seed=1)\n\
+         input v: {ty}[i, p=72] = randn(seed=2)\n\
+         y = einsum(x, w, 'n i, o i -> n o')\n\
+         z = einsum(x, v, 'n i, i p -> n p')\n\
+         output y, z\n"
+    )
+}
+
 /// f32 products allowed TF32 (`--tf32`) compile for sm_80 (`mma.sync` m16n8k8) and sm_90a
 /// (`wgmma` m64nNk8, every tile width) without spills, torch layout and `x @ W` alike; without
 /// the opt-in they stay on the exact f32 template.
 #[test]
 fn nvrtc_compiles_tf32_products_without_spills() {
     use tdsl_cuda::tensor::{select_with, TensorCores, Variants};
-    let script = "input x: f32[n=300, i=136] = randn(seed=0)\n\
-                  input w: f32[o=200, i] = randn(seed=1)\n\
-                  input v: f32[i, p=72] = randn(seed=2)\n\
-                  y = einsum(x, w, 'n i, o i -> n o')\n\
-                  z = einsum(x, v, 'n i, i p -> n p')\n\
-                  output y, z\n";
-    let mut plan = plan(script).expect("plans");
+    let script = two_products("f32");
+    let mut plan = plan(&script).expect("plans");
     let exact = select_with(&plan.loops, TensorCores::Wgmma, Variants::default());
     assert!(exact
         .calls
@@ -567,13 +575,8 @@ fn nvrtc_compiles_tf32_products_without_spills() {
 #[test]
 fn nvrtc_compiles_f64_products_on_the_f64_tensor_cores_without_spills() {
     use tdsl_cuda::tensor::{select_with, TensorCores, Variants};
-    let script = "input x: f64[n=300, i=136] = randn(seed=0)\n\
-                  input w: f64[o=200, i] = randn(seed=1)\n\
-                  input v: f64[i, p=72] = randn(seed=2)\n\
-                  y = einsum(x, w, 'n i, o i -> n o')\n\
-                  z = einsum(x, v, 'n i, i p -> n p')\n\
-                  output y, z\n";
-    let plan = plan(script).expect("plans");
+    let script = two_products("f64");
+    let plan = plan(&script).expect("plans");
     let dmma = Variants {
         dmma: Some(true),
         ..Variants::default()
