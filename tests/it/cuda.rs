@@ -743,6 +743,16 @@ fn sparse_rows_are_binned_at_run_time_onto_blocks_and_warps_unless_a_wide_dense_
             ["bin", "long rows, a block each", "short rows, a warp each"]
         );
     }
+    // CSR times 7 columns (fewer than a warp's lanes): a row per grid iteration, as for a
+    // vector, the 7 columns unrolled into the row's one walk of its entries
+    // (`tdsl_cuda::map::columns_into_rows`).
+    assert_eq!(
+        steps(
+            "input w: f32[64, 300] @ csr = randn(seed=1, density=0.2)\ninput x: f32[300, 7] = randn(seed=2)\n\
+             y = einsum(w, x, 'o i, i c -> o c')\noutput y\n"
+        ),
+        ["bin", "long rows, a block each", "short rows, a warp each"]
+    );
     // CSR times 64 columns: consecutive threads share a row and read the columns contiguously;
     // the rows are listed longest first, each expanded into its 64 columns.
     assert_eq!(
@@ -776,7 +786,9 @@ pub(crate) fn draws(seed: u64) -> impl FnMut(usize) -> usize {
 /// A CSR matrix times a vector or `n` columns, its rows of lengths drawn from four classes
 /// (empty, under a warp, under [`tdsl_cuda::map::BLOCK_ROW`], at or over it) so that the run-time
 /// bins of sparse-row launches ([`tdsl_cuda::Bins`]) get both lists, unsorted lengths and empty
-/// lists. Returns the script and its inputs (the matrix given dense, stored as CSR when bound).
+/// lists. Fewer columns than a warp's lanes unroll into the row's walk (one accumulator each,
+/// `tdsl_cuda::map::columns_into_rows`); more take a thread per element. Returns the script and
+/// its inputs (the matrix given dense, stored as CSR when bound).
 /// Values are multiples of 1/8 within ±2, so every sum is exact in f32 in any order.
 pub(crate) fn csr_rows_case(
     rows: usize,
@@ -835,7 +847,7 @@ proptest::proptest! {
     fn emulated_csr_rows_of_any_length_agree_with_the_interpreter(
         rows in 1usize..24, cols in 1024usize..2600,
         classes in proptest::collection::vec(0usize..4, 1..6),
-        n in proptest::sample::select(vec![1usize, 2, 3, 7, 40]),
+        n in proptest::sample::select(vec![1usize, 2, 3, 7, 31, 40]),
         f16 in proptest::prelude::any::<bool>(), seed in 0u64..1000,
     ) {
         if crate::diff::cxx().is_none() {

@@ -30,8 +30,11 @@
 //!    row offsets when the launch runs), then one launch walks the rows of [`BLOCK_ROW`] or
 //!    more entries with a block each, and another the rest with a warp each, both longest
 //!    first, so one long row neither holds a warp for the whole launch nor a short one a block.
-//!    A sparse × dense product with a long dense axis (a thread per element) lists its rows
-//!    longest first as well, each expanded into the dense axis (Sputnik's row swizzle).
+//!    Times fewer dense columns than a warp has lanes, the columns are unrolled into the row's
+//!    one walk of its entries, an accumulator each ([`columns_into_rows`]), so the row is read
+//!    once for all of them. A sparse × dense product with a long dense axis (a thread per
+//!    element) lists its rows longest first as well, each expanded into the dense axis
+//!    (Sputnik's row swizzle).
 //!
 //! 5. A grid launch that is one store of a transposing map (the store is contiguous in one grid
 //!    variable, a load in another: a permute, or an elementwise chain around one) runs one
@@ -538,6 +541,7 @@ pub fn map_program_variants(
         }
         let mut n = 0usize;
         let mut launch = |grid: Vec<(VarId, u64)>, body: Vec<Stmt>, steps: &mut Vec<Step>| {
+            let (grid, body) = columns_into_rows(&grid, &body).unwrap_or((grid, body));
             let thread = !grid.is_empty() && split_of(&body) == Split::Thread;
             let rows = thread && sparse_rows(&grid, &body);
             let list = BufId((first_list + lists.len()) as u32);
@@ -1074,6 +1078,99 @@ pub fn sparse_rows(grid: &[(VarId, u64)], body: &[Stmt]) -> bool {
     rows
 }
 
+/// A sparse matrix's rows times a narrow dense operand (the grid's last axis, the dense
+/// operand's columns, shorter than a warp, as [`sparse_rows`] takes them): one grid iteration
+/// per row instead of one per (row, column). The body is unrolled over the columns, each copy
+/// with its own accumulators, and the copies' walks of the row fused into one, so the row's
+/// warp (or block) reads each stored entry once for all its columns, its lanes busy with every
+/// column at once. The column axis stays in the grid with extent 1 (as a vector's does), so the
+/// rows are binned and split as a matrix-vector product's.
+///
+/// `None` unless the body is accumulators declared, one walk of the row whose offset does not
+/// depend on the column and whose body only updates them, then statements without loops.
+pub fn columns_into_rows(grid: &[(VarId, u64)], body: &[Stmt]) -> Option<(Grid, Vec<Stmt>)> {
+    use tdsl_loop::AccId;
+    let (&(col, e), rows) = grid.split_last()?;
+    if rows.is_empty() || !(2..WARP).contains(&e) || !sparse_rows(grid, body) {
+        return None;
+    }
+    let at = body.iter().position(|s| matches!(s, Stmt::Loop(_)))?;
+    let Stmt::Loop(walk) = &body[at] else {
+        return None;
+    };
+    let (prefix, suffix) = (&body[..at], &body[at + 1..]);
+    let Iter::Compressed { ptr_index, .. } = &walk.iter else {
+        return None;
+    };
+    let lets_only = prefix.iter().all(|s| matches!(s, Stmt::Let { .. }));
+    let updates_only = walk.body.iter().all(|s| matches!(s, Stmt::Update { .. }));
+    let no_loops = suffix.iter().all(|s| !matches!(s, Stmt::Loop(_)));
+    if !lets_only || !updates_only || !no_loops || ptr_index.terms.iter().any(|t| t.0 == col) {
+        return None;
+    }
+    // Copy c renames the body's accumulator k (declared at its top level) to a fresh one,
+    // `highest + 1 + c * accs.len() + k`.
+    let accs: Vec<AccId> = body
+        .iter()
+        .filter_map(|s| match s {
+            Stmt::Let { acc, .. } => Some(*acc),
+            _ => None,
+        })
+        .collect();
+    let mut highest = 0;
+    for s in body {
+        s.visit(&mut |s| match s {
+            Stmt::Let { acc, .. } | Stmt::Update { acc, .. } => highest = highest.max(acc.0),
+            _ => {}
+        });
+    }
+    let copy = |s: &Stmt, c: u64| -> Stmt {
+        let rename = |a: AccId| match accs.iter().position(|&x| x == a) {
+            Some(k) => AccId(highest + 1 + (c as usize * accs.len() + k) as u32),
+            None => a,
+        };
+        let s = tdsl_loop::passes::subst_var(s, col, c as i64);
+        let s = s.map_exprs(&mut |x| rename_accs(x, &rename), &|ix| ix.clone());
+        match s {
+            Stmt::Let { acc, ty, init } => Stmt::Let {
+                acc: rename(acc),
+                ty,
+                init,
+            },
+            Stmt::Update { acc, op, value } => Stmt::Update {
+                acc: rename(acc),
+                op,
+                value,
+            },
+            other => other,
+        }
+    };
+    let mut out = Vec::new();
+    for c in 0..e {
+        out.extend(prefix.iter().map(|s| copy(s, c)));
+    }
+    let mut fused = walk.clone();
+    fused.body = (0..e)
+        .flat_map(|c| walk.body.iter().map(move |s| (s, c)))
+        .map(|(s, c)| copy(s, c))
+        .collect();
+    out.push(Stmt::Loop(fused));
+    for c in 0..e {
+        out.extend(suffix.iter().map(|s| copy(s, c)));
+    }
+    let mut grid = rows.to_vec();
+    grid.push((col, 1));
+    Some((grid, out))
+}
+
+/// `e` with every accumulator `a` it reads replaced by `rename(a)`.
+fn rename_accs(e: &Expr, rename: &impl Fn(tdsl_loop::AccId) -> tdsl_loop::AccId) -> Expr {
+    match e {
+        Expr::Acc(a) => Expr::Acc(rename(*a)),
+        other => other.map_children(|x| rename_accs(x, rename)),
+    }
+}
+
 /// The entries the compressed loops of `body` can walk in all: the capacity of their coordinate
 /// arrays (`elems` of every buffer).
 fn stored_entries(body: &[Stmt], elems: &[u64]) -> u64 {
@@ -1217,6 +1314,106 @@ mod tests {
                 ..ix(terms)
             },
         }
+    }
+
+    /// CSR (offsets %0, columns %1, values %2) times 7 columns of %3, into %4: one iteration
+    /// per row, one walk of it with an accumulator per column, the column axis kept at extent 1.
+    #[test]
+    fn narrow_dense_columns_unroll_into_their_rows_walk() {
+        use tdsl_loop::{AccId, AccOp, ElemType};
+        let (row, col, entry, coord) = (VarId(0), VarId(3), VarId(1), VarId(2));
+        let a0 = AccId(0);
+        let walk = |body: Vec<Stmt>, ptr_index: Index| {
+            Stmt::Loop(Loop {
+                var: entry,
+                iter: Iter::Compressed {
+                    ptr: BufId(0),
+                    ptr_index,
+                    crd: BufId(1),
+                    coord,
+                },
+                parallel: false,
+                vector: 1,
+                gpu: None,
+                body,
+            })
+        };
+        let product = Expr::Binary(
+            tdsl_loop::BinOp::Mul,
+            Box::new(load(2, &[(1, 1)], 0)),
+            Box::new(load(3, &[(2, 7), (3, 1)], 0)),
+        );
+        let body = |ptr_index: Index| {
+            vec![
+                Stmt::Let {
+                    acc: a0,
+                    ty: ElemType::F32,
+                    init: Expr::Const(0.0),
+                },
+                walk(
+                    vec![Stmt::Update {
+                        acc: a0,
+                        op: AccOp::Add,
+                        value: product.clone(),
+                    }],
+                    ptr_index,
+                ),
+                Stmt::Store {
+                    buf: BufId(4),
+                    index: ix(&[(0, 7), (3, 1)]),
+                    value: Expr::Acc(a0),
+                },
+            ]
+        };
+        let grid = vec![(row, 64), (col, 7)];
+        let (g, b) = columns_into_rows(&grid, &body(ix(&[(0, 1)]))).expect("unrolls");
+        assert_eq!(g, vec![(row, 64), (col, 1)]);
+        assert_eq!(b.len(), 7 + 1 + 7, "7 accumulators, one walk, 7 stores");
+        let Stmt::Loop(fused) = &b[7] else {
+            panic!("{b:?}")
+        };
+        assert_eq!(fused.body.len(), 7);
+        for c in 0..7usize {
+            let acc = AccId(1 + c as u32);
+            assert!(matches!(b[c], Stmt::Let { acc: a, .. } if a == acc));
+            let Stmt::Update { acc: a, value, .. } = &fused.body[c] else {
+                panic!("{fused:?}")
+            };
+            assert_eq!(*a, acc);
+            // Column c of the dense operand: 7·coord + c.
+            let mut reads = Vec::new();
+            value.visit(&mut |e| {
+                if let Expr::Load {
+                    buf: BufId(3),
+                    index,
+                } = e
+                {
+                    reads.push(index.clone());
+                }
+            });
+            assert_eq!(
+                reads,
+                [Index {
+                    offset: c as i64,
+                    ..ix(&[(2, 7)])
+                }]
+            );
+            let Stmt::Store { index, value, .. } = &b[8 + c] else {
+                panic!("{b:?}")
+            };
+            assert_eq!(
+                *index,
+                Index {
+                    offset: c as i64,
+                    ..ix(&[(0, 7)])
+                }
+            );
+            assert_eq!(*value, Expr::Acc(acc));
+        }
+        // The row's offset depending on the column, a warp's worth of columns, a vector: kept.
+        assert!(columns_into_rows(&grid, &body(ix(&[(0, 1), (3, 1)]))).is_none());
+        assert!(columns_into_rows(&[(row, 64), (col, 32)], &body(ix(&[(0, 1)]))).is_none());
+        assert!(columns_into_rows(&[(row, 64), (col, 1)], &body(ix(&[(0, 1)]))).is_none());
     }
 
     #[test]
