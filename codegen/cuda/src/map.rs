@@ -541,7 +541,6 @@ pub fn map_program_variants(
         }
         let mut n = 0usize;
         let mut launch = |grid: Vec<(VarId, u64)>, body: Vec<Stmt>, steps: &mut Vec<Step>| {
-            let (grid, body) = columns_into_rows(&grid, &body).unwrap_or((grid, body));
             let thread = !grid.is_empty() && split_of(&body) == Split::Thread;
             let rows = thread && sparse_rows(&grid, &body);
             let list = BufId((first_list + lists.len()) as u32);
@@ -610,9 +609,21 @@ pub fn map_program_variants(
                 Run::Loops(stmts) => {
                     for s in stmts {
                         let Stmt::Loop(l) = s else { continue };
-                        let (mapped, grid) = map_loop(l);
+                        let (mut mapped, grid) = map_loop(l);
                         match grid {
-                            Some((grid, body)) => launch(grid, body, &mut steps),
+                            Some((grid, body)) => {
+                                // Sparse rows times a few columns: the columns unrolled into
+                                // the row's walk, here and in the mapped program that `plan`
+                                // prints.
+                                let (grid, body) = match columns_into_rows(&grid, &body) {
+                                    Some((grid, body)) => {
+                                        mapped = grid_nest(&mapped, &grid, body.clone());
+                                        (grid, body)
+                                    }
+                                    None => (grid, body),
+                                };
+                                launch(grid, body, &mut steps)
+                            }
                             None => {
                                 launch(Vec::new(), vec![Stmt::Loop(mapped.clone())], &mut steps)
                             }
@@ -792,6 +803,26 @@ fn map_loop(l: &Loop) -> (Loop, Option<(Vec<(VarId, u64)>, Vec<Stmt>)>) {
         .collect();
     let body = chain[chain.len() - 1].body.clone();
     (annotate(l, chain.len()), Some((grid, body)))
+}
+
+/// The mapped nest of `grid` (outermost first) around `body`: range loops marked `gpu grid`,
+/// parallel as the mapped loop `outer` is.
+fn grid_nest(outer: &Loop, grid: &[(VarId, u64)], body: Vec<Stmt>) -> Loop {
+    let mut body = body;
+    for &(var, extent) in grid.iter().rev() {
+        body = vec![Stmt::Loop(Loop {
+            var,
+            iter: Iter::Range { extent },
+            parallel: outer.parallel,
+            vector: 1,
+            gpu: Some(GpuAxis::Grid),
+            body,
+        })];
+    }
+    match body.pop() {
+        Some(Stmt::Loop(l)) => l,
+        _ => outer.clone(),
+    }
 }
 
 /// `l` with its first `depth` directly nested loops marked `gpu grid`.
