@@ -31,6 +31,15 @@ TDSL_FN void tdsl_syncwarp();
 #define TDSL_ROW_WARPS 8
 #define TDSL_ROW_THREAD ((long long)threadIdx.x)
 #define __shared__ static
+// Compiled with ThreadSanitizer (emulate.rs's race check), threads_host.h tells the race
+// detector which of the emulated threads' accesses are ordered.
+#if defined(__SANITIZE_THREAD__)
+#define TDSL_EMU_RACES 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define TDSL_EMU_RACES 1
+#endif
+#endif
 TDSL_FN void tdsl_syncblock();
 
 // The order the emulation runs what the device runs at once (the blocks of a launch, the ready

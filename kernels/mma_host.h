@@ -200,7 +200,8 @@ static void tdsl_emu_desc_read(unsigned long long desc, int rows, int cols, int 
 // and the metadata: the row 16w + g + 8h, group q nibble is in thread 32w + 4g + q / 4, bits
 // 4 (q mod 4) + 16h, as mma.sp's per warp).
 static void tdsl_emu_wgmma_run(const tdsl_emu_wgmma &op) {
-  static float Ac[64 * 16], A[64 * 32], B[256 * 32];
+  // On the performing fiber's stack (two warpgroups' performers share no scratch).
+  float Ac[64 * 16], A[64 * 32], B[256 * 32];
   // k16 of halves; k8 of tf32 (the same 32 bytes per row); k32 for wgmma.sp.
   const int K = op.sparse ? 32 : op.type == 2 ? 8 : 16;
   tdsl_emu_desc_read(op.da, 64, op.type == 2 ? 8 : 16, op.type, op.sparse ? Ac : A);
@@ -291,7 +292,9 @@ static void tdsl_emu_tc_perform(tdsl_emu_fiber *w, int lanes, int group) {
     default: tdsl_emu_fail("an unknown warp instruction");
   }
 }
+static bool tdsl_emu_copies_early();
 static void tdsl_emu_tc_block_start(int threads) {
+  tdsl_emu_copies_early();  // read here, before any thread asks
   memset(tdsl_emu_smem, 0xff, sizeof tdsl_emu_smem);
   tdsl_emu_thread_copies.assign(threads, tdsl_emu_copies{});
   tdsl_emu_wgroups.assign((threads + 127) / 128, tdsl_emu_wgroup{});

@@ -35,15 +35,48 @@ TDSL_KERNEL slots_reused() {
   }
   out[blockIdx.x][t] = sum;
 }
+// Every lane of a warp stores the same value where lane 0 alone should: the value is right
+// whatever the order, so only the race check sees it.
+TDSL_KERNEL same_value_stores() {
+  __shared__ float s[8];
+  const int t = (int)threadIdx.x, w = t / 32;
+  if (RACY || t % 32 == 0) s[w] = (float)w;
+  tdsl_syncwarp();
+  out[blockIdx.x][t] = s[w];
+}
+// Every thread adds one to a block's count where one thread should count: threads run whole
+// between the instructions that gather them, so no update is lost in emulation, and only the
+// race check sees it.
+static float count[2];
+TDSL_KERNEL lost_updates() {
+  const int t = (int)threadIdx.x;
+  if (RACY) count[blockIdx.x] += 1.0f;
+  else if (t == 0) for (int u = 0; u < 256; u++) count[blockIdx.x] += 1.0f;
+  tdsl_syncblock();
+  out[blockIdx.x][t] = count[blockIdx.x];
+}
 static float want(int kernel, int b, int t) {
   const int w = t / 32;
-  return kernel == 0 ? (float)(b * 100 + w) : (float)(30 + 3 * ((w + 1) % 8));
+  switch (kernel) {
+    case 0: return (float)(b * 100 + w);
+    case 1: return (float)(30 + 3 * ((w + 1) % 8));
+    case 2: return (float)w;
+    default: return 256.0f;
+  }
 }
+// TDSL_KERNEL=k runs kernel k alone (the race check stops at the first race).
 int main() {
-  for (int kernel = 0; kernel < 2; kernel++) {
+  const char *only = getenv("TDSL_KERNEL");
+  for (int kernel = 0; kernel < 4; kernel++) {
+    if (only && atoi(only) != kernel) continue;
     memset(out, 0, sizeof out);
     tdsl_emu_launch(2, 256, [&] {
-      if (kernel == 0) lane_zero_stores(); else slots_reused();
+      switch (kernel) {
+        case 0: lane_zero_stores(); break;
+        case 1: slots_reused(); break;
+        case 2: same_value_stores(); break;
+        default: lost_updates();
+      }
     });
     int wrong = 0;
     for (int b = 0; b < 2; b++)
@@ -57,7 +90,21 @@ int main() {
 /// Compiles `main` after the host preludes (thread indices, the fibers) with `RACY` set, and
 /// runs it with `TDSL_EMU_SEED=seed`: exit status, stdout, stderr.
 fn emulate(main: &str, racy: bool, seed: u64) -> Option<(i32, String, String)> {
-    let cxx = crate::diff::cxx()?;
+    emulate_with(main, racy, seed, None)
+}
+
+/// [`emulate`], race-checked (ThreadSanitizer) with only kernel `k` running when `checked` is
+/// `Some(k)`.
+fn emulate_with(
+    main: &str,
+    racy: bool,
+    seed: u64,
+    checked: Option<u32>,
+) -> Option<(i32, String, String)> {
+    let cxx = match checked {
+        Some(_) => crate::races::checker()?,
+        None => crate::diff::cxx()?,
+    };
     let dir = tempfile::tempdir().expect("temp dir");
     let src = format!(
         "{}\n{}\n#define RACY {}\n{main}",
@@ -72,13 +119,23 @@ fn emulate(main: &str, racy: bool, seed: u64) -> Option<(i32, String, String)> {
     if cfg!(target_arch = "x86_64") {
         cc.arg("-fcf-protection=none");
     }
+    if checked.is_some() {
+        cc.args(["-fsanitize=thread", "-g1"]);
+    }
     let built = cc.arg("-o").arg(&exe).arg(&cpp).output().expect("runs");
     assert!(
         built.status.success(),
         "{}",
         String::from_utf8_lossy(&built.stderr)
     );
-    let ran = Command::new(&exe)
+    let mut run = Command::new(&exe);
+    if let Some(k) = checked {
+        run.env("TDSL_KERNEL", k.to_string()).env(
+            "TSAN_OPTIONS",
+            "halt_on_error=1:exitcode=66:atexit_sleep_ms=0",
+        );
+    }
+    let ran = run
         .env("TDSL_EMU_SEED", seed.to_string())
         .output()
         .expect("runs");
@@ -103,18 +160,42 @@ fn the_emulated_schedule_exposes_missing_barriers_and_keeps_correct_kernels_righ
     }
     // With their barriers, every schedule gives the right values, thread order included.
     for seed in [0, 1, 2, 3, 77] {
-        assert_eq!(wrong(false, seed), Some(vec![0, 0]), "seed {seed}");
+        assert_eq!(wrong(false, seed), Some(vec![0; 4]), "seed {seed}");
     }
     // Thread order hides the missing __syncwarp (lane 0 runs first) ...
     let in_order = wrong(true, 0).expect("ran");
     assert_eq!(in_order[0], 0, "thread order runs lane 0 first");
-    // ... and every shuffled schedule shows both races.
+    // ... and every shuffled schedule shows both missing barriers; the same-value stores and
+    // the lost updates give right values under any schedule (only the race check sees them).
     for seed in [1, 2, 3, 77] {
         let counts = wrong(true, seed).expect("ran");
         assert!(
-            counts.iter().all(|&c| c > 0),
+            counts[..2].iter().all(|&c| c > 0),
             "seed {seed}: a race went unseen: {counts:?} wrong threads"
         );
+        assert_eq!(counts[2..], [0, 0], "seed {seed}");
+    }
+}
+
+#[test]
+fn the_race_check_reports_every_race_under_every_schedule_and_passes_correct_kernels() {
+    for kernel in 0..4 {
+        for seed in [0, 1, 5] {
+            let Some((code, out, err)) = emulate_with(KERNELS, false, seed, Some(kernel)) else {
+                return;
+            };
+            assert_eq!(code, 0, "kernel {kernel}, seed {seed}: {err}");
+            assert_eq!(out.trim(), "0", "kernel {kernel}, seed {seed}");
+            let (code, _, err) = emulate_with(KERNELS, true, seed, Some(kernel)).expect("ran");
+            assert_eq!(
+                code, 66,
+                "kernel {kernel}, seed {seed}: no race reported\n{err}"
+            );
+            assert!(
+                err.contains("WARNING: ThreadSanitizer: data race") && err.contains("block "),
+                "kernel {kernel}, seed {seed}: {err}"
+            );
+        }
     }
 }
 

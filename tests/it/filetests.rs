@@ -232,6 +232,57 @@ fn loop_filetests_agree_on_the_evaluator_and_the_jit() {
     assert!(ran >= 6, "most filetests run programs");
 }
 
+/// Every loop file that runs, race-checked in emulation (`races.rs`): generic kernels, then the
+/// tensor-core templates where a product takes them; no race, and the evaluator's results.
+#[test]
+fn loop_filetests_have_no_data_races() {
+    use tdsl_cuda::emulate::{Check, Emulator};
+    use tdsl_cuda::tensor::{TensorCores, Variants};
+    let Some(cxx) = crate::races::checker() else {
+        return;
+    };
+    let mut ran = 0;
+    let mut failures = Vec::new();
+    for path in loop_files() {
+        let file = path.file_name().unwrap().to_string_lossy().to_string();
+        let text = std::fs::read_to_string(&path).expect("reads");
+        let d = directives(&text);
+        let Ok(p) = read_program(&text) else { continue };
+        if d.verify.is_some() || tdsl_loop::verify::verify(&p).is_err() {
+            continue;
+        }
+        let eval = run(&mut tdsl_loop::EvalBackend, &p, &d, &file);
+        for tc in [TensorCores::None, TensorCores::Mma, TensorCores::Wgmma] {
+            let (_, steps) = tdsl_cuda::map_program_variants(&p, tc, Variants::default());
+            let products = steps
+                .iter()
+                .any(|s| matches!(s, tdsl_cuda::Step::Launch(l) if l.lib.is_some()));
+            if tc != TensorCores::None && !products {
+                continue;
+            }
+            let outcome = Emulator::compile_checked(&p, cxx, tc, Variants::default(), Check::Races)
+                .and_then(|emu| {
+                    let mut bufs = buffers(&p, &d, &file);
+                    emu.run(&mut bufs)?;
+                    for (i, b) in p.buffers.iter().enumerate() {
+                        if let Role::Output(n) = b.role {
+                            let tol = if b.ty.size_bytes() == 2 { 1e-2 } else { 1e-5 };
+                            close(&bufs[i].to_f64(), &eval[i].to_f64(), tol)
+                                .map_err(|m| format!("output {n}: {m}"))?;
+                        }
+                    }
+                    Ok(())
+                });
+            match outcome {
+                Ok(()) => ran += 1,
+                Err(e) => failures.push(format!("{file} ({tc:?}): {e}")),
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    assert!(ran >= 12, "most filetests run: {ran}");
+}
+
 /// Every plan of the examples, benchmarks and corpus reads back from its text to the same
 /// program (less the source spans, which the text does not hold).
 #[test]

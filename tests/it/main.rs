@@ -17,6 +17,7 @@ mod plot;
 mod prop_einsum;
 mod prop_patterns;
 mod prop_sparse;
+mod races;
 mod repl;
 mod robust;
 mod session;

@@ -16,7 +16,7 @@ use tdsl_cuda::tensor::{BsrWalk, TensorCores, Variants};
 /// 128-row tiles for 2:4, and the same with 128- and 256-wide dense tiles, an n-contiguous B
 /// copied k-contiguous for `wgmma`, 256-row 2:4 tiles, BSR over groups of block rows, and K in
 /// 3 parts for the 128-wide one.
-fn configs() -> [(TensorCores, Variants); 4] {
+pub(crate) fn configs() -> [(TensorCores, Variants); 4] {
     let other = |wg_cols, split_k, bsr| Variants {
         bsr: Some(bsr),
         sp_rows: Some(256),
@@ -51,7 +51,7 @@ fn configs() -> [(TensorCores, Variants); 4] {
 
 /// The scripts: the tensor-core corpus, and products whose edges in M, N and K are not
 /// multiples of the tiles.
-fn scripts() -> Vec<(String, String)> {
+pub(crate) fn scripts() -> Vec<(String, String)> {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus");
     let mut out: Vec<(String, String)> = std::fs::read_dir(&root)
         .into_iter()

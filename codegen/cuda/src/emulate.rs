@@ -13,7 +13,11 @@
 //! threads one after another. A generic kernel's grid is cut to [`EMU_BLOCKS`] blocks, so its
 //! grid-stride loops take more than one turn.
 //!
-//! Threads run one at a time, so a race shows only through order. With [`Order::Shuffled`] (the
+//! Threads run one at a time, so a race shows only through order, unless the emulator is built
+//! with [`Check::Races`]: then it is compiled with ThreadSanitizer, every thread is a fiber the
+//! race detector tells apart, and only the instructions that gather threads order them
+//! (`kernels/threads_host.h`), so an unordered access to a place another thread writes is
+//! reported whatever the schedule, with the kernel, the two lines and the threads. With [`Order::Shuffled`] (the
 //! default) the blocks of a launch run in a shuffled order; within a block the scheduler runs
 //! the first warp with a ready lane in a ranking of the warps drawn afresh at each block
 //! barrier, its ready lanes in random order. A warp thus runs ahead of the others as far as its
@@ -57,9 +61,13 @@ pub fn compiler() -> Option<PathBuf> {
 
 /// The emulator program's source: the unit with the host prelude and a `main` that runs one
 /// segment (`argv[2]`) over the buffers in the file `argv[1]`: every buffer of `p`, the
-/// launches' scratch after the caller's.
-pub fn emulator_source(p: &LoopProgram, steps: &[Step]) -> String {
-    let mut src = render_unit(p, steps, UnitTarget::Host);
+/// launches' scratch after the caller's. With [`Check::Races`] every launch runs on fibers.
+pub fn emulator_source(p: &LoopProgram, steps: &[Step], check: Check) -> String {
+    let target = match check {
+        Check::Results => UnitTarget::Host,
+        Check::Races => UnitTarget::HostFibers,
+    };
+    let mut src = render_unit(p, steps, target);
     let mut main = String::new();
     let _ = writeln!(main, "\nint main(int argc, char** argv) {{");
     let _ = writeln!(main, "  if (argc != 3) return 2;");
@@ -84,7 +92,7 @@ pub fn emulator_source(p: &LoopProgram, steps: &[Step]) -> String {
     let _ = writeln!(main, "  if (segment == 0) {{");
     for step in steps {
         match step {
-            Step::Launch(l) => launch_call(&mut main, l),
+            Step::Launch(l) => launch_call(&mut main, l, check),
             Step::Host { .. } | Step::Table { .. } => {
                 segment += 1;
                 let _ = writeln!(main, "  }}\n  if (segment == {segment}) {{");
@@ -107,7 +115,7 @@ pub fn emulator_source(p: &LoopProgram, steps: &[Step]) -> String {
 /// rest, so emulated launches take the strided path that large device launches take.
 pub const EMU_BLOCKS: u64 = 4;
 
-fn launch_call(out: &mut String, l: &Launch) {
+fn launch_call(out: &mut String, l: &Launch, check: Check) {
     let args: Vec<String> = l.params.iter().map(|b| format!("b{}", b.0)).collect();
     let call = format!("{}({})", l.name, args.join(", "));
     let (blocks, threads) = l.shape();
@@ -123,6 +131,12 @@ fn launch_call(out: &mut String, l: &Launch) {
         let _ = writeln!(
             out,
             "    tdsl_emu_launch({blocks}, {threads}, [&] {{ {call}; }});"
+        );
+    } else if check == Check::Races {
+        // Every thread of every block a fiber of one run, unordered with all the others.
+        let _ = writeln!(
+            out,
+            "    tdsl_emu_launch_apart({blocks}, {threads}, [&] {{ {call}; }});"
         );
     } else {
         // Threads that share nothing run one after another, in a fresh order for each block.
@@ -176,6 +190,69 @@ impl Default for Schedule {
     }
 }
 
+/// What an emulated run checks besides its results.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Check {
+    /// The results: a race shows when the schedule's order makes a value wrong.
+    #[default]
+    Results,
+    /// Every data race between the emulated threads as well: the emulator is compiled with
+    /// ThreadSanitizer, and two threads' accesses to one place, one a write, that no barrier,
+    /// warp instruction or launch boundary orders fail the run ([`race_check`] says whether
+    /// the compiler can). Blocks of a launch whose threads work together are ordered (they
+    /// reuse the statics that stand for shared memory); a launch whose threads share nothing
+    /// runs every block's threads unordered. About ten times slower.
+    Races,
+}
+
+/// Whether `cxx` builds and runs ThreadSanitizer programs ([`Check::Races`]), or why not.
+pub fn race_check(cxx: &Path) -> Result<(), String> {
+    static CHECKED: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    CHECKED
+        .get_or_init(|| {
+            let dir = std::env::temp_dir().join(format!("tdsl-tsan-probe-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+            let (cpp, exe) = (dir.join("probe.cpp"), dir.join("probe"));
+            let src = "#include <sanitizer/tsan_interface.h>\nint main() { void *f = \
+                       __tsan_create_fiber(0); __tsan_destroy_fiber(f); return 0; }\n";
+            std::fs::write(&cpp, src).map_err(|e| e.to_string())?;
+            let built = Command::new(cxx)
+                .args(["-fsanitize=thread", "-o"])
+                .arg(&exe)
+                .arg(&cpp)
+                .output()
+                .map_err(|e| format!("{}: {e}", cxx.display()))?;
+            let ran = built
+                .status
+                .success()
+                .then(|| Command::new(&exe).output().ok())
+                .flatten();
+            let _ = std::fs::remove_dir_all(&dir);
+            match ran {
+                Some(o) if o.status.success() => Ok(()),
+                Some(o) => Err(format!(
+                    "a ThreadSanitizer program does not run here: {}",
+                    String::from_utf8_lossy(&o.stderr)
+                        .lines()
+                        .next()
+                        .unwrap_or("")
+                )),
+                None => Err(format!(
+                    "{} cannot build ThreadSanitizer programs (install libtsan): {}",
+                    cxx.display(),
+                    String::from_utf8_lossy(&built.stderr)
+                        .lines()
+                        .next()
+                        .unwrap_or("")
+                )),
+            }
+        })
+        .clone()
+}
+
+/// The exit status the race-checked emulator stops with at its first race.
+const RACE_EXIT: i32 = 66;
+
 /// A compiled emulator for one program.
 pub struct Emulator {
     /// The mapped program; its first `host` buffers are the caller's, the rest scratch.
@@ -186,6 +263,7 @@ pub struct Emulator {
     tables: crate::walk::Tables,
     exe: PathBuf,
     dir: PathBuf,
+    check: Check,
 }
 
 static RUNS: AtomicUsize = AtomicUsize::new(0);
@@ -210,8 +288,23 @@ impl Emulator {
         tc: TensorCores,
         v: Variants,
     ) -> Result<Emulator, String> {
+        Emulator::compile_checked(p, cxx, tc, v, Check::Results)
+    }
+
+    /// [`Emulator::compile_variants`] with the checks `check` ([`Check::Races`] needs
+    /// [`race_check`]).
+    pub fn compile_checked(
+        p: &LoopProgram,
+        cxx: &Path,
+        tc: TensorCores,
+        v: Variants,
+        check: Check,
+    ) -> Result<Emulator, String> {
+        if check == Check::Races {
+            race_check(cxx)?;
+        }
         let (program, steps) = crate::map::map_program_variants(p, tc, v);
-        let src = emulator_source(&program, &steps);
+        let src = emulator_source(&program, &steps, check);
         let dir = std::env::temp_dir().join(format!(
             "tdsl-emulate-{}-{}",
             std::process::id(),
@@ -223,6 +316,10 @@ impl Emulator {
         let exe = dir.join("unit");
         let mut cmd = Command::new(cxx);
         cmd.args(["-O1", "-std=c++17", "-w"]);
+        if check == Check::Races {
+            // Line tables, for the report's lines.
+            cmd.args(["-fsanitize=thread", "-g1"]);
+        }
         if cfg!(target_arch = "x86_64") {
             // The fibers switch stacks with a plain `ret` (`kernels/threads_host.h`), which a
             // shadow stack would refuse: leave the program unmarked, so none is enabled.
@@ -248,6 +345,7 @@ impl Emulator {
             tables: Default::default(),
             exe,
             dir,
+            check,
         })
     }
 
@@ -298,7 +396,7 @@ impl Emulator {
             bytes.resize(n, 0);
         }
         std::fs::write(&file, bytes).map_err(|e| e.to_string())?;
-        let st = Command::new(&self.exe)
+        let ran = Command::new(&self.exe)
             .env(
                 "TDSL_EMU_COPIES",
                 match schedule.copies {
@@ -315,12 +413,27 @@ impl Emulator {
                 }
                 .to_string(),
             )
+            .env(
+                "TSAN_OPTIONS",
+                format!("halt_on_error=1:exitcode={RACE_EXIT}:history_size=4:atexit_sleep_ms=0"),
+            )
             .arg(&file)
             .arg(segment.to_string())
-            .status()
+            .output()
             .map_err(|e| e.to_string())?;
-        if !st.success() {
-            return Err(format!("the emulator failed: {st}"));
+        if !ran.status.success() {
+            let err = String::from_utf8_lossy(&ran.stderr);
+            if self.check == Check::Races && ran.status.code() == Some(RACE_EXIT) {
+                let unit = std::fs::read_to_string(self.dir.join("unit.cpp")).unwrap_or_default();
+                return Err(race_report(&err, &unit, &self.steps));
+            }
+            // The emulator's own message (a deadlock, a bad address) is its last line.
+            let last = err
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("");
+            return Err(format!("the emulator failed: {}: {last}", ran.status));
         }
         let bytes = std::fs::read(&file).map_err(|e| e.to_string())?;
         let mut at = 0;
@@ -398,6 +511,105 @@ impl crate::walk::Machine for Emulated<'_> {
     }
 }
 
+/// ThreadSanitizer's report (`stderr`) of the race that stopped the emulator, in a few lines:
+/// the kernel, each access (what, which thread, where in the unit and the line's text) and the
+/// place.
+fn race_report(stderr: &str, unit: &str, steps: &[Step]) -> String {
+    let is_launch = |f: &str| {
+        steps
+            .iter()
+            .any(|s| matches!(s, Step::Launch(l) if l.name == f))
+    };
+    let lines: Vec<&str> = stderr.lines().collect();
+    let Some(start) = lines
+        .iter()
+        .position(|l| l.contains("WARNING: ThreadSanitizer:"))
+    else {
+        return format!("the race check failed:\n{stderr}");
+    };
+    let what = lines[start]
+        .split("ThreadSanitizer: ")
+        .nth(1)
+        .and_then(|w| w.split(" (pid").next())
+        .unwrap_or("data race");
+    // Thread names: `  Thread T2 'block 0 thread 1' (tid=..., running) created by ...`.
+    let names: Vec<(&str, &str)> = lines[start..]
+        .iter()
+        .filter_map(|l| {
+            let rest = l.trim().strip_prefix("Thread ")?;
+            let (id, rest) = rest.split_once(" '")?;
+            Some((id, rest.split_once('\'')?.0))
+        })
+        .collect();
+    let mut out = Vec::new();
+    let mut kernel = None;
+    let mut i = start + 1;
+    while i < lines.len() && !lines[i].starts_with("SUMMARY") && !lines[i].starts_with("=====") {
+        let l = lines[i].trim();
+        i += 1;
+        if let Some(loc) = l.strip_prefix("Location is ") {
+            out.push(format!(
+                "  the place: {}",
+                loc.split(" at 0x").next().unwrap_or(loc)
+            ));
+            continue;
+        }
+        let Some((access, by)) = l.split_once(" by ") else {
+            continue;
+        };
+        if !access.contains(" of size ") || !by.ends_with(':') {
+            continue;
+        }
+        let access = access
+            .split(" at 0x")
+            .next()
+            .unwrap_or(access)
+            .to_lowercase();
+        let by = by.trim_end_matches(':');
+        let thread = by.strip_prefix("thread ").unwrap_or(by);
+        let thread = names
+            .iter()
+            .find(|(id, _)| *id == thread)
+            .map_or(by.to_string(), |(_, n)| n.to_string());
+        // Its frames: `#k function file:line (module+offset)`; the first in the unit says where.
+        let mut at = None;
+        while i < lines.len() && lines[i].trim_start().starts_with('#') {
+            let frame = lines[i].trim_start();
+            i += 1;
+            let mut parts = frame.splitn(3, ' ');
+            let (_, func, place) = (parts.next(), parts.next().unwrap_or(""), parts.next());
+            let Some(line) = place
+                .and_then(|p| p.split(' ').next())
+                .and_then(|p| p.rsplit_once(':'))
+                .filter(|(file, _)| file.ends_with("unit.cpp"))
+                .and_then(|(_, n)| n.parse::<usize>().ok())
+            else {
+                continue;
+            };
+            if at.is_none() {
+                at = Some((func.to_string(), line));
+            }
+            if kernel.is_none() && is_launch(func) {
+                kernel = Some(func.to_string());
+            }
+        }
+        match at {
+            Some((func, line)) => {
+                let text = unit.lines().nth(line - 1).unwrap_or("").trim();
+                out.push(format!(
+                    "  {access} by {thread}, line {line} of the unit, in {func}: `{text}`"
+                ));
+            }
+            None => out.push(format!("  {access} by {thread} (no frame in the unit)")),
+        }
+    }
+    format!(
+        "a {what} in kernel {} (the race check):\n{}",
+        kernel.as_deref().unwrap_or("?"),
+        out.join("\n")
+    )
+}
+
 /// `n` values of type `ty` that no launch should read before writing: NaN, or -2^31.
 fn poisoned(ty: tdsl_loop::ElemType, n: usize) -> Data {
     use tdsl_loop::ElemType as T;
@@ -413,5 +625,63 @@ fn poisoned(ty: tdsl_loop::ElemType, n: usize) -> Data {
 impl Drop for Emulator {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A report as ThreadSanitizer prints it (GCC 12's runtime), with the emulator's names.
+    const REPORT: &str = "==================
+WARNING: ThreadSanitizer: data race (pid=29381)
+  Read of size 8 at 0x55719e1b4160 by thread T33:
+    #0 tdsl_helper /tmp/tdsl-emulate-1-0/unit.cpp:3 (unit+0x1429)
+    #1 k0_0 /tmp/tdsl-emulate-1-0/unit.cpp:4 (unit+0x1429)
+    #2 operator() /tmp/tdsl-emulate-1-0/unit.cpp:9 (unit+0x1429)
+
+  Previous write of size 8 at 0x55719e1b4160 by thread T1:
+    #0 k0_0 /tmp/tdsl-emulate-1-0/unit.cpp:5 (unit+0x13fd)
+    #1 operator() /tmp/tdsl-emulate-1-0/unit.cpp:9 (unit+0x13fd)
+
+  Location is global 'k0_0(float*)::tdsl_red' of size 64 at 0x55719e1b4160 (unit+0x7160)
+
+  Thread T33 'block 2 thread 32' (tid=0, running) created by main thread at:
+    #0 tdsl_race_block_start /tmp/tdsl-emulate-1-0/unit.cpp:7 (unit+0x3092)
+
+  Thread T1 'block 2 thread 0' (tid=0, running) created by main thread at:
+    #0 tdsl_race_block_start /tmp/tdsl-emulate-1-0/unit.cpp:7 (unit+0x3092)
+
+SUMMARY: ThreadSanitizer: data race /tmp/tdsl-emulate-1-0/unit.cpp:3 in tdsl_helper
+==================
+";
+
+    #[test]
+    fn a_race_report_names_the_kernel_the_threads_the_lines_and_the_place() {
+        let unit = "a\nb\n  return tdsl_red[0];\n  x = tdsl_helper();\n  tdsl_red[w] = a0;\n";
+        let launch = Launch {
+            name: "k0_0".into(),
+            kernel: 0,
+            grid: vec![],
+            body: vec![],
+            params: vec![],
+            split: crate::map::Split::Thread,
+            lib: None,
+            reduce: false,
+            tile: None,
+            rows: None,
+        };
+        let got = race_report(REPORT, unit, &[Step::Launch(launch)]);
+        assert_eq!(
+            got,
+            "a data race in kernel k0_0 (the race check):\n  \
+             read of size 8 by block 2 thread 32, line 3 of the unit, in tdsl_helper: \
+             `return tdsl_red[0];`\n  \
+             previous write of size 8 by block 2 thread 0, line 5 of the unit, in k0_0: \
+             `tdsl_red[w] = a0;`\n  \
+             the place: global 'k0_0(float*)::tdsl_red' of size 64"
+        );
+        // Not a report: the text as it is.
+        assert!(race_report("boom", unit, &[]).ends_with("boom"));
     }
 }

@@ -37,13 +37,16 @@ pub const MMA_HOST: &str = include_str!("../../../kernels/mma_host.h");
 pub enum UnitTarget {
     Device,
     Host,
+    /// The host emulation with every launch's threads on fibers, those that share nothing
+    /// included: the race check (`crate::emulate`, compiled with ThreadSanitizer).
+    HostFibers,
 }
 
 impl UnitTarget {
     fn prelude(self) -> &'static str {
         match self {
             UnitTarget::Device => CUDA_PRELUDE,
-            UnitTarget::Host => HOST_PRELUDE,
+            UnitTarget::Host | UnitTarget::HostFibers => HOST_PRELUDE,
         }
     }
 
@@ -52,10 +55,13 @@ impl UnitTarget {
     /// instructions; on the device, those instructions in PTX.
     fn threads(self, cooperative: bool, tensor_cores: bool) -> Vec<&'static str> {
         match self {
-            UnitTarget::Host => [(cooperative, THREADS_HOST), (tensor_cores, MMA_HOST)]
-                .into_iter()
-                .filter_map(|(on, text)| on.then_some(text))
-                .collect(),
+            UnitTarget::Host | UnitTarget::HostFibers => [
+                (cooperative || self == UnitTarget::HostFibers, THREADS_HOST),
+                (tensor_cores, MMA_HOST),
+            ]
+            .into_iter()
+            .filter_map(|(on, text)| on.then_some(text))
+            .collect(),
             UnitTarget::Device if tensor_cores => vec![MMA_DEVICE],
             UnitTarget::Device => vec![],
         }

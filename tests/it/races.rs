@@ -1,0 +1,111 @@
+//! The race check (`tdsl_cuda::emulate::Check::Races`): the generated kernels compiled with
+//! ThreadSanitizer and run in emulation, every thread a fiber the race detector tells apart,
+//! only barriers, warp instructions and launch boundaries ordering them. The corpus, the
+//! tensor-core products of every template configuration and the loop filetests
+//! (`filetests.rs`) must run without a race and agree with the interpreter; the hand-written
+//! kernels of `emu_threads.rs` show that a missing barrier is reported whatever the schedule.
+//! Skips, saying why, where the C++ compiler cannot build ThreadSanitizer programs; with
+//! `TDSL_REQUIRE_RACES=1` (CI) that is a failure.
+
+use tdsl_cuda::emulate::{Check, Emulator, Schedule};
+use tdsl_cuda::tensor::{TensorCores, Variants};
+
+/// The C++ compiler, if it builds race-checked emulators here.
+pub(crate) fn checker() -> Option<&'static std::path::PathBuf> {
+    static READY: std::sync::OnceLock<Option<&'static std::path::PathBuf>> =
+        std::sync::OnceLock::new();
+    *READY.get_or_init(|| {
+        let why = match crate::diff::cxx() {
+            None => "no C++ compiler".to_string(),
+            Some(cxx) => match tdsl_cuda::emulate::race_check(cxx) {
+                Ok(()) => return Some(cxx),
+                Err(e) => e,
+            },
+        };
+        if std::env::var_os("TDSL_REQUIRE_RACES").is_some_and(|v| v == "1") {
+            panic!("TDSL_REQUIRE_RACES=1 but the race check cannot run: {why}");
+        }
+        eprintln!("skipped: the race check ({why})");
+        None
+    })
+}
+
+/// Plans `text`, runs it race-checked on `tc` with `v`, and compares with the interpreter.
+/// Returns the launches it ran, or what went wrong.
+fn race_checked(
+    cxx: &std::path::Path,
+    text: &str,
+    tc: TensorCores,
+    v: Variants,
+) -> Result<usize, String> {
+    let p = tdsl::compile(text, &Default::default()).map_err(|d| d.to_string())?;
+    let inputs = tdsl::bind::bind_inputs(&p, Default::default()).map_err(|d| d.to_string())?;
+    let plan = tdsl::plan::lower::plan_program(&p).map_err(|d| d.to_string())?;
+    let (_, steps) = tdsl_cuda::map_program_variants(&plan.loops, tc, v);
+    let launches = steps
+        .iter()
+        .filter(|s| matches!(s, tdsl_cuda::Step::Launch(_)))
+        .count();
+    let emu = Emulator::compile_checked(&plan.loops, cxx, tc, v, Check::Races)?;
+    let mut bufs = tdsl::runtime::buffers(&plan, &inputs).map_err(|d| d.to_string())?;
+    emu.run_with(&mut bufs, Schedule::default())?;
+    let got = tdsl::runtime::outputs(&plan, &crate::diff::output_shapes(&p), bufs);
+    let want = tdsl::interp::run(&p, &inputs);
+    crate::diff::agree(&got, &want, 1e-2, "race-checked")?;
+    Ok(launches)
+}
+
+#[test]
+fn the_corpus_kernels_have_no_data_races() {
+    let Some(cxx) = checker() else {
+        return;
+    };
+    let t0 = std::time::Instant::now();
+    let mut launches = 0;
+    let mut failures = Vec::new();
+    for path in crate::common::files_in("tests/corpus", "tdsl") {
+        let text = std::fs::read_to_string(&path).expect("reads");
+        // Scripts that are meant to fail do not run.
+        if tdsl::compile(&text, &Default::default()).is_err() {
+            continue;
+        }
+        match race_checked(cxx, &text, TensorCores::None, Variants::default()) {
+            Ok(n) => launches += n,
+            Err(e) => failures.push(format!("{}: {e}", path.display())),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    assert!(
+        launches > 40,
+        "the corpus should not shrink: {launches} launches"
+    );
+    eprintln!("{launches} launches race-checked in {:?}", t0.elapsed());
+}
+
+/// The tensor-core templates in every configuration of `tensor_emu.rs`, on the corpus's
+/// products and one product of each kind among its inline ones (dense bf16 past the tile
+/// edges, 2:4 over five stages, f32 and f64 on the SIMT template, B n-contiguous, BSR 32 x 32
+/// over three tiles, BSR 64 x 64, and BSR whose first groups store no block).
+#[test]
+fn the_tensor_core_templates_have_no_data_races() {
+    let Some(cxx) = checker() else {
+        return;
+    };
+    let t0 = std::time::Instant::now();
+    let mut launches = 0;
+    let mut failures = Vec::new();
+    for (tc, v) in crate::tensor_emu::configs() {
+        let kinds = [0, 3, 10, 13, 17, 19, 20, 21].map(|i| format!("inline product {i}"));
+        let scripts = crate::tensor_emu::scripts()
+            .into_iter()
+            .filter(|(name, _)| !name.starts_with("inline") || kinds.contains(name));
+        for (name, text) in scripts {
+            match race_checked(cxx, &text, tc, v) {
+                Ok(n) => launches += n,
+                Err(e) => failures.push(format!("{name} ({tc:?}, {v:?}): {e}")),
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    eprintln!("{launches} launches race-checked in {:?}", t0.elapsed());
+}
