@@ -20,10 +20,11 @@
 // switched to without synchronisation, and the instructions that gather threads are the only
 // happens-before edges between a block's threads (tdsl_race_* below). So two threads'
 // unordered accesses to one place, one of them a write, are reported even when the schedule
-// happens to order them well, or when both write the same value. The blocks of a launch whose
-// threads work together run one after another and are ordered (they reuse the statics that
-// stand for shared memory); a launch whose threads share nothing runs all its threads, every
-// block's, as unordered fibers (tdsl_emu_launch_apart).
+// happens to order them well, or when both write the same value. The blocks of a launch that
+// uses shared memory run one after another and are ordered (they reuse the statics that stand
+// for it); a launch whose blocks share nothing (a thread or a warp per grid iteration) runs all
+// its threads, every block's, as unordered fibers of one run (tdsl_emu_launch_apart), warps
+// still meeting at their shuffles.
 #include <vector>
 #include <sys/mman.h>
 #ifdef TDSL_EMU_RACES
@@ -233,8 +234,11 @@ static void tdsl_race_block_start(int threads, int per_block, bool apart) {
   }
   for (int g = 0; g < groups; g++) {
     char name[64];
-    if (g < tdsl_race.warps) snprintf(name, sizeof name, "block %lld warp %d (its warp-wide instructions)", blockIdx.x, g);
-    else snprintf(name, sizeof name, "block %lld warpgroup %d (its wgmma)", blockIdx.x, g - tdsl_race.warps);
+    const int first = g < tdsl_race.warps ? 32 * g : 128 * (g - tdsl_race.warps);  // its first thread
+    const long long block = apart ? first / per_block : blockIdx.x;
+    const int at = apart ? first % per_block : first;
+    if (g < tdsl_race.warps) snprintf(name, sizeof name, "block %lld warp %d (its warp-wide instructions)", block, at / 32);
+    else snprintf(name, sizeof name, "block %lld warpgroup %d (its wgmma)", block, at / 128);
     __tsan_set_fiber_name(tdsl_race.performers[g].fiber, name);
   }
   tdsl_race.sync.assign(16 * (1 + groups), 0);
@@ -286,9 +290,9 @@ static char *tdsl_emu_stacks(int fibers) {
 // it read or overwrite what they have not yet written or read), and a warp's lanes run in no
 // particular order (a missing __syncwarp shows the same way).
 //
-// With `apart` (threads that share nothing: no barriers, no warp instructions), every thread
+// With `apart` (blocks that share nothing: no shared memory, no block barriers), every thread
 // of every block is a fiber of one run, so the race detector sees threads of different blocks
-// as unordered too.
+// as unordered too; warps (32 fibers from a multiple of 32) still meet at their instructions.
 static void tdsl_emu_run(long long blocks, int threads, void (*body)(void *), void *data, bool apart) {
   const int fibers = apart ? (int)(blocks * threads) : threads;
   char *stacks = tdsl_emu_stacks(fibers);
@@ -381,7 +385,7 @@ static void tdsl_emu_run(long long blocks, int threads, void (*body)(void *), vo
 template <typename F> static void tdsl_emu_launch(long long blocks, int threads, F body) {
   tdsl_emu_run(blocks, threads, [](void *f) { (*static_cast<F *>(f))(); }, &body, false);
 }
-// The same for threads that share nothing: all of them fibers of one run (the race check).
+// The same for blocks that share nothing: all their threads fibers of one run (the race check).
 template <typename F> static void tdsl_emu_launch_apart(long long blocks, int threads, F body) {
   tdsl_emu_run(blocks, threads, [](void *f) { (*static_cast<F *>(f))(); }, &body, true);
 }

@@ -518,6 +518,7 @@ impl Compiled {
             let stats = RunStats {
                 kernel_times: vec![t.elapsed()],
                 transfer: Duration::ZERO,
+                device_span: None,
             };
             return Ok((out, stats));
         };

@@ -2,7 +2,8 @@
 """GPU side-by-side: `tdsl bench --device cuda` against torch on the same device, one process.
 
 For every bench/gpu/NAME.tdsl: the tdsl figure is `tdsl bench --device cuda --json` (the
-kernels' time from CUDA events, median of --runs; copies reported apart), the anchor is the
+device's time from the first launch's start to the last one's end, by CUDA events, so the gaps
+between launches count as they do for torch; median of --runs; copies reported apart), the anchor is the
 same computation written in torch (eager, and torch.compile when it works), timed with CUDA
 events, median of --runs after warm-up. Prints a markdown table with the device, driver and
 date for bench/RESULTS.md.

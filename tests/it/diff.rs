@@ -349,6 +349,13 @@ fn check(v: &[u32], family: Family) -> Result<(), TestCaseError> {
     }
 }
 
+/// The script of case `v` in the family `which` picks (0 small, 1 GEMM-like, 2 fused, 3 views),
+/// for tests that run the generator's programs elsewhere (`races.rs`).
+pub(crate) fn random_script(v: &[u32], which: u32) -> String {
+    let family = [Family::Small, Family::Gemm, Family::Fused, Family::Views][which as usize % 4];
+    Gen::program(v, false, family).script()
+}
+
 // ---------------------------------------------------------------------------------------------
 // The program generator
 // ---------------------------------------------------------------------------------------------

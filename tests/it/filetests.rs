@@ -130,6 +130,16 @@ fn close(a: &[f64], b: &[f64], tol: f64) -> Result<(), String> {
     Ok(())
 }
 
+/// Whether the emulation runs `p` on `tc`: the generic kernels always, a tensor-core
+/// configuration where a product takes its templates.
+fn emulated_on(p: &LoopProgram, tc: tdsl_cuda::tensor::TensorCores) -> bool {
+    let (_, steps) = tdsl_cuda::map_program_variants(p, tc, Default::default());
+    tc == tdsl_cuda::tensor::TensorCores::None
+        || steps
+            .iter()
+            .any(|s| matches!(s, tdsl_cuda::Step::Launch(l) if l.lib.is_some()))
+}
+
 fn run_file(path: &std::path::Path) -> Result<usize, String> {
     let file = path.file_name().unwrap().to_string_lossy().to_string();
     let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
@@ -171,7 +181,7 @@ fn run_file(path: &std::path::Path) -> Result<usize, String> {
         ),
     ];
     if let Some(cxx) = crate::diff::cxx() {
-        use tdsl_cuda::tensor::{TensorCores, Variants};
+        use tdsl_cuda::tensor::TensorCores;
         // The generic kernels, then the tensor-core templates where a product takes them (with
         // the copies and elementwise kernels around it folded into its loads and stores).
         let engines = [
@@ -180,11 +190,7 @@ fn run_file(path: &std::path::Path) -> Result<usize, String> {
             (TensorCores::Wgmma, "the CUDA emulation on wgmma"),
         ];
         for (tc, engine) in engines {
-            let (_, steps) = tdsl_cuda::map_program_variants(&p, tc, Variants::default());
-            let products = steps
-                .iter()
-                .any(|s| matches!(s, tdsl_cuda::Step::Launch(l) if l.lib.is_some()));
-            if tc != TensorCores::None && !products {
+            if !emulated_on(&p, tc) {
                 continue;
             }
             let emu = tdsl_cuda::emulate::Emulator::compile_with(&p, cxx, tc)?;
@@ -253,11 +259,7 @@ fn loop_filetests_have_no_data_races() {
         }
         let eval = run(&mut tdsl_loop::EvalBackend, &p, &d, &file);
         for tc in [TensorCores::None, TensorCores::Mma, TensorCores::Wgmma] {
-            let (_, steps) = tdsl_cuda::map_program_variants(&p, tc, Variants::default());
-            let products = steps
-                .iter()
-                .any(|s| matches!(s, tdsl_cuda::Step::Launch(l) if l.lib.is_some()));
-            if tc != TensorCores::None && !products {
+            if !emulated_on(&p, tc) {
                 continue;
             }
             let outcome = Emulator::compile_checked(&p, cxx, tc, Variants::default(), Check::Races)

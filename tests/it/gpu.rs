@@ -87,6 +87,33 @@ fn gpu_runs_every_script_like_the_interpreter() {
     eprintln!("{ran} scripts agree on {dev}");
 }
 
+/// A run's launches queue without waiting; each kernel's time and the span from the first
+/// launch to the last are read from their events when the run ends: every kernel launched is
+/// timed, and the span (which `tdsl bench` reports) covers them all, as they run one after
+/// another on one stream.
+#[test]
+fn gpu_runs_time_each_kernel_and_the_span_from_first_launch_to_last() {
+    use tdsl_loop::Backend as _;
+    if device().is_none() {
+        return;
+    }
+    let text = "input x: f32[r=256, c=4096] = randn(seed=0)\nm = reduce(x, 'r c -> r 1', 'mean')\n\
+                y = gelu(x - m)\nz = reduce(y, 'r c -> r', 'max')\noutput z\n";
+    let p = tdsl::compile(text, &Default::default()).expect("compiles");
+    let inputs = tdsl::bind::bind_inputs(&p, Default::default()).expect("binds");
+    let plan = tdsl::plan::lower::plan_program(&p).expect("plans");
+    let mut gpu = tdsl_cuda::CudaBackend::new(0).expect("a device");
+    let exe = gpu.compile(&plan.loops).expect("compiles for the device");
+    let mut bufs = tdsl::runtime::buffers(&plan, &inputs).expect("buffers");
+    let stats = exe.run(&mut bufs, &Default::default()).expect("runs");
+    assert_eq!(stats.kernel_times.len(), plan.loops.kernels.len());
+    assert!(stats.kernel_times.iter().all(|t| !t.is_zero()), "{stats:?}");
+    let span = stats.device_span.expect("a device run has a span");
+    let sum: std::time::Duration = stats.kernel_times.iter().sum();
+    assert!(span.as_secs_f64() >= 0.95 * sum.as_secs_f64(), "{stats:?}");
+    assert!(span.as_secs_f64() < 1.0, "{stats:?}");
+}
+
 /// Dense products on `wgmma` (sm_90a) in every tile width, with edges in M, N and K that are
 /// not multiples of the tile (the scripts of `gpu_runs_every_script_like_the_interpreter` are
 /// too small for 128 × 256 and 128 × 128 tiles), BSR products large enough for the grouped and

@@ -76,6 +76,7 @@ impl seam::Executable for Executable {
         Ok(seam::RunStats {
             kernel_times: stats.kernel_times,
             transfer: std::time::Duration::ZERO,
+            device_span: None,
         })
     }
 }

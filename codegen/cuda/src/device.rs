@@ -4,8 +4,9 @@
 //! prelude, compiles it with NVRTC to a CUBIN for the device's exact `sm_XX` and loads its
 //! functions. `run` allocates one device buffer per program buffer, copies the inputs in,
 //! walks the steps ([`crate::walk`], the walk the host emulation takes too): every launch in
-//! order on one stream, each timed with CUDA events, index tables and host steps (`sparsify`)
-//! between them; then it copies only the outputs back: intermediates stay on the device.
+//! order on one stream without waiting for it, between two CUDA events read when the run ends,
+//! index tables and host steps (`sparsify`) between them; then it copies only the outputs
+//! back: intermediates stay on the device.
 //!
 //! Nothing here calls cudarc before `is_culib_present` says the driver library is there
 //! (cudarc panics when a library is missing): no driver, no device and no NVRTC are
@@ -18,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use cudarc::driver::sys::{CUevent_flags, CUfunction_attribute};
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg,
+    CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg,
 };
 use cudarc::nvrtc::Ptx;
 use tdsl_loop::backend::{self as seam, BackendError, ErrorKind, RunOptions, RunStats, Target};
@@ -410,6 +411,34 @@ impl CudaExecutable {
         Ok(dev)
     }
 
+    /// Each kernel's time, and the span from the first launch's start to the last one's end,
+    /// read from the launches' events (waiting for the last).
+    fn times(&self, launched: &[Launched]) -> Result<(Vec<f32>, Option<Duration>), BackendError> {
+        let failed = |l: &Launched, e| {
+            driver_error(
+                &format!(
+                    "running {} (launches run asynchronously: the fault may be in a later \
+                     kernel of this run; CUDA_LAUNCH_BLOCKING=1 runs them one at a time)",
+                    l.name
+                ),
+                e,
+            )
+            .in_kernel(l.kernel)
+        };
+        let mut ms = vec![0f32; self.program.kernels.len()];
+        for l in launched {
+            ms[l.kernel] += l.start.elapsed_ms(&l.end).map_err(|e| failed(l, e))?;
+        }
+        let span = match (launched.first(), launched.last()) {
+            (Some(a), Some(b)) => {
+                let t = a.start.elapsed_ms(&b.end).map_err(|e| failed(b, e))?;
+                Some(Duration::from_secs_f64(t as f64 / 1e3))
+            }
+            _ => None,
+        };
+        Ok((ms, span))
+    }
+
     /// Copies `dev` into `into`'s elements in place (no byte vector in between).
     fn download(&self, dev: &CudaSlice<u8>, into: &mut Data) -> Result<(), BackendError> {
         let bytes = into.as_bytes_mut();
@@ -441,10 +470,11 @@ impl seam::Executable for CudaExecutable {
             exe: self,
             inputs: bufs,
             dev,
-            kernel_ms: vec![0f32; self.program.kernels.len()],
+            launched: Vec::new(),
         };
         let host = crate::walk::walk(&self.program, &self.steps, &self.tables, &mut m)?;
-        let OnDevice { dev, kernel_ms, .. } = m;
+        let OnDevice { dev, launched, .. } = m;
+        let (kernel_ms, device_span) = self.times(&launched)?;
         // Tables are preparation, not kernels: their time counts with the copies.
         transfer += host.tables;
         let host_time = host.steps;
@@ -462,16 +492,26 @@ impl seam::Executable for CudaExecutable {
                 .map(|(ms, h)| Duration::from_secs_f64(*ms as f64 / 1e3) + *h)
                 .collect(),
             transfer,
+            device_span,
         })
     }
 }
 
-/// A run's device buffers and kernel times: the device side of [`crate::walk`].
+/// A run's device buffers and launches: the device side of [`crate::walk`]. Launches queue on
+/// the stream without waiting; their events are read when the run ends.
 struct OnDevice<'a> {
     exe: &'a CudaExecutable,
     inputs: &'a [Data],
     dev: Vec<CudaSlice<u8>>,
-    kernel_ms: Vec<f32>,
+    launched: Vec<Launched>,
+}
+
+/// A launch in flight: its kernel, its name, and the events recorded around it.
+struct Launched {
+    kernel: usize,
+    name: String,
+    start: CudaEvent,
+    end: CudaEvent,
 }
 
 impl crate::walk::Machine for OnDevice<'_> {
@@ -528,10 +568,12 @@ impl crate::walk::Machine for OnDevice<'_> {
         let end = stream
             .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
             .map_err(|e| driver_error("recording an event", e))?;
-        let ms = start
-            .elapsed_ms(&end)
-            .map_err(|e| driver_error(&format!("running {}", l.name), e).in_kernel(l.kernel))?;
-        self.kernel_ms[l.kernel] += ms;
+        self.launched.push(Launched {
+            kernel: l.kernel,
+            name: l.name.clone(),
+            start,
+            end,
+        });
         Ok(())
     }
 

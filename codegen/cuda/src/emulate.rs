@@ -125,18 +125,22 @@ fn launch_call(out: &mut String, l: &Launch, check: Check) {
         true => blocks,
         false => blocks.min(EMU_BLOCKS),
     };
-    if l.cooperative() {
+    // Race-checked, launches whose blocks share nothing (no shared memory: threads alone, or
+    // warps that meet only at shuffles and warp barriers) run every block's threads as
+    // unordered fibers of one run, so a race between two blocks shows too.
+    let apart = check == Check::Races
+        && (!l.cooperative() || (l.split == crate::map::Split::Warp && l.lib.is_none()));
+    if apart {
+        let _ = writeln!(
+            out,
+            "    tdsl_emu_launch_apart({blocks}, {threads}, [&] {{ {call}; }});"
+        );
+    } else if l.cooperative() {
         // Every thread of a block as a fiber, meeting at the shuffles, barriers and warp-wide
         // instructions (`kernels/threads_host.h`).
         let _ = writeln!(
             out,
             "    tdsl_emu_launch({blocks}, {threads}, [&] {{ {call}; }});"
-        );
-    } else if check == Check::Races {
-        // Every thread of every block a fiber of one run, unordered with all the others.
-        let _ = writeln!(
-            out,
-            "    tdsl_emu_launch_apart({blocks}, {threads}, [&] {{ {call}; }});"
         );
     } else {
         // Threads that share nothing run one after another, in a fresh order for each block.
@@ -199,9 +203,10 @@ pub enum Check {
     /// Every data race between the emulated threads as well: the emulator is compiled with
     /// ThreadSanitizer, and two threads' accesses to one place, one a write, that no barrier,
     /// warp instruction or launch boundary orders fail the run ([`race_check`] says whether
-    /// the compiler can). Blocks of a launch whose threads work together are ordered (they
-    /// reuse the statics that stand for shared memory); a launch whose threads share nothing
-    /// runs every block's threads unordered. About ten times slower.
+    /// the compiler can). Blocks of a launch that uses shared memory (a block per row, a tile,
+    /// a tensor-core template) are ordered, as they reuse the statics that stand for it; other
+    /// launches (a thread or a warp per grid iteration) run every block's threads unordered.
+    /// About ten times slower.
     Races,
 }
 

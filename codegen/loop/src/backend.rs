@@ -105,6 +105,10 @@ pub struct RunStats {
     /// Time spent moving data between host and device, and preparing what is moved (the index
     /// tables a GPU builds from a sparse operand's pattern); zero on the host.
     pub transfer: Duration,
+    /// On a device: from the first launch's start to the last launch's end by the device's
+    /// clock, so the gaps between launches (and any step the host runs between them) count, as
+    /// they do when one times a sequence of library calls; `None` on the host.
+    pub device_span: Option<Duration>,
 }
 
 /// A compiled program, ready to run many times. Shared between threads.
@@ -194,6 +198,7 @@ impl Executable for EvalExecutable {
         Ok(RunStats {
             kernel_times,
             transfer: Duration::ZERO,
+            device_span: None,
         })
     }
 }
