@@ -210,6 +210,17 @@ pub enum Check {
     Races,
 }
 
+impl Check {
+    /// [`Check::Races`] when `TDSL_EMU_RACES=1`, else [`Check::Results`]: so any emulation
+    /// test can be run race-checked (`TDSL_EMU_RACES=1 cargo test --release -- prop_sparse`).
+    pub fn from_env() -> Check {
+        match std::env::var("TDSL_EMU_RACES").as_deref() {
+            Ok("1") => Check::Races,
+            _ => Check::Results,
+        }
+    }
+}
+
 /// Whether `cxx` builds and runs ThreadSanitizer programs ([`Check::Races`]), or why not.
 pub fn race_check(cxx: &Path) -> Result<(), String> {
     static CHECKED: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
@@ -286,14 +297,15 @@ impl Emulator {
         Emulator::compile_variants(p, cxx, tc, Variants::from_env())
     }
 
-    /// [`Emulator::compile_with`] with the template variants `v`.
+    /// [`Emulator::compile_with`] with the template variants `v` (race-checked when
+    /// `TDSL_EMU_RACES=1`, [`Check::from_env`]).
     pub fn compile_variants(
         p: &LoopProgram,
         cxx: &Path,
         tc: TensorCores,
         v: Variants,
     ) -> Result<Emulator, String> {
-        Emulator::compile_checked(p, cxx, tc, v, Check::Results)
+        Emulator::compile_checked(p, cxx, tc, v, Check::from_env())
     }
 
     /// [`Emulator::compile_variants`] with the checks `check` ([`Check::Races`] needs
