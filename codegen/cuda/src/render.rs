@@ -10,6 +10,7 @@
 //! widen to float on load and round to nearest even on store; an expression is computed in its
 //! compute type (float or double), constants rounded to the type of where they are used.
 
+use std::collections::BTreeSet;
 use std::fmt::Write;
 
 use tdsl_loop::{AccId, AccOp, BinOp, ElemType, Expr, Index, Iter, LoopProgram, Stmt, UnOp};
@@ -266,7 +267,12 @@ pub fn render_launch(p: &LoopProgram, l: &Launch) -> String {
             }
             Split::Block => {
                 r.line("const long long lane = TDSL_ROW_THREAD;");
-                r.line("__shared__ double tdsl_red[TDSL_ROW_WARPS];");
+                // A slot per warp for each accumulator a split loop combines.
+                let slots = match combined_per_loop(&l.body) {
+                    1 => "TDSL_ROW_WARPS".to_string(),
+                    n => format!("TDSL_ROW_WARPS * {n}"),
+                };
+                r.line(&format!("__shared__ double tdsl_red[{slots}];"));
                 r.line(&format!(
                     "for (long long {gi} = blockIdx.x; {gi} < {n}; {gi} += gridDim.x) {{"
                 ));
@@ -296,6 +302,52 @@ pub fn render_launch(p: &LoopProgram, l: &Launch) -> String {
     head.push_str(&r.out);
     head.push_str("}\n");
     head
+}
+
+/// The most accumulators one top-level loop of a split body combines (at least 1).
+fn combined_per_loop(body: &[Stmt]) -> usize {
+    body.iter()
+        .filter_map(|s| match s {
+            Stmt::Loop(l) => crate::map::outer_updates(l).map(|u| u.len()),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(1)
+        .max(1)
+}
+
+/// Every buffer `stmts` read or write: loads, stores, a sparse level's arrays, calls.
+fn touches(stmts: &[Stmt]) -> std::collections::BTreeSet<tdsl_loop::BufId> {
+    let mut out = std::collections::BTreeSet::new();
+    for s in stmts {
+        s.visit(&mut |s| {
+            match s {
+                Stmt::Store { buf, .. } => {
+                    out.insert(*buf);
+                }
+                Stmt::Call(c) => out.extend(c.buffers()),
+                Stmt::Loop(l) => match &l.iter {
+                    Iter::Range { .. } => {}
+                    Iter::Compressed { ptr, crd, .. } => out.extend([*ptr, *crd]),
+                    Iter::Singleton { crd, .. } => {
+                        out.insert(*crd);
+                    }
+                    Iter::TwoFour { meta, .. } => {
+                        out.insert(*meta);
+                    }
+                },
+                Stmt::Let { .. } | Stmt::Update { .. } => {}
+            }
+            for e in s.exprs() {
+                e.visit(&mut |e| {
+                    if let Expr::Load { buf, .. } = e {
+                        out.insert(*buf);
+                    }
+                });
+            }
+        });
+    }
+    out
 }
 
 fn writes(stmts: &[Stmt]) -> std::collections::BTreeSet<tdsl_loop::BufId> {
@@ -519,15 +571,39 @@ impl Renderer<'_> {
     /// loops are split across the threads; an accumulator updated in one starts at its identity
     /// on every thread but thread 0 and is combined after it: across the warp by butterfly
     /// shuffles (so every lane ends with the warp's total), then, for a block, through shared
-    /// memory (every thread combines the warps' totals in warp order, so all agree); threads
-    /// meet after every store.
+    /// memory (every thread combines the warps' totals in warp order, so all agree; one pair
+    /// of barriers for all the accumulators a loop combines); threads meet before a statement
+    /// that touches what was stored since they last met.
     fn split_stmts(&mut self, stmts: &[Stmt], split: Split) {
         let (stride, sync) = match split {
             Split::Block => ("TDSL_ROW_THREADS", "tdsl_syncblock();"),
             _ => ("TDSL_WARP", "tdsl_syncwarp();"),
         };
         let n_accs = self.accs.len();
-        for s in stmts {
+        // Threads meet before a statement when a later one in this iteration touches what the
+        // statements since they last met stored (later grid iterations keep to their own
+        // elements); stores by lane 0 alone wait for the next statement other lanes run, since
+        // lane 0 orders its own.
+        let (mut by_lane0, mut by_all) = (BTreeSet::new(), BTreeSet::new());
+        let mut meet = |i: usize, s: &Stmt| {
+            match s {
+                Stmt::Store { buf, .. } => by_lane0.insert(*buf),
+                _ => {
+                    by_all.extend(writes(std::slice::from_ref(s)));
+                    false
+                }
+            };
+            let later = touches(&stmts[i + 1..]);
+            let lane0_next = matches!(stmts.get(i + 1), Some(Stmt::Store { .. }));
+            let due = by_all.iter().any(|b| later.contains(b))
+                || (!lane0_next && by_lane0.iter().any(|b| later.contains(b)));
+            if due {
+                by_lane0.clear();
+                by_all.clear();
+            }
+            due
+        };
+        for (i, s) in stmts.iter().enumerate() {
             match s {
                 Stmt::Loop(l) => {
                     let v = l.var.0;
@@ -577,34 +653,56 @@ impl Renderer<'_> {
                     self.stmts(&l.body);
                     self.depth -= 1;
                     self.line("}");
+                    let combine = |a: u32, op: &AccOp, other: &str| match op {
+                        AccOp::Add => format!("a{a} + {other}"),
+                        AccOp::Mul => format!("a{a} * {other}"),
+                        AccOp::Max => format!("t_max(a{a}, {other})"),
+                        AccOp::Min | AccOp::Set => format!("t_min(a{a}, {other})"),
+                    };
                     for (a, op) in &updates {
-                        let t = compute_c(self.acc_ty(*a));
                         let a = a.0;
-                        let combine = |other: &str| match op {
-                            AccOp::Add => format!("a{a} + {other}"),
-                            AccOp::Mul => format!("a{a} * {other}"),
-                            AccOp::Max => format!("t_max(a{a}, {other})"),
-                            AccOp::Min | AccOp::Set => format!("t_min(a{a}, {other})"),
-                        };
                         self.line(&format!(
                             "for (int off = TDSL_WARP / 2; off > 0; off /= 2) a{a} = {};",
-                            combine(&format!("tdsl_shfl(a{a}, off)"))
+                            combine(a, op, &format!("tdsl_shfl(a{a}, off)"))
                         ));
-                        if split == Split::Block {
-                            // Exact: an f32 total round-trips through the f64 slot.
-                            self.line(&format!(
-                                "if (lane % TDSL_WARP == 0) tdsl_red[lane / TDSL_WARP] = a{a};"
-                            ));
-                            self.line("tdsl_syncblock();");
-                            self.line(&format!("a{a} = ({t})tdsl_red[0];"));
+                    }
+                    if split == Split::Block && !updates.is_empty() {
+                        // Every accumulator's warp totals through shared memory at once (slots
+                        // j * warps + w), the threads meeting twice for all of them. Exact: an
+                        // f32 total round-trips through the f64 slot.
+                        let slot = |j: usize, w: &str| match j {
+                            0 => format!("tdsl_red[{w}]"),
+                            j => format!("tdsl_red[{j} * TDSL_ROW_WARPS + {w}]"),
+                        };
+                        let leader = "if (lane % TDSL_WARP == 0)";
+                        match updates.as_slice() {
+                            [(a, _)] => self.line(&format!(
+                                "{leader} {} = a{};",
+                                slot(0, "lane / TDSL_WARP"),
+                                a.0
+                            )),
+                            _ => {
+                                self.line(&format!("{leader} {{"));
+                                for (j, (a, _)) in updates.iter().enumerate() {
+                                    let at = slot(j, "lane / TDSL_WARP");
+                                    self.line(&format!("  {at} = a{};", a.0));
+                                }
+                                self.line("}");
+                            }
+                        }
+                        self.line("tdsl_syncblock();");
+                        for (j, (a, op)) in updates.iter().enumerate() {
+                            let t = compute_c(self.acc_ty(*a));
+                            let a = a.0;
+                            self.line(&format!("a{a} = ({t}){};", slot(j, "0")));
                             self.line(&format!(
                                 "for (int w = 1; w < TDSL_ROW_WARPS; w++) a{a} = {};",
-                                combine(&format!("({t})tdsl_red[w]"))
+                                combine(a, op, &format!("({t}){}", slot(j, "w")))
                             ));
-                            self.line("tdsl_syncblock();");
                         }
+                        self.line("tdsl_syncblock();");
                     }
-                    if !writes(std::slice::from_ref(s)).is_empty() {
+                    if meet(i, s) {
                         self.line(sync);
                     }
                 }
@@ -614,9 +712,16 @@ impl Renderer<'_> {
                     self.stmt(s);
                     self.depth -= 1;
                     self.line("}");
-                    self.line(sync);
+                    if meet(i, s) {
+                        self.line(sync);
+                    }
                 }
-                other => self.stmt(other),
+                other => {
+                    self.stmt(other);
+                    if meet(i, other) {
+                        self.line(sync);
+                    }
+                }
             }
         }
         self.accs.truncate(n_accs);
