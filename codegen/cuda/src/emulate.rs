@@ -17,14 +17,16 @@
 //! with [`Check::Races`]: then it is compiled with ThreadSanitizer, every thread is a fiber the
 //! race detector tells apart, and only the instructions that gather threads order them
 //! (`kernels/threads_host.h`), so an unordered access to a place another thread writes is
-//! reported whatever the schedule, with the kernel, the two lines and the threads. With [`Order::Shuffled`] (the
-//! default) the blocks of a launch run in a shuffled order; within a block the scheduler runs
-//! the first warp with a ready lane in a ranking of the warps drawn afresh at each block
-//! barrier, its ready lanes in random order. A warp thus runs ahead of the others as far as its
-//! barriers let it, and lane 0 seldom goes first: a read that a missing barrier leaves
-//! unordered with another thread's write sees the value from before the write, or a value from
-//! the writer's next round. Unordered writes of the same value, and the result of two threads'
-//! unordered writes to one place, are not reported.
+//! reported whatever the schedule, with the kernel, the two lines and the threads.
+//!
+//! With [`Order::Shuffled`] (the default) the blocks of a launch run in a shuffled order;
+//! within a block the scheduler runs the first warp with a ready lane in a ranking of the warps
+//! drawn afresh at each block barrier, its ready lanes in random order. A warp thus runs ahead
+//! of the others as far as its barriers let it, and lane 0 seldom goes first: a read that a
+//! missing barrier leaves unordered with another thread's write sees the value from before the
+//! write, or a value from the writer's next round. Unordered writes of the same value, and the
+//! result of two threads' unordered writes to one place, do not show in the values; the race
+//! check reports them.
 //!
 //! What emulation cannot show: the device's math library (`expf` and friends differ by an ulp or two), and the PTX conversions (`cvt`),
 //! which the host prelude replaces with software conversions.
