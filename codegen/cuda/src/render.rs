@@ -317,49 +317,14 @@ fn combined_per_loop(body: &[Stmt]) -> usize {
 }
 
 /// Every buffer `stmts` read or write: loads, stores, a sparse level's arrays, calls.
-fn touches(stmts: &[Stmt]) -> std::collections::BTreeSet<tdsl_loop::BufId> {
-    let mut out = std::collections::BTreeSet::new();
-    for s in stmts {
-        s.visit(&mut |s| {
-            match s {
-                Stmt::Store { buf, .. } => {
-                    out.insert(*buf);
-                }
-                Stmt::Call(c) => out.extend(c.buffers()),
-                Stmt::Loop(l) => match &l.iter {
-                    Iter::Range { .. } => {}
-                    Iter::Compressed { ptr, crd, .. } => out.extend([*ptr, *crd]),
-                    Iter::Singleton { crd, .. } => {
-                        out.insert(*crd);
-                    }
-                    Iter::TwoFour { meta, .. } => {
-                        out.insert(*meta);
-                    }
-                },
-                Stmt::Let { .. } | Stmt::Update { .. } => {}
-            }
-            for e in s.exprs() {
-                e.visit(&mut |e| {
-                    if let Expr::Load { buf, .. } = e {
-                        out.insert(*buf);
-                    }
-                });
-            }
-        });
-    }
-    out
+fn touches(stmts: &[Stmt]) -> BTreeSet<tdsl_loop::BufId> {
+    let (mut reads, writes) = tdsl_loop::walk::stmt_reads_writes(stmts);
+    reads.extend(writes);
+    reads
 }
 
-fn writes(stmts: &[Stmt]) -> std::collections::BTreeSet<tdsl_loop::BufId> {
-    let mut out = std::collections::BTreeSet::new();
-    for s in stmts {
-        s.visit(&mut |s| {
-            if let Stmt::Store { buf, .. } = s {
-                out.insert(*buf);
-            }
-        });
-    }
-    out
+fn writes(stmts: &[Stmt]) -> BTreeSet<tdsl_loop::BufId> {
+    tdsl_loop::walk::stmt_reads_writes(stmts).1
 }
 
 struct Renderer<'a> {
