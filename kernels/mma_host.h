@@ -44,13 +44,50 @@ struct tdsl_emu_copy {
   const void *src;
   int bytes, size;
 };
-// A thread's cp.async copies: since the last commit, and the committed groups, oldest first.
+// A thread's cp.async copies: since the last commit, the committed groups, oldest first, and
+// those landed since the thread's last fence.proxy.async. `wg_fenced`: a wgmma.fence since the
+// thread last waited for wgmma groups (or since the kernel started).
 struct tdsl_emu_copies {
   std::vector<tdsl_emu_copy> open;
   std::vector<std::vector<tdsl_emu_copy>> groups;
+  std::vector<tdsl_emu_copy> unfenced;
+  bool wg_fenced;
 };
 static std::vector<tdsl_emu_copies> tdsl_emu_thread_copies;
 static tdsl_emu_copies &tdsl_emu_my_copies() { return tdsl_emu_thread_copies[tdsl_emu_self]; }
+
+// The proxies of shared memory. A cp.async writes through the generic proxy; wgmma reads its
+// operands through the async proxy, which sees a write only after the writing thread's
+// fence.proxy.async (and a barrier that orders the fence before the wgmma). Per 4 bytes of
+// shared memory: 1 + the thread whose landed copy wrote them and has not fenced since, or 0.
+// This is the emulator's bookkeeping, not the kernel's accesses: the race check ignores it.
+static std::vector<int> tdsl_emu_unfenced;
+#ifdef TDSL_EMU_RACES
+#define TDSL_EMU_BOOKKEEPING(...) do { __tsan_ignore_thread_begin(); __VA_ARGS__; __tsan_ignore_thread_end(); } while (0)
+#else
+#define TDSL_EMU_BOOKKEEPING(...) do { __VA_ARGS__; } while (0)
+#endif
+static void tdsl_emu_proxy_written(const tdsl_emu_copy &c) {
+  TDSL_EMU_BOOKKEEPING({
+    for (unsigned a = c.dst / 4; a < (c.dst + c.bytes + 3) / 4; a++) tdsl_emu_unfenced[a] = tdsl_emu_self + 1;
+    tdsl_emu_my_copies().unfenced.push_back(c);
+  });
+}
+static void tdsl_emu_proxy_fence() {
+  TDSL_EMU_BOOKKEEPING({
+    tdsl_emu_copies &f = tdsl_emu_my_copies();
+    for (const tdsl_emu_copy &c : f.unfenced)
+      for (unsigned a = c.dst / 4; a < (c.dst + c.bytes + 3) / 4; a++)
+        if (tdsl_emu_unfenced[a] == tdsl_emu_self + 1) tdsl_emu_unfenced[a] = 0;
+    f.unfenced.clear();
+  });
+}
+// The thread whose copy to `addr` the async proxy cannot see yet, or -1.
+static int tdsl_emu_proxy_unseen(unsigned addr) {
+  int t = 0;
+  TDSL_EMU_BOOKKEEPING(t = tdsl_emu_unfenced[addr / 4]);
+  return t - 1;
+}
 // One wgmma: its operands and the accumulators (and for wgmma.sp the metadata) of the
 // warpgroup's 128 threads.
 struct tdsl_emu_wgmma {
@@ -185,6 +222,15 @@ static void tdsl_emu_desc_read(unsigned long long desc, int rows, int cols, int 
     for (int k = 0; k < cols; k++) {
       unsigned addr = start + (r / 8) * sbo + (r % 8) * 128 + size * k;
       addr ^= ((addr >> 7) & 7u) << 4;
+      const int unseen = tdsl_emu_proxy_unseen(addr);
+      if (unseen >= 0) {
+        char what[200];
+        snprintf(what, sizeof what,
+                 "a wgmma reads shared byte %u, which thread %d's cp.async wrote with no fence.proxy.async "
+                 "after it landed (the tensor cores' async proxy may not see it)",
+                 addr, unseen);
+        tdsl_emu_fail(what);
+      }
       if (type == 2) {
         unsigned v;
         memcpy(&v, tdsl_emu_at(addr, 4), 4);
@@ -297,6 +343,7 @@ static void tdsl_emu_tc_block_start(int threads) {
   tdsl_emu_copies_early();  // read here, before any thread asks
   memset(tdsl_emu_smem, 0xff, sizeof tdsl_emu_smem);
   tdsl_emu_thread_copies.assign(threads, tdsl_emu_copies{});
+  tdsl_emu_unfenced.assign(TDSL_EMU_SMEM / 4, 0);
   tdsl_emu_wgroups.assign((threads + 127) / 128, tdsl_emu_wgroup{});
 }
 static void tdsl_emu_tc_block_end() {
@@ -318,6 +365,7 @@ static void tdsl_emu_copy_now(const tdsl_emu_copy &c) {
   unsigned char *d = tdsl_emu_at(c.dst, c.bytes);
   memset(d, 0, c.bytes);
   if (c.size) memcpy(d, c.src, c.size);
+  tdsl_emu_proxy_written(c);
 }
 // TDSL_EMU_COPIES=early: every cp.async lands when issued (a stage overwritten while another warp
 // still reads it shows); otherwise at the wait that retires its group (a read before the wait
@@ -385,7 +433,15 @@ template <int IN> TDSL_FN void tdsl_mma_sp16832(float *d, const unsigned *a, con
   f.d = d;
   tdsl_emu_wait(TDSL_EMU_WARP, IN == 1 ? TDSL_OP_SP_BF16 : TDSL_OP_SP_F16);
 }
+// PTX wants a wgmma.fence before a warpgroup's first wgmma and between a thread's accesses to
+// the accumulators and the next wgmma; tdsl's templates fence before every step's wgmmas, after
+// the wait that let the thread touch them, which is what this checks.
+static void tdsl_emu_wg_fenced() {
+  if (!tdsl_emu_my_copies().wg_fenced)
+    tdsl_emu_fail("a wgmma with no wgmma.fence since the thread last waited for wgmma groups (or since the kernel started)");
+}
 template <int IN, int BN> TDSL_FN void tdsl_wgmma(float *d, unsigned long long da, unsigned long long db) {
+  tdsl_emu_wg_fenced();
   tdsl_emu_fiber &f = tdsl_emu_me();
   f.da = da;
   f.db = db;
@@ -400,6 +456,7 @@ template <int IN, int BN> TDSL_FN void tdsl_wgmma_if(float *d, unsigned long lon
   if (on) tdsl_wgmma<IN, BN>(d, da, db);
 }
 template <int IN> TDSL_FN void tdsl_wgmma_sp(float *d, unsigned long long da, unsigned long long db, unsigned e) {
+  tdsl_emu_wg_fenced();
   tdsl_emu_fiber &f = tdsl_emu_me();
   f.da = da;
   f.db = db;
@@ -409,11 +466,12 @@ template <int IN> TDSL_FN void tdsl_wgmma_sp(float *d, unsigned long long da, un
   f.in[8] = e;
   tdsl_emu_wait(TDSL_EMU_WG, TDSL_OP_WGMMA_SP);
 }
-TDSL_FN void tdsl_wg_fence() {}
+TDSL_FN void tdsl_wg_fence() { tdsl_emu_my_copies().wg_fenced = true; }
 TDSL_FN void tdsl_wg_commit() { tdsl_emu_wait(TDSL_EMU_WG, TDSL_OP_WG_COMMIT); }
 template <int N> TDSL_FN void tdsl_wg_wait() {
+  tdsl_emu_my_copies().wg_fenced = false;
   tdsl_emu_me().in[0] = N;
   tdsl_emu_wait(TDSL_EMU_WG, TDSL_OP_WG_WAIT);
 }
-TDSL_FN void tdsl_fence_async_smem() {}
+TDSL_FN void tdsl_fence_async_smem() { tdsl_emu_proxy_fence(); }
 

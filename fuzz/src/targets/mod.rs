@@ -2,7 +2,7 @@
 //!
 //! | target | input | what runs |
 //! |---|---|---|
-//! | `script` | script text | `tdsl check`'s path: parse, shape-free pattern checks, check, memory check; for small programs also binding initialisers, `auto` resolution, cost and plan (`tdsl cost`, `tdsl plan`); every diagnostic rendered as the CLI prints it (human and JSON) |
+//! | `script` | script text | `tdsl check`'s path: parse, shape-free pattern checks, check, memory check; for small programs also binding initialisers, `auto` resolution, cost and plan (`tdsl cost`, `tdsl plan`), the GPU mapping and CUDA units for sm_80 and sm_90 (`tdsl plan --device cuda`, `tdsl emit --target cuda`), and (every 50th input) JIT compile and run (`tdsl run`); every diagnostic rendered as the CLI prints it (human and JSON) |
 //! | `pattern` | `OP\nPATTERN\nKWARGS\nSHAPES` | `tdsl_syntax::pattern` (einops for all three ops, einsum, numpy subscripts), the checker's `resolve_pattern` / `resolve_einsum` on small shapes, and (every 50th input) the macros' runtime route: `Program::compile` of the one-statement script a macro call site builds |
 //! | `repl` | REPL lines | `parse_repl_line` and the REPL's checking of each line on one session-long `Checker` (a failed line is discarded), with the cost of the session's program |
 //! | `npy`, `npz`, `safetensors` | file bytes | the readers in `tdsl::io` (written to one reused temporary file), and on every 50th input a write and read back |

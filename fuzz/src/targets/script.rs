@@ -1,5 +1,7 @@
 //! `script`: text through the front half of `tdsl check`, and `tdsl cost` / `tdsl plan` for
-//! programs small enough to bind and plan quickly. Nothing is JIT-compiled or run.
+//! programs small enough to bind and plan quickly; a planned program is mapped and rendered as
+//! CUDA for sm_80 and sm_90 (`tdsl plan --device cuda`, `tdsl emit --target cuda`), and on the
+//! slow route (every 50th input) JIT-compiled and run on its bound data (`tdsl run`).
 
 use std::collections::BTreeMap;
 
@@ -224,17 +226,71 @@ pub(super) fn script_text(text: &str, ctx: &mut Ctx) {
     if !small {
         return;
     }
-    match pipe.plan(&program) {
-        Ok(plan) => {
-            ctx.stage("planned");
-            let text = tdsl_loop::print::print_program(&plan.loops);
-            ctx.mark(&[2, bucket(plan.loops.kernels.len())]);
-            if ctx.verbose {
-                print!("{text}");
-            }
-        }
+    let plan = match pipe.plan(&program) {
+        Ok(plan) => plan,
         Err(d) => {
             ctx.stage("plan-error");
+            ctx.diag(&d, NAME, text);
+            return;
+        }
+    };
+    ctx.stage("planned");
+    let printed = tdsl_loop::print::print_program(&plan.loops);
+    ctx.mark(&[2, bucket(plan.loops.kernels.len())]);
+    if ctx.verbose {
+        print!("{printed}");
+    }
+    cuda(&plan.loops, ctx);
+    if ctx.heavy && data.iter().all(Option::is_some) {
+        compile_and_run(&pipe, program, data, ctx, text);
+    }
+}
+
+/// What `tdsl plan --device cuda` and `tdsl emit --target cuda` do with a plan: the GPU's
+/// launches (printed as loop IR), and the CUDA unit for an Ampere and a Hopper device (their
+/// tensor-core templates differ).
+fn cuda(loops: &tdsl_loop::LoopProgram, ctx: &mut Ctx) {
+    let (mapped, steps) = tdsl_cuda::map_program(loops);
+    std::hint::black_box(tdsl_loop::print::print_program(&mapped));
+    ctx.stage("cuda-mapped");
+    ctx.mark(&[3, bucket(steps.len())]);
+    for sm in [80, 90] {
+        let unit = tdsl_cuda::cuda_unit_for(loops, sm);
+        if unit.contains("tdsl_tc_") {
+            ctx.stage("cuda-tensor-cores");
+        }
+        std::hint::black_box(unit);
+    }
+    ctx.stage("cuda-rendered");
+}
+
+/// What `tdsl run` does with a small program whose inputs all have data: compile for the JIT
+/// and run. A failure must be a diagnostic of the run, not a panic; an internal error is a bug.
+fn compile_and_run(
+    pipe: &tdsl::session::Pipeline,
+    program: tdsl::check::Program,
+    data: Vec<Option<Value>>,
+    ctx: &mut Ctx,
+    text: &str,
+) {
+    const NAME: &str = "fuzz.tdsl";
+    let compiled = match pipe.compile(program) {
+        Ok(c) => c,
+        Err(d) => {
+            ctx.stage("compile-error");
+            ctx.diag(&d, NAME, text);
+            return;
+        }
+    };
+    ctx.stage("compiled");
+    let inputs = data.into_iter().flatten().collect();
+    match compiled.run(inputs, &tdsl_loop::RunOptions::default()) {
+        Ok((outputs, _)) => {
+            ctx.stage("ran");
+            std::hint::black_box(outputs);
+        }
+        Err(d) => {
+            ctx.stage("run-error");
             ctx.diag(&d, NAME, text);
         }
     }
