@@ -283,15 +283,74 @@ fn compile_and_run(
         }
     };
     ctx.stage("compiled");
+    let dense: Option<Vec<Tensor>> = data
+        .iter()
+        .map(|v| v.clone().and_then(|v| v.into_dense().ok()))
+        .collect();
     let inputs = data.into_iter().flatten().collect();
     match compiled.run(inputs, &tdsl_loop::RunOptions::default()) {
         Ok((outputs, _)) => {
             ctx.stage("ran");
-            std::hint::black_box(outputs);
+            if let Some(dense) = dense {
+                let want = tdsl::interp::run(compiled.program(), &dense);
+                if let Some(what) = disagree(compiled.program(), &outputs, &want) {
+                    ctx.internal(format!("the JIT and the interpreter disagree: {what}"));
+                }
+            }
         }
         Err(d) => {
             ctx.stage("run-error");
             ctx.diag(&d, NAME, text);
         }
     }
+}
+
+/// Where the JIT's outputs `got` differ from the interpreter's `want` by more than rounding
+/// explains: an element off by more than a tolerance (by the program's least precise dtype) of
+/// its output's largest magnitude, or NaN on one side only. Outputs that are not finite in
+/// the reference are skipped (overflow depends on the order of operations).
+fn disagree(p: &tdsl::check::Program, got: &[Tensor], want: &[Tensor]) -> Option<String> {
+    use tdsl::DType;
+    let low = |d: DType| match d {
+        DType::F64 => 0,
+        DType::F32 => 1,
+        DType::F16 => 2,
+        DType::BF16 => 3,
+    };
+    let least = p
+        .nodes
+        .iter()
+        .map(|n| n.ty.dtype)
+        .chain(p.inputs.iter().map(|i| i.ty.dtype))
+        .max_by_key(|d| low(*d))?;
+    let tol = match least {
+        DType::F64 | DType::F32 => 1e-3,
+        DType::F16 => 2e-2,
+        DType::BF16 => 1e-1,
+    };
+    if got.len() != want.len() {
+        return Some(format!("{} outputs against {}", got.len(), want.len()));
+    }
+    for (o, (g, w)) in got.iter().zip(want).enumerate() {
+        if g.shape() != w.shape() {
+            return Some(format!(
+                "output {o} is {:?} against {:?}",
+                g.shape(),
+                w.shape()
+            ));
+        }
+        let (g, w) = (g.to_f64(), w.to_f64());
+        if w.iter().any(|x| !x.is_finite()) {
+            continue;
+        }
+        let scale = w.iter().fold(1e-30f64, |m, x| m.max(x.abs()));
+        for (i, (a, b)) in g.iter().zip(&w).enumerate() {
+            if !a.is_finite() || (a - b).abs() > tol * scale {
+                return Some(format!(
+                    "output {o} element {i} is {a} in the JIT, {b} in the interpreter (scale {scale:e}, tolerance {tol:e})"
+                ));
+            }
+        }
+    }
+    None
 }
