@@ -11,7 +11,11 @@
 // lands at the cp.async.wait_group that retires its group (or, with TDSL_EMU_COPIES=early, when
 // issued, so a stage overwritten too soon shows instead), a wgmma at the wgmma.wait_group that
 // retires its group. Shared memory starts every block filled with 0xff bytes (NaN in f16, bf16
-// and f32), so reading what no copy wrote shows in the result.
+// and f32), so reading what no copy wrote shows in the result. What no value shows is checked
+// instead: a wgmma's operands are read at its issue as well as at its wait_group and must not
+// differ, must have landed by the issue, and must have been fenced for the async proxy by the
+// threads whose copies wrote them; each warpgroup thread must pass a wgmma.fence between
+// waiting for wgmma groups and issuing the next wgmma.
 #define __CUDA_ARCH_FEAT_SM90_ALL 1
 struct uint4 { unsigned x, y, z, w; };
 struct alignas(16) float4 { float x, y, z, w; };
@@ -56,37 +60,62 @@ struct tdsl_emu_copies {
 static std::vector<tdsl_emu_copies> tdsl_emu_thread_copies;
 static tdsl_emu_copies &tdsl_emu_my_copies() { return tdsl_emu_thread_copies[tdsl_emu_self]; }
 
-// The proxies of shared memory. A cp.async writes through the generic proxy; wgmma reads its
-// operands through the async proxy, which sees a write only after the writing thread's
+// What the tensor cores may read of shared memory. A cp.async writes through the generic
+// proxy; wgmma reads its operands through the async proxy, at any moment between its issue and
+// the wgmma.wait_group that retires it, and sees a write only after the writing thread's
 // fence.proxy.async (and a barrier that orders the fence before the wgmma). Per 4 bytes of
-// shared memory: 1 + the thread whose landed copy wrote them and has not fenced since, or 0.
+// shared memory: 0 when the async proxy sees them; 1 + t when thread t's copy landed there
+// and t has not fenced since; -(1 + t) while thread t's copy there is issued but not landed.
 // This is the emulator's bookkeeping, not the kernel's accesses: the race check ignores it.
-static std::vector<int> tdsl_emu_unfenced;
+static std::vector<int> tdsl_emu_proxy;
 #ifdef TDSL_EMU_RACES
 #define TDSL_EMU_BOOKKEEPING(...) do { __tsan_ignore_thread_begin(); __VA_ARGS__; __tsan_ignore_thread_end(); } while (0)
 #else
 #define TDSL_EMU_BOOKKEEPING(...) do { __VA_ARGS__; } while (0)
 #endif
-static void tdsl_emu_proxy_written(const tdsl_emu_copy &c) {
+static void tdsl_emu_proxy_mark(const tdsl_emu_copy &c, int state) {
   TDSL_EMU_BOOKKEEPING({
-    for (unsigned a = c.dst / 4; a < (c.dst + c.bytes + 3) / 4; a++) tdsl_emu_unfenced[a] = tdsl_emu_self + 1;
-    tdsl_emu_my_copies().unfenced.push_back(c);
+    for (unsigned a = c.dst / 4; a < (c.dst + c.bytes + 3) / 4; a++) tdsl_emu_proxy[a] = state;
   });
+}
+static void tdsl_emu_proxy_issued(const tdsl_emu_copy &c) { tdsl_emu_proxy_mark(c, -(tdsl_emu_self + 1)); }
+static void tdsl_emu_proxy_landed(const tdsl_emu_copy &c) {
+  tdsl_emu_proxy_mark(c, tdsl_emu_self + 1);
+  TDSL_EMU_BOOKKEEPING(tdsl_emu_my_copies().unfenced.push_back(c));
 }
 static void tdsl_emu_proxy_fence() {
   TDSL_EMU_BOOKKEEPING({
     tdsl_emu_copies &f = tdsl_emu_my_copies();
     for (const tdsl_emu_copy &c : f.unfenced)
       for (unsigned a = c.dst / 4; a < (c.dst + c.bytes + 3) / 4; a++)
-        if (tdsl_emu_unfenced[a] == tdsl_emu_self + 1) tdsl_emu_unfenced[a] = 0;
+        if (tdsl_emu_proxy[a] == tdsl_emu_self + 1) tdsl_emu_proxy[a] = 0;
     f.unfenced.clear();
   });
 }
-// The thread whose copy to `addr` the async proxy cannot see yet, or -1.
-static int tdsl_emu_proxy_unseen(unsigned addr) {
+// Stops the run if the async proxy cannot see shared byte `addr`, which a wgmma reads: as it is
+// issued (`issue`), or as the wait_group that retires it is reached (then any copy there was
+// issued while the wgmma was in flight).
+static void tdsl_emu_proxy_check(unsigned addr, bool issue) {
   int t = 0;
-  TDSL_EMU_BOOKKEEPING(t = tdsl_emu_unfenced[addr / 4]);
-  return t - 1;
+  TDSL_EMU_BOOKKEEPING(t = tdsl_emu_proxy[addr / 4]);
+  if (t == 0) return;
+  char what[240];
+  if (!issue)
+    snprintf(what, sizeof what,
+             "thread %d's cp.async to shared byte %u was issued while a wgmma that reads it was in "
+             "flight (before the wgmma.wait_group that retires the wgmma)",
+             t > 0 ? t - 1 : -t - 1, addr);
+  else if (t > 0)
+    snprintf(what, sizeof what,
+             "a wgmma reads shared byte %u, which thread %d's cp.async wrote with no fence.proxy.async "
+             "after it landed (the tensor cores' async proxy may not see it)",
+             addr, t - 1);
+  else
+    snprintf(what, sizeof what,
+             "a wgmma reads shared byte %u while thread %d's cp.async to it has not landed (no "
+             "cp.async.wait_group retired it before the wgmma was issued)",
+             addr, -t - 1);
+  tdsl_emu_fail(what);
 }
 // One wgmma: its operands and the accumulators (and for wgmma.sp the metadata) of the
 // warpgroup's 128 threads.
@@ -96,6 +125,7 @@ struct tdsl_emu_wgmma {
   bool sparse;
   float *d[128];
   unsigned e[128];
+  unsigned long long seen;  // a hash of the operands as they were when it was issued
 };
 struct tdsl_emu_wgroup {
   std::vector<tdsl_emu_wgmma> open;
@@ -213,7 +243,7 @@ static void tdsl_emu_mma_tf32(tdsl_emu_fiber *w) {
 // descriptor: start address and stride byte offset (between 8-row atoms), 128-byte swizzle
 // (chunk bits 4..6 of the address XORed with its row bits 7..9).
 // Type 2 is tf32: `cols` 32-bit values per row.
-static void tdsl_emu_desc_read(unsigned long long desc, int rows, int cols, int type, float *out) {
+static void tdsl_emu_desc_read(unsigned long long desc, int rows, int cols, int type, float *out, bool issue) {
   const unsigned start = (unsigned)(desc & 0x3fffu) << 4, sbo = (unsigned)((desc >> 32) & 0x3fffu) << 4;
   const unsigned size = type == 2 ? 4 : 2;
   if ((desc >> 62) != 1) tdsl_emu_fail("a wgmma descriptor without the 128-byte swizzle (not emulated)");
@@ -222,15 +252,7 @@ static void tdsl_emu_desc_read(unsigned long long desc, int rows, int cols, int 
     for (int k = 0; k < cols; k++) {
       unsigned addr = start + (r / 8) * sbo + (r % 8) * 128 + size * k;
       addr ^= ((addr >> 7) & 7u) << 4;
-      const int unseen = tdsl_emu_proxy_unseen(addr);
-      if (unseen >= 0) {
-        char what[200];
-        snprintf(what, sizeof what,
-                 "a wgmma reads shared byte %u, which thread %d's cp.async wrote with no fence.proxy.async "
-                 "after it landed (the tensor cores' async proxy may not see it)",
-                 addr, unseen);
-        tdsl_emu_fail(what);
-      }
+      tdsl_emu_proxy_check(addr, issue);
       if (type == 2) {
         unsigned v;
         memcpy(&v, tdsl_emu_at(addr, 4), 4);
@@ -245,13 +267,34 @@ static void tdsl_emu_desc_read(unsigned long long desc, int rows, int cols, int 
 // D[64][n] += A[64][K] B[K][n] (K = 16; for wgmma.sp, 32 logical from A's 16 compressed columns
 // and the metadata: the row 16w + g + 8h, group q nibble is in thread 32w + 4g + q / 4, bits
 // 4 (q mod 4) + 16h, as mma.sp's per warp).
+// Reads a wgmma's operands from shared memory (A, or for wgmma.sp the compressed Ac; and B) and
+// returns a hash of what it read. The tensor cores may read them at any moment from the issue
+// to the wait_group that retires the wgmma, so the emulation reads them at both and stops the
+// run if they differ.
+static unsigned long long tdsl_emu_wgmma_operands(const tdsl_emu_wgmma &op, float *A, float *B, bool issue) {
+  const int K = op.sparse ? 32 : op.type == 2 ? 8 : 16;
+  const int a_elems = 64 * (op.type == 2 ? 8 : 16);
+  tdsl_emu_desc_read(op.da, 64, op.type == 2 ? 8 : 16, op.type, A, issue);
+  tdsl_emu_desc_read(op.db, op.n, K, op.type, B, issue);
+  unsigned long long h = 0xcbf29ce484222325ull;
+  const auto mix = [&h](const float *v, int n) {
+    for (int i = 0; i < n; i++) {
+      unsigned u;
+      memcpy(&u, &v[i], 4);
+      h = (h ^ u) * 0x100000001b3ull;
+    }
+  };
+  mix(A, a_elems);
+  mix(B, op.n * K);
+  return h;
+}
 static void tdsl_emu_wgmma_run(const tdsl_emu_wgmma &op) {
   // On the performing fiber's stack (two warpgroups' performers share no scratch).
   float Ac[64 * 16], A[64 * 32], B[256 * 32];
   // k16 of halves; k8 of tf32 (the same 32 bytes per row); k32 for wgmma.sp.
   const int K = op.sparse ? 32 : op.type == 2 ? 8 : 16;
-  tdsl_emu_desc_read(op.da, 64, op.type == 2 ? 8 : 16, op.type, op.sparse ? Ac : A);
-  tdsl_emu_desc_read(op.db, op.n, K, op.type, B);
+  if (tdsl_emu_wgmma_operands(op, op.sparse ? Ac : A, B, false) != op.seen)
+    tdsl_emu_fail("the shared memory a wgmma reads changed between its issue and the wgmma.wait_group that retired it");
   if (op.sparse) {
     memset(A, 0, sizeof A);
     for (int row = 0; row < 64; row++)
@@ -312,11 +355,15 @@ static void tdsl_emu_tc_perform(tdsl_emu_fiber *w, int lanes, int group) {
     case TDSL_OP_SP_BF16: tdsl_emu_mma(w, 1, true); break;
     case TDSL_OP_WGMMA:
     case TDSL_OP_WGMMA_SP: {
-      tdsl_emu_wgmma g{w[0].da, w[0].db, w[0].n, w[0].type, op == TDSL_OP_WGMMA_SP, {}, {}};
+      tdsl_emu_wgmma g{w[0].da, w[0].db, w[0].n, w[0].type, op == TDSL_OP_WGMMA_SP, {}, {}, 0};
       for (int l = 0; l < lanes; l++) {
         if (w[l].da != g.da || w[l].db != g.db) tdsl_emu_fail("wgmma descriptors that differ across the warpgroup");
         g.d[l] = w[l].d;
         g.e[l] = w[l].in[8];
+      }
+      {
+        std::vector<float> a(64 * 32), b(256 * 32);
+        g.seen = tdsl_emu_wgmma_operands(g, a.data(), b.data(), true);
       }
       tdsl_emu_wgroups[group].open.push_back(g);
       break;
@@ -343,7 +390,7 @@ static void tdsl_emu_tc_block_start(int threads) {
   tdsl_emu_copies_early();  // read here, before any thread asks
   memset(tdsl_emu_smem, 0xff, sizeof tdsl_emu_smem);
   tdsl_emu_thread_copies.assign(threads, tdsl_emu_copies{});
-  tdsl_emu_unfenced.assign(TDSL_EMU_SMEM / 4, 0);
+  tdsl_emu_proxy.assign(TDSL_EMU_SMEM / 4, 0);
   tdsl_emu_wgroups.assign((threads + 127) / 128, tdsl_emu_wgroup{});
 }
 static void tdsl_emu_tc_block_end() {
@@ -365,7 +412,7 @@ static void tdsl_emu_copy_now(const tdsl_emu_copy &c) {
   unsigned char *d = tdsl_emu_at(c.dst, c.bytes);
   memset(d, 0, c.bytes);
   if (c.size) memcpy(d, c.src, c.size);
-  tdsl_emu_proxy_written(c);
+  tdsl_emu_proxy_landed(c);
 }
 // TDSL_EMU_COPIES=early: every cp.async lands when issued (a stage overwritten while another warp
 // still reads it shows); otherwise at the wait that retires its group (a read before the wait
@@ -381,8 +428,12 @@ static bool tdsl_emu_copies_early() {
 TDSL_FN void tdsl_cp_async(unsigned dst, const void *src, int bytes, bool ok) {
   const tdsl_emu_copy c{dst, src, bytes, ok ? bytes : 0};
   tdsl_emu_at(dst, bytes);
-  if (tdsl_emu_copies_early()) tdsl_emu_copy_now(c);
-  else tdsl_emu_my_copies().open.push_back(c);
+  if (tdsl_emu_copies_early()) {
+    tdsl_emu_copy_now(c);
+  } else {
+    tdsl_emu_proxy_issued(c);
+    tdsl_emu_my_copies().open.push_back(c);
+  }
 }
 TDSL_FN void tdsl_cp16(unsigned dst, const void *src, bool ok) { tdsl_cp_async(dst, src, 16, ok); }
 TDSL_FN void tdsl_cp8(unsigned dst, const void *src, bool ok) { tdsl_cp_async(dst, src, 8, ok); }
