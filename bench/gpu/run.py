@@ -62,7 +62,7 @@ def gemm_cases(torch):
     except Exception as e:  # noqa: BLE001
         w24s = None
         print(f"(no semi-structured sparse anchor: {e})", file=sys.stderr)
-    for rows in (8192, 256, 16):
+    for rows in (8192, 256, 16, 1):
         x = torch.randn(rows, 8192, generator=g, device=dev, dtype=torch.bfloat16)
         flop = 2 * rows * 8192 * 8192
         suffix = "" if rows == 8192 else f"_{rows}"
@@ -116,7 +116,7 @@ def gemm_cases(torch):
             from torch.sparse._triton_ops import bsr_dense_mm
         except Exception:  # noqa: BLE001
             bsr_dense_mm = None
-        for rows in (8192, 256, 16):
+        for rows in (8192, 256, 16, 1):
             x = torch.randn(rows, 8192, generator=g, device=dev, dtype=torch.bfloat16)
             flop = 2 * rows * 8192 * 8192
             suffix = "" if rows == 8192 else f"_{rows}"
