@@ -303,6 +303,11 @@ pub mod gpu_efficiency {
     pub const TWO_FOUR_BANDWIDTH: f64 = 0.12;
     /// BSR's: not measured at small batches; taken as dense's.
     pub const BSR_BANDWIDTH: f64 = 0.30;
+    /// A product with one row of activations (a matrix times a vector), dense or 2:4: no
+    /// tensor-core tile, a block or warp per row of the weight splitting it between its
+    /// threads. An estimate, not measured: the block-row kernels reached 42–62% of an H200's
+    /// bandwidth (softmax, layer norm), and a product's row also gathers the vector.
+    pub const ROWS_BANDWIDTH: f64 = 0.50;
 }
 
 /// The GPU `--device cuda` predicts for: an H200 (and H100 SXM), 989 TFLOP/s dense bf16 on
@@ -370,16 +375,19 @@ pub fn product_efficiency(f: Format, ops: Operands, m: &Machine) -> f64 {
     }
 }
 
-/// The fraction of machine `m`'s bandwidth a product in format `f` reaches when memory bounds
-/// it: 1 on the CPU (its ceilings are what the kernels measured), the tensor-core kernels'
-/// small-batch figures on the GPU ([`gpu_efficiency::DENSE_BANDWIDTH`] and the others).
-pub fn product_bandwidth(f: Format, ops: Operands, m: &Machine) -> f64 {
+/// The fraction of machine `m`'s bandwidth a product in format `f` with `rows` rows of
+/// activations (the dense operand's free extent) reaches when memory bounds it: 1 on the CPU
+/// (its ceilings are what the kernels measured), the tensor-core kernels' small-batch figures
+/// on the GPU ([`gpu_efficiency::DENSE_BANDWIDTH`] and the others), and the row kernels' for a
+/// dense or 2:4 weight times one vector ([`gpu_efficiency::ROWS_BANDWIDTH`]).
+pub fn product_bandwidth(f: Format, ops: Operands, m: &Machine, rows: u128) -> f64 {
     let tf32 = m.target == crate::machine::Target::CudaTf32 && ops == Operands::F32;
     if m.target == crate::machine::Target::Cpu || (ops != Operands::Sixteen && !tf32) {
         return 1.0;
     }
     use gpu_efficiency::*;
     match f {
+        Format::Dense | Format::TwoFour { .. } if rows == 1 => ROWS_BANDWIDTH,
         Format::Dense => DENSE_BANDWIDTH,
         Format::TwoFour { .. } => TWO_FOUR_BANDWIDTH,
         Format::Bsr { .. } => BSR_BANDWIDTH,
@@ -597,14 +605,14 @@ pub fn sparse_op_cost(
     let d_ty = &program.node(d_node).ty;
     let ops = Operands::of(&[s_ty.dtype, d_ty.dtype]);
     let eff = product_efficiency(s_ty.format, ops, m);
-    let bw_eff = product_bandwidth(s_ty.format, ops, m);
+    let bw_eff = product_bandwidth(s_ty.format, ops, m, n);
     let sparse_secs = predict_product_secs(flops as f64, bytes as f64, (eff, bw_eff), m);
     let dense_secs = predict_product_secs(
         dense_flops as f64,
         dense_bytes as f64,
         (
             product_efficiency(Format::Dense, ops, m),
-            product_bandwidth(Format::Dense, ops, m),
+            product_bandwidth(Format::Dense, ops, m, n),
         ),
         m,
     );

@@ -16,7 +16,8 @@
 //!    A loop that cannot be mapped runs on one thread.
 //!
 //! 4. A grid launch whose iteration is a row of work (softmax, norms, reductions: top-level
-//!    range loops of 32 or more iterations under the grid) runs one *warp* per grid iteration
+//!    range loops of 32 or more iterations under the grid, or a 2:4 row's kept values, whose
+//!    count the format fixes) runs one *warp* per grid iteration
 //!    ([`Launch::warp`], [`warp_ok`]): its top-level loops are split across the 32 lanes, each
 //!    accumulator updated in such a loop is combined across the warp with shuffles, and lanes
 //!    meet at `__syncwarp` after each loop that stores. A row whose loops run [`BLOCK_ROW`] or
@@ -1067,7 +1068,7 @@ pub fn split_of(body: &[Stmt]) -> Split {
         return Split::Thread;
     }
     let long = body.iter().any(|s| match s {
-        Stmt::Loop(l) => matches!(l.iter, Iter::Range { extent } if extent >= BLOCK_ROW),
+        Stmt::Loop(l) => lane_extent(&l.iter).is_some_and(|e| e >= BLOCK_ROW),
         _ => false,
     });
     if long {
@@ -1218,7 +1219,8 @@ fn stored_entries(body: &[Stmt], elems: &[u64]) -> u64 {
 }
 
 /// Whether the body of a grid iteration can run as one warp: it has a top-level range loop of
-/// at least [`WARP`] iterations, every top-level loop is a range loop of range loops, the
+/// at least [`WARP`] iterations, every top-level loop is a range loop (or a 2:4 row's kept
+/// values, [`lane_extent`]) of range loops, the
 /// accumulators updated inside them are combined by `+ * max min` (never overwritten) and not
 /// read inside them (a lane holds only its part until the loop ends), every store inside them
 /// is injective in the loop's variable (lanes write distinct elements; variables bound
@@ -1227,7 +1229,7 @@ pub fn warp_ok(body: &[Stmt]) -> bool {
     let mut long = false;
     for s in body {
         let Stmt::Loop(l) = s else { continue };
-        let Iter::Range { extent } = l.iter else {
+        let Some(extent) = lane_extent(&l.iter) else {
             return false;
         };
         long |= extent >= WARP;
@@ -1256,6 +1258,17 @@ pub fn warp_ok(body: &[Stmt]) -> bool {
         }
     }
     long
+}
+
+/// The iterations of a loop whose count is known before it runs, which a warp's or block's
+/// threads can split: a range, or a 2:4 row's kept values (two per group, each iteration
+/// reading its own position from the metadata).
+fn lane_extent(iter: &Iter) -> Option<u64> {
+    match *iter {
+        Iter::Range { extent } => Some(extent),
+        Iter::TwoFour { groups, .. } => Some(groups.saturating_mul(2)),
+        _ => None,
+    }
 }
 
 /// The accumulators a loop updates that are declared outside it, each with the one operation

@@ -397,12 +397,7 @@ impl Renderer<'_> {
                             "for (long long v{v} = 0; v{v} < {}LL; ++v{v}) {{",
                             groups.saturating_mul(2)
                         ));
-                        self.line(&format!(
-                            "  const long long v{} = 4 * (v{v} / 2) + (long long)(((unsigned int)b{}[{} + v{v} / 16] >> (2 * (v{v} % 16))) & 3u);",
-                            coord.0,
-                            meta.0,
-                            index(meta_index)
-                        ));
+                        self.line(&two_four_coord(v, coord.0, meta.0, meta_index));
                     }
                 }
                 self.depth += 1;
@@ -594,6 +589,18 @@ impl Renderer<'_> {
                                 Some(format!("  const long long v{} = b{}[v{v}];", coord.0, crd.0)),
                             )
                         }
+                        Iter::TwoFour {
+                            groups,
+                            meta,
+                            meta_index,
+                            coord,
+                        } => (
+                            format!(
+                                "for (long long v{v} = lane; v{v} < {}LL; v{v} += {stride}) {{",
+                                groups.saturating_mul(2)
+                            ),
+                            Some(two_four_coord(v, coord.0, meta.0, meta_index)),
+                        ),
                         _ => {
                             self.stmt(s);
                             continue;
@@ -906,6 +913,15 @@ fn binary_name(op: BinOp) -> &'static str {
         BinOp::Eq => "t_eq",
         BinOp::Ne => "t_ne",
     }
+}
+
+/// The line that binds a 2:4 loop's coordinate `v{coord}` from its kept value `v{v}`: the group's
+/// first column plus the 2-bit position stored in the metadata (spec/loop-ir.md §3).
+fn two_four_coord(v: u32, coord: u32, meta: u32, meta_index: &Index) -> String {
+    format!(
+        "  const long long v{coord} = 4 * (v{v} / 2) + (long long)(((unsigned int)b{meta}[{} + v{v} / 16] >> (2 * (v{v} % 16))) & 3u);",
+        index(meta_index)
+    )
 }
 
 #[cfg(test)]

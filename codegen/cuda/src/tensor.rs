@@ -4,7 +4,9 @@
 //!
 //! A call qualifies when its two product operands are f16 or bf16 of one type, read along K
 //! contiguously (or, for B, along N), with 16-byte aligned rows; everything else keeps the
-//! generic kernel of `tdsl_loop::expand`. Before deciding, [`select`] looks through the copy
+//! generic kernel of `tdsl_loop::expand`, as does a 2:4 weight times one vector (a tile of 128
+//! columns would do 128 times the work to read the weight once; a block or warp per row of the
+//! weight reads it once as well, `map.rs`). Before deciding, [`select`] looks through the copy
 //! kernels the CPU planner puts around a call (an f16 operand widened to an f32 temp and
 //! transposed for the CPU's kernels; an f32 result transposed into the output): when a temp is
 //! written by one pure copy nest and read only by the call, the call reads the copy's source
@@ -1051,6 +1053,17 @@ fn two_four(
         (Side::Left, true) | (Side::Right, false) => 0,
     };
     if axis != k_axis || !k.is_multiple_of(64) || m.max(n).max(k) >= 1 << 30 {
+        return None;
+    }
+    // Times a vector (a decode step), a tile of 128 columns would do 128 times the work to read
+    // the weight once, at the tensor-core kernel's small-batch rate (12% of the bandwidth on an
+    // H200). The generic loops read it once too, a block (or warp) splitting each row's kept
+    // values, as a dense matrix-vector product runs (map.rs).
+    let dense_extent = match side {
+        Side::Left => n,
+        Side::Right => m,
+    };
+    if dense_extent == 1 {
         return None;
     }
     let kind = Kind::TwoFour {

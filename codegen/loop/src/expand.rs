@@ -342,12 +342,15 @@ fn spmm(
         body
     };
     match outer {
-        // One compressed loop inside the owned row (CSR): the element's sum in an accumulator,
-        // stored once, as GEMM accumulates (f32 for 16-bit results), and a row a GPU warp can
-        // split between its lanes.
+        // One compressed or 2:4 loop inside the owned row (CSR, 2:4 rows): the element's sum in
+        // an accumulator, stored once, as GEMM accumulates (f32 for 16-bit results), and a row
+        // a GPU warp or block can split between its threads.
         Some((o, extent))
             if loops.len() == 2
-                && matches!(loops[1].iter, Iter::Compressed { .. })
+                && matches!(
+                    loops[1].iter,
+                    Iter::Compressed { .. } | Iter::TwoFour { .. }
+                )
                 && c_at.terms.iter().all(|t| t.0 == o || t.0 == dense) =>
         {
             let mut inner = loops.pop().expect("two loops");
