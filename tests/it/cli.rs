@@ -524,13 +524,15 @@ fn cost_and_auto_predict_for_the_gpu_with_device_cuda() {
     assert!(gpu.stdout.contains("nominal GPU"), "{}", gpu.stdout);
     // 16 rows: both products only read their weight, at the kernels' measured fractions of the
     // bandwidth; 2:4 reads half the bytes at 0.12 against dense's 0.30 and loses (an H200
-    // measured 124 µs against 90), BSR at 0.25 reads a quarter and wins.
-    for (format, verdict) in [
-        ("2:4(i) = randn(seed=1)", "dense, "),
-        ("bsr(32, 32) = randn(seed=1, density=0.25)", "sparse, "),
+    // measured 124 µs against 90), BSR at 0.25 reads a quarter and wins. One row: 2:4 and dense
+    // both run row kernels (no tensor-core tile), at one rate, and 2:4's fewer bytes win.
+    for (rows, format, verdict) in [
+        (16, "2:4(i) = randn(seed=1)", "dense, "),
+        (16, "bsr(32, 32) = randn(seed=1, density=0.25)", "sparse, "),
+        (1, "2:4(i) = randn(seed=1)", "sparse, "),
     ] {
         let small = format!(
-            "input x: bf16[n=16, i=2048] = randn(seed=0)\n\
+            "input x: bf16[n={rows}, i=2048] = randn(seed=0)\n\
              input w: bf16[o=2048, i] @ {format}\n\
              y = einsum(x, w, 'n i, o i -> n o')\n\
              output y\n"
@@ -543,7 +545,7 @@ fn cost_and_auto_predict_for_the_gpu_with_device_cuda() {
             .find(|l| l.starts_with("y ") && l.contains(" faster"))
             .unwrap_or_else(|| panic!("no verdict line in\n{}", out.stdout))
             .to_string();
-        assert!(l.contains(verdict), "{format}: {l}");
+        assert!(l.contains(verdict), "{rows} rows, {format}: {l}");
     }
     // An f32 weight: its BSR product runs the generic kernels; the dense product the exact f32
     // template, or, with `--tf32`, TF32 tensor cores, predicted faster still.
