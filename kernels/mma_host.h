@@ -73,9 +73,11 @@ static std::vector<int> tdsl_emu_proxy;
 #else
 #define TDSL_EMU_BOOKKEEPING(...) do { __VA_ARGS__; } while (0)
 #endif
-static void tdsl_emu_proxy_mark(const tdsl_emu_copy &c, int state) {
+// Sets the state of the 4-byte words copy `c` writes; with `only`, only those in state `only`.
+static void tdsl_emu_proxy_mark(const tdsl_emu_copy &c, int state, int only = 0) {
   TDSL_EMU_BOOKKEEPING({
-    for (unsigned a = c.dst / 4; a < (c.dst + c.bytes + 3) / 4; a++) tdsl_emu_proxy[a] = state;
+    for (unsigned a = c.dst / 4; a < (c.dst + c.bytes + 3) / 4; a++)
+      if (!only || tdsl_emu_proxy[a] == only) tdsl_emu_proxy[a] = state;
   });
 }
 static void tdsl_emu_proxy_issued(const tdsl_emu_copy &c) { tdsl_emu_proxy_mark(c, -(tdsl_emu_self + 1)); }
@@ -84,13 +86,9 @@ static void tdsl_emu_proxy_landed(const tdsl_emu_copy &c) {
   TDSL_EMU_BOOKKEEPING(tdsl_emu_my_copies().unfenced.push_back(c));
 }
 static void tdsl_emu_proxy_fence() {
-  TDSL_EMU_BOOKKEEPING({
-    tdsl_emu_copies &f = tdsl_emu_my_copies();
-    for (const tdsl_emu_copy &c : f.unfenced)
-      for (unsigned a = c.dst / 4; a < (c.dst + c.bytes + 3) / 4; a++)
-        if (tdsl_emu_proxy[a] == tdsl_emu_self + 1) tdsl_emu_proxy[a] = 0;
-    f.unfenced.clear();
-  });
+  tdsl_emu_copies &f = tdsl_emu_my_copies();
+  for (const tdsl_emu_copy &c : f.unfenced) tdsl_emu_proxy_mark(c, 0, tdsl_emu_self + 1);
+  TDSL_EMU_BOOKKEEPING(f.unfenced.clear());
 }
 // Stops the run if the async proxy cannot see shared byte `addr`, which a wgmma reads: as it is
 // issued (`issue`), or as the wait_group that retires it is reached (then any copy there was
@@ -362,8 +360,9 @@ static void tdsl_emu_tc_perform(tdsl_emu_fiber *w, int lanes, int group) {
         g.e[l] = w[l].in[8];
       }
       {
-        std::vector<float> a(64 * 32), b(256 * 32);
-        g.seen = tdsl_emu_wgmma_operands(g, a.data(), b.data(), true);
+        // On the performing fiber's stack, as tdsl_emu_wgmma_run's.
+        float a[64 * 32], b[256 * 32];
+        g.seen = tdsl_emu_wgmma_operands(g, a, b, true);
       }
       tdsl_emu_wgroups[group].open.push_back(g);
       break;
