@@ -157,6 +157,90 @@ fn tensor_core_templates_agree_with_the_interpreter_in_emulation() {
     eprintln!("{launches} tensor-core launches agree with the interpreter in emulation");
 }
 
+/// What no value shows, the emulation checks: a `wgmma` whose operands a thread's `cp.async`
+/// wrote without that thread's `fence.proxy.async` after it, or one issued with no
+/// `wgmma.fence` since the thread last waited for `wgmma` groups, stops the run with its
+/// message. The unit of a dense product on `wgmma` runs as shipped, then with each fence
+/// dropped from its text (zero operands: the checks look at when, not what).
+#[test]
+fn a_wgmma_pipeline_without_its_fences_stops_the_emulation() {
+    let Some(cxx) = crate::diff::cxx() else {
+        return;
+    };
+    let text = "input x: bf16[n=150, i=72] = randn(seed=0)\ninput w: bf16[o=136, i] = randn(seed=1)\ny = einsum(x, w, 'n i, o i -> n o')\noutput y\n";
+    let p = tdsl::compile(text, &Default::default()).expect("compiles");
+    let plan = tdsl::plan::lower::plan_program(&p).expect("plans");
+    let (program, steps) =
+        tdsl_cuda::map_program_variants(&plan.loops, TensorCores::Wgmma, Variants::default());
+    let src =
+        tdsl_cuda::emulate::emulator_source(&program, &steps, tdsl_cuda::emulate::Check::Results);
+    let bytes: u64 = program
+        .buffers
+        .iter()
+        .map(|b| b.elems * b.ty.size_bytes())
+        .sum();
+    let dir = tempfile::tempdir().expect("temp dir");
+    for (dropped, message) in [
+        (None, None),
+        (
+            Some("tdsl_fence_async_smem();"),
+            Some("with no fence.proxy.async"),
+        ),
+        (
+            Some("tdsl_wg_fence();"),
+            Some("a wgmma with no wgmma.fence"),
+        ),
+    ] {
+        let unit = match dropped {
+            Some(call) => {
+                assert!(src.contains(call), "the unit has no `{call}`");
+                src.replace(call, "")
+            }
+            None => src.clone(),
+        };
+        let (cpp, exe, bin) = (
+            dir.path().join("unit.cpp"),
+            dir.path().join("unit"),
+            dir.path().join("buffers.bin"),
+        );
+        std::fs::write(&cpp, unit).expect("writes");
+        std::fs::write(&bin, vec![0u8; bytes as usize]).expect("writes");
+        let mut cc = std::process::Command::new(cxx);
+        cc.args(["-O1", "-std=c++17", "-w"]);
+        if cfg!(target_arch = "x86_64") {
+            cc.arg("-fcf-protection=none");
+        }
+        let built = cc
+            .arg("-o")
+            .arg(&exe)
+            .arg(&cpp)
+            .arg("-lm")
+            .output()
+            .expect("runs");
+        assert!(
+            built.status.success(),
+            "{}",
+            String::from_utf8_lossy(&built.stderr)
+        );
+        let ran = std::process::Command::new(&exe)
+            .env("TDSL_EMU_COPIES", "late")
+            .arg(&bin)
+            .arg("0")
+            .output()
+            .expect("runs");
+        let err = String::from_utf8_lossy(&ran.stderr);
+        match message {
+            None => assert!(ran.status.success(), "the shipped template: {err}"),
+            Some(m) => assert!(
+                !ran.status.success() && err.contains(m),
+                "without `{}`: {}, {err}",
+                dropped.unwrap_or_default(),
+                ran.status
+            ),
+        }
+    }
+}
+
 /// f64 products run on the FMA units by default and on the f64 tensor cores (`mma.sync` m8n8k4,
 /// DMMA) when the variant says so; both agree with the interpreter to f64 rounding (1e-12 of
 /// the output's largest value; a wrong lane or a skipped step of K is off by far more): partial
