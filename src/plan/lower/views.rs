@@ -120,6 +120,22 @@ impl Planner<'_> {
             }
         }
         let (k, d) = place;
+        // Loops enclosing the placement that the reduction does not use would recompute it at
+        // each of their iterations: `x - mean(x over b)` fused into the loop over `b` reads
+        // all of `x` once per row. Such a reduction gets its own buffer instead (a pass over
+        // its input, then a load), unless it is the value this kernel materialises.
+        let repeats = self.env[..=k]
+            .iter()
+            .enumerate()
+            .flat_map(|(j, n)| {
+                let upto = if j == k { d } else { n.vars.len() };
+                n.vars[..upto].iter().copied()
+            })
+            .filter(|(v, _)| !used.contains(v))
+            .fold(1u64, |r, (_, e)| r.saturating_mul(e));
+        if repeats > 1 && !self.must.contains(&id) && !self.mat.contains_key(&id) {
+            return Err(Retry::Materialise(id));
+        }
         self.env[k].pre[d].extend(stmts);
         self.acc_place.insert(acc, place);
         let value = Expr::Acc(acc);
