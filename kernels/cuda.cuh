@@ -41,4 +41,7 @@ TDSL_FN void tdsl_syncwarp() { __syncwarp(); }
 #define TDSL_ROW_THREADS 256
 #define TDSL_ROW_WARPS 8
 #define TDSL_ROW_THREAD ((long long)threadIdx.x)
+// Column blocks: 32 grid iterations per block, 16 warps splitting their loops (map.rs,
+// `Split::Cols`; 16 = map::COL_SLICES).
+#define TDSL_COL_SLICES 16
 TDSL_FN void tdsl_syncblock() { __syncthreads(); }

@@ -30,6 +30,10 @@ TDSL_FN void tdsl_syncwarp();
 #define TDSL_ROW_THREADS 256
 #define TDSL_ROW_WARPS 8
 #define TDSL_ROW_THREAD ((long long)threadIdx.x)
+// Column blocks: 32 grid iterations per block, 16 warps splitting their loops (map.rs,
+// `Split::Cols`; 16 = map::COL_SLICES).
+#define TDSL_COL_SLICES 16
+#define __launch_bounds__(...)
 #define __shared__ static
 // Compiled with ThreadSanitizer (emulate.rs's race check), threads_host.h tells the race
 // detector which of the emulated threads' accesses are ordered.

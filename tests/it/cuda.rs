@@ -945,6 +945,87 @@ proptest::proptest! {
     }
 }
 
+/// Reductions over the outer axis of `x[r, c]` (the rows of the result are columns of `x`), which
+/// a GPU block takes 32 columns at a time, its 16 warps splitting the `r` steps
+/// ([`tdsl_cuda::Split::Cols`]): `op` over `r`, its result subtracted from `x` again (a reduction
+/// the planner gives its own buffer, accumulated in registers on the device), the softmax over
+/// `r`, and a vector times `x` (`x @ W` at one row, `W[in, out]`). `c` from 32 up, rarely a
+/// multiple of 32, so a block's last columns often lie past the grid. Values as [`rows_case`]'s.
+pub(crate) fn columns_case(
+    rows: usize,
+    cols: usize,
+    op: &str,
+    dtype: tdsl::DType,
+    seed: u64,
+) -> (String, Vec<tdsl::Tensor>) {
+    let mut next = draws(seed);
+    let mut value = |i: usize| match op {
+        "prod" => match (i * 7 + next(5)) % 97 {
+            0 => 2.0,
+            1 => 0.5,
+            k if k % 2 == 0 => -1.0,
+            _ => 1.0,
+        },
+        _ => (next(33) as f64 - 16.0) / 8.0,
+    };
+    let x: Vec<f64> = (0..rows * cols).map(&mut value).collect();
+    let v: Vec<f64> = (0..rows).map(&mut value).collect();
+    let script = format!(
+        "input x: {dtype}[r={rows}, c={cols}]\n\
+         input v: {dtype}[r]\n\
+         s = reduce(x, \"r c -> c\", \"{op}\")\n\
+         d = x - reduce(x, \"r c -> 1 c\", \"{op}\")\n\
+         e = exp(x - reduce(x, \"r c -> 1 c\", \"max\"))\n\
+         p = e / reduce(e, \"r c -> 1 c\", \"sum\")\n\
+         y = einsum(v, x, \"r, r c -> c\")\n\
+         output s, d, p, y\n"
+    );
+    (
+        script,
+        vec![
+            tdsl::Tensor::from_f64(dtype, vec![rows, cols], &x),
+            tdsl::Tensor::from_f64(dtype, vec![rows], &v),
+        ],
+    )
+}
+
+proptest::proptest! {
+    #![proptest_config(crate::tensor_emu::cases_from("TDSL_EMU_CASES", 6))]
+
+    /// Reductions over an outer axis on the emulation's column blocks (32 columns per block,
+    /// the last ones often past the grid, 16 warps splitting the steps, the parts combined in
+    /// shared memory) agree with the interpreter, as [`rows_case`]'s rows do.
+    #[test]
+    fn emulated_column_reductions_of_any_width_agree_with_the_interpreter(
+        rows in 32usize..300, cols in 32usize..140,
+        op in proptest::sample::select(vec!["sum", "mean", "max", "min", "prod"]),
+        dtype in proptest::sample::select(vec![
+            tdsl::DType::F32, tdsl::DType::F64, tdsl::DType::F16, tdsl::DType::BF16,
+        ]),
+        seed in 0u64..1000,
+    ) {
+        if crate::diff::cxx().is_none() {
+            return Ok(());
+        }
+        let (text, inputs) = columns_case(rows, cols, op, dtype, seed);
+        let p = tdsl::compile(&text, &Default::default()).expect("compiles");
+        let plan = tdsl::plan::lower::plan_program(&p).expect("plans");
+        let unit = tdsl_cuda::cuda_unit_for(&plan.loops, 90);
+        proptest::prop_assert!(unit.contains("32 per block, its 16 warps"), "{text}\n{unit}");
+        let shapes = crate::diff::output_shapes(&p);
+        let want = tdsl::interp::run(&p, &inputs);
+        let got = crate::diff::cuda_emulated(&p, &inputs, &shapes)
+            .map_err(proptest::test_runner::TestCaseError::fail)?;
+        let tol = match dtype {
+            tdsl::DType::F16 => 2e-3,
+            tdsl::DType::BF16 => 1.6e-2,
+            _ => 1e-5,
+        };
+        crate::diff::agree(&got, &want, tol, "on the CUDA emulation")
+            .map_err(|e| proptest::test_runner::TestCaseError::fail(format!("{text}: {e}")))?;
+    }
+}
+
 /// The grouped BSR walks read a group table whose words hold a block column in 16 bits: a
 /// product with 2^16 block columns or more walks one block row per thread block instead, with
 /// no table; one with fewer takes the walk it is asked for.

@@ -37,6 +37,17 @@
 //!    element) lists its rows longest first as well, each expanded into the dense axis
 //!    (Sputnik's row swizzle).
 //!
+//!    When the row's operands are contiguous across neighbouring grid iterations rather than
+//!    along the row ([`columns_pay`]: `x @ W` with `W[in, out]` at one row, a reduction over a
+//!    batch axis), a block takes 32 consecutive iterations instead ([`Split::Cols`]): lane `c`
+//!    of each of its 16 warps runs iteration `c`, the warps split the row's steps, so each
+//!    warp reads 32 neighbours per step, and the parts meet in shared memory.
+//!
+//!    A reduction the CPU's plan accumulates in its output (kept axes, reduced axes, then the
+//!    innermost kept axis, so the CPU reads its input in memory order) would map only its
+//!    outermost loop; it becomes a grid over the kept axes, each iteration summing into a
+//!    register in the CPU's order ([`accumulate_in_registers`]), and so a row of the kinds above.
+//!
 //! 5. A grid launch that is one store of a transposing map (the store is contiguous in one grid
 //!    variable, a load in another: a permute, or an elementwise chain around one) runs one
 //!    32×32 tile per block ([`Split::Tile`], [`transposing_tile`]): the block reads the
@@ -50,7 +61,9 @@ use crate::tensor::TensorCores;
 use tdsl_loop::expand::expand_calls;
 use tdsl_loop::launch::race_free;
 use tdsl_loop::walk::stmt_buffers;
-use tdsl_loop::{BufId, Expr, GpuAxis, Index, Iter, LibCall, Loop, LoopProgram, Stmt, VarId};
+use tdsl_loop::{
+    BufId, ElemType, Expr, GpuAxis, Index, Iter, LibCall, Loop, LoopProgram, Stmt, VarId,
+};
 
 /// One step of a program on the GPU.
 // A program has a handful of steps: boxing the launches would cost more than it saves.
@@ -346,7 +359,21 @@ pub enum Split {
     /// One block of [`BLOCK`] threads per [`TILE`]×[`TILE`] tile of a transposing map's last
     /// two grid variables ([`Launch::tile`]): loads along the first, stores along the second.
     Tile,
+    /// One block of [`WARP`] × [`COL_SLICES`] threads per [`WARP`] consecutive grid iterations
+    /// ([`columns_pay`]): lane `c` of every warp runs iteration `c`, and the block's warps split
+    /// its top-level loops, each taking every [`COL_SLICES`]th step. For rows whose operands
+    /// are contiguous across grid iterations, not along the loop (`x @ W` with `W[in, out]` at
+    /// one row, a sum over a batch axis): a warp reads 32 neighbouring elements at each step,
+    /// where a warp or block per iteration would read one element per sector. Partial results
+    /// are combined in shared memory, in slice order.
+    Cols,
 }
+
+/// The warps of a [`Split::Cols`] block: each walks every 16th step of the grid iterations'
+/// loops. 16 warps keep 16 rows of loads in flight per 32 columns; a block of 512 threads,
+/// launched with `__launch_bounds__(512, 1)` so its kernel never needs more registers than a
+/// launch of 512 threads has.
+pub const COL_SLICES: u64 = 16;
 
 /// Lanes of a warp on the device.
 pub const WARP: u64 = 32;
@@ -455,6 +482,9 @@ impl Launch {
             Split::Warp => WARP,
             Split::Block => return (iterations.min(MAX_BLOCKS), BLOCK),
             Split::Tile => return (self.tiles().min(MAX_BLOCKS), BLOCK),
+            Split::Cols => {
+                return (iterations.div_ceil(WARP).min(MAX_BLOCKS), WARP * COL_SLICES);
+            }
         };
         let n = iterations.saturating_mul(lanes);
         let block = n.next_multiple_of(32).min(BLOCK);
@@ -490,6 +520,10 @@ pub fn map_program_variants(
     out.buffers.extend(sel.scratch.iter().cloned());
     let elem_bytes: Vec<u64> = out.buffers.iter().map(|b| b.ty.size_bytes()).collect();
     let elems: Vec<u64> = out.buffers.iter().map(|b| b.elems).collect();
+    let compute: Vec<ElemType> = out.buffers.iter().map(|b| b.ty.compute()).collect();
+    let buf_bytes: Vec<u64> = (elems.iter().zip(&elem_bytes))
+        .map(|(n, b)| n.saturating_mul(*b))
+        .collect();
     // The row lists of sparse-row launches ([`Bins`]): scratch after the tensor cores'.
     let first_list = out.buffers.len();
     let mut lists: Vec<tdsl_loop::Buffer> = Vec::new();
@@ -582,6 +616,9 @@ pub fn map_program_variants(
                     // Rows no list could be made for: their lengths are data, and a warp runs
                     // a row of any length (the column array's capacity says nothing of them).
                     Split::Thread if rows => Split::Warp,
+                    Split::Warp | Split::Block if columns_pay(&grid, &body, &buf_bytes) => {
+                        Split::Cols
+                    }
                     split => split,
                 },
             };
@@ -610,6 +647,11 @@ pub fn map_program_variants(
                 Run::Loops(stmts) => {
                     for s in stmts {
                         let Stmt::Loop(l) = s else { continue };
+                        if let Some((grid, body)) = accumulate_in_registers(l, &compute) {
+                            new_body.push(Stmt::Loop(grid_nest(l, &grid, body.clone())));
+                            launch(grid, body, &mut steps);
+                            continue;
+                        }
                         let (mut mapped, grid) = map_loop(l);
                         match grid {
                             Some((grid, body)) => {
@@ -824,6 +866,149 @@ fn grid_nest(outer: &Loop, grid: &[(VarId, u64)], body: Vec<Stmt>) -> Loop {
         Some(Stmt::Loop(l)) => l,
         _ => outer.clone(),
     }
+}
+
+/// A reduction the CPU's plan accumulates in its output (`tdsl_plan`'s outer reductions: the
+/// kept axes, the reduced axes, then the innermost kept axis, so the CPU reads its input in
+/// memory order), as a grid over the kept variables, each iteration summing into a register.
+/// On the CPU the output row stays in cache between steps; on the device the loop nest would
+/// map only its outermost loop to the grid (the reduced loops carry the output from step to
+/// step), leaving a few threads for the whole input. `l` must be a perfect nest of range loops
+/// around one store `out[ix] = op(out[ix], e)` whose index uses exactly the kept variables,
+/// injectively, and whose `e` does not read `out`; the register has the output's compute type
+/// (`compute`, per buffer), and the accumulation order along the reduced
+/// loops is the CPU's, so the result is the same.
+pub fn accumulate_in_registers(l: &Loop, compute: &[ElemType]) -> Option<(Grid, Vec<Stmt>)> {
+    use tdsl_loop::{AccId, AccOp, BinOp};
+    let mut nest: Vec<&Loop> = vec![l];
+    let store = loop {
+        let last = nest[nest.len() - 1];
+        match last.body.as_slice() {
+            [Stmt::Loop(inner)] => nest.push(inner),
+            [s @ Stmt::Store { .. }] => break s,
+            _ => return None,
+        }
+    };
+    let Stmt::Store { buf, index, value } = store else {
+        return None;
+    };
+    let Expr::Binary(op, old, e) = value else {
+        return None;
+    };
+    let op = match op {
+        BinOp::Add => AccOp::Add,
+        BinOp::Mul => AccOp::Mul,
+        BinOp::Max => AccOp::Max,
+        BinOp::Min => AccOp::Min,
+        _ => return None,
+    };
+    if **old
+        != (Expr::Load {
+            buf: *buf,
+            index: index.clone(),
+        })
+    {
+        return None;
+    }
+    let mut reads_out = false;
+    e.visit(&mut |x| reads_out |= matches!(x, Expr::Load { buf: b, .. } if b == buf));
+    let mut extents = BTreeMap::new();
+    for n in &nest {
+        let Iter::Range { extent } = n.iter else {
+            return None;
+        };
+        if n.gpu.is_some() {
+            return None;
+        }
+        extents.insert(n.var, extent);
+    }
+    let kept: Vec<VarId> = nest
+        .iter()
+        .map(|n| n.var)
+        .filter(|v| index.stride_of(*v) != 0)
+        .collect();
+    let reduced: Vec<&Loop> = nest
+        .iter()
+        .copied()
+        .filter(|n| index.stride_of(n.var) == 0)
+        .collect();
+    if reads_out || kept.is_empty() || reduced.is_empty() || !injective(index, &kept, &extents) {
+        return None;
+    }
+    let acc = AccId(0);
+    let mut body = vec![Stmt::Update {
+        acc,
+        op,
+        value: (**e).clone(),
+    }];
+    for r in reduced.iter().rev() {
+        body = vec![Stmt::Loop(Loop {
+            var: r.var,
+            iter: r.iter.clone(),
+            parallel: false,
+            vector: r.vector,
+            gpu: None,
+            body,
+        })];
+    }
+    let mut stmts = vec![Stmt::Let {
+        acc,
+        ty: compute.get(buf.0 as usize).copied()?,
+        init: (**old).clone(),
+    }];
+    stmts.extend(body);
+    stmts.push(Stmt::Store {
+        buf: *buf,
+        index: index.clone(),
+        value: Expr::Acc(acc),
+    });
+    let grid = kept.iter().map(|v| (*v, extents[v])).collect();
+    Some((grid, stmts))
+}
+
+/// Whether a launch whose grid iteration is a row of work (a warp's or a block's, [`warp_ok`])
+/// streams more of its data contiguously across neighbouring grid iterations than along its
+/// loops, so a [`Split::Cols`] block serves it better: the grid's last axis is at least a warp
+/// long, and the buffers read in its top-level loops at a unit step along the last grid
+/// variable are larger than those read at a unit step along the loop (each buffer weighed by
+/// its bytes, `buf_bytes`: in `x @ W` at one row, `W` is what streams, `x` stays in cache).
+/// At most four accumulators per loop (their partial results go through shared memory).
+pub fn columns_pay(grid: &[(VarId, u64)], body: &[Stmt], buf_bytes: &[u64]) -> bool {
+    let Some(&(col, e)) = grid.last() else {
+        return false;
+    };
+    if e < WARP || !warp_ok(body) {
+        return false;
+    }
+    let (mut across, mut along) = (0u64, 0u64);
+    for s in body {
+        let Stmt::Loop(l) = s else { continue };
+        if outer_updates(l).is_none_or(|u| u.len() > 4) {
+            return false;
+        }
+        let step = match l.iter {
+            Iter::TwoFour { coord, .. } => coord,
+            _ => l.var,
+        };
+        for t in &l.body {
+            t.visit(&mut |t| {
+                for x in t.exprs() {
+                    x.visit(&mut |x| {
+                        if let Expr::Load { buf, index } = x {
+                            let size = buf_bytes.get(buf.0 as usize).copied().unwrap_or(0);
+                            if index.stride_of(col) == 1 {
+                                across = across.saturating_add(size);
+                            }
+                            if index.stride_of(step) == 1 {
+                                along = along.saturating_add(size);
+                            }
+                        }
+                    });
+                }
+            });
+        }
+    }
+    across > along
 }
 
 /// `l` with its first `depth` directly nested loops marked `gpu grid`.

@@ -169,6 +169,7 @@ pub fn render_launch(p: &LoopProgram, l: &Launch) -> String {
         depth: 1,
         accs: Vec::new(),
         staged: None,
+        dead_cols: l.split == Split::Cols && !l.iterations().is_multiple_of(crate::map::WARP),
     };
     let (blocks, threads) = l.shape();
     let mut head = String::new();
@@ -205,6 +206,7 @@ pub fn render_launch(p: &LoopProgram, l: &Launch) -> String {
                 (Split::Warp, _) => ", one warp each",
                 (Split::Block, _) => ", one block each",
                 (Split::Tile, _) => ", one 32x32 tile per block through shared memory",
+                (Split::Cols, _) => ", 32 per block, its 16 warps splitting each one's loops",
             }
         );
     }
@@ -218,7 +220,19 @@ pub fn render_launch(p: &LoopProgram, l: &Launch) -> String {
             format!("{cnst}{}* __restrict__ b{}", c_type(buf.ty), b.0)
         })
         .collect();
-    let _ = writeln!(head, "TDSL_KERNEL {}({}) {{", l.name, params.join(", "));
+    // A block of more than 256 threads: the kernel's registers must fit it. With a minimum of
+    // one block per SM, ptxas takes what the code needs (up to 128); with none it aims at full
+    // occupancy (32 registers at 512 threads) and spills.
+    let bounds = match threads > crate::map::BLOCK {
+        true => format!("__launch_bounds__({threads}, 1) "),
+        false => String::new(),
+    };
+    let _ = writeln!(
+        head,
+        "TDSL_KERNEL {bounds}{}({}) {{",
+        l.name,
+        params.join(", ")
+    );
     if l.grid.is_empty() {
         r.line("if (TDSL_THREAD != 0) return;");
         r.stmts(&l.body);
@@ -277,10 +291,32 @@ pub fn render_launch(p: &LoopProgram, l: &Launch) -> String {
                     "for (long long {gi} = blockIdx.x; {gi} < {n}; {gi} += gridDim.x) {{"
                 ));
             }
+            Split::Cols => {
+                r.line("const long long lane = (long long)(threadIdx.x / TDSL_WARP);");
+                r.line("const long long col = (long long)(threadIdx.x % TDSL_WARP);");
+                // A slot per thread for each accumulator a split loop combines.
+                let slots = match combined_per_loop(&l.body) {
+                    1 => "TDSL_COL_SLICES * TDSL_WARP".to_string(),
+                    n => format!("TDSL_COL_SLICES * TDSL_WARP * {n}"),
+                };
+                r.line(&format!("__shared__ double tdsl_red[{slots}];"));
+                let groups = l.iterations().div_ceil(crate::map::WARP);
+                r.line(&format!(
+                    "for (long long gb = blockIdx.x; gb < {groups}LL; gb += gridDim.x) {{"
+                ));
+            }
         }
         r.depth += 1;
         if let Some(list) = &list {
             r.line(list);
+        }
+        if l.split == Split::Cols {
+            // Past the grid, the iteration's coordinates wrap (each is taken modulo its
+            // extent), so its loads stay in bounds; `live` keeps it from storing.
+            r.line("const long long gi = gb * TDSL_WARP + col;");
+            if r.dead_cols {
+                r.line(&format!("const bool live = gi < {n};"));
+            }
         }
         let mut inner = 1u64;
         for &(v, e) in l.grid.iter().rev() {
@@ -294,7 +330,7 @@ pub fn render_launch(p: &LoopProgram, l: &Launch) -> String {
         }
         match l.split {
             Split::Thread | Split::Tile => r.stmts(&l.body),
-            Split::Warp | Split::Block => r.split_stmts(&l.body, l.split),
+            Split::Warp | Split::Block | Split::Cols => r.split_stmts(&l.body, l.split),
         }
         r.depth -= 1;
         r.line("}");
@@ -336,6 +372,10 @@ struct Renderer<'a> {
     /// A load read from shared memory instead ([`Split::Tile`]): its buffer, index and the
     /// element of the tile that holds it.
     staged: Option<(tdsl_loop::BufId, Index, String)>,
+    /// In a [`Split::Cols`] launch whose grid is not a whole number of warps: the block's last
+    /// columns may lie past it (`live` false), and their threads walk no steps and store
+    /// nothing, but still meet the others at every barrier.
+    dead_cols: bool,
 }
 
 impl Renderer<'_> {
@@ -537,7 +577,15 @@ impl Renderer<'_> {
     fn split_stmts(&mut self, stmts: &[Stmt], split: Split) {
         let (stride, sync) = match split {
             Split::Block => ("TDSL_ROW_THREADS", "tdsl_syncblock();"),
+            Split::Cols => ("TDSL_COL_SLICES", "tdsl_syncblock();"),
             _ => ("TDSL_WARP", "tdsl_syncwarp();"),
+        };
+        // A column past the grid walks no steps ([`Renderer::dead_cols`]).
+        let live = if self.dead_cols { "live && " } else { "" };
+        let leader = if self.dead_cols {
+            "if (lane == 0 && live) {"
+        } else {
+            "if (lane == 0) {"
         };
         let n_accs = self.accs.len();
         // Threads meet before a statement when a later one in this iteration touches what the
@@ -571,7 +619,7 @@ impl Renderer<'_> {
                     let (head, coord) = match &l.iter {
                         Iter::Range { extent } => (
                             format!(
-                                "for (long long v{v} = lane; v{v} < {extent}LL; v{v} += {stride}) {{"
+                                "for (long long v{v} = lane; {live}v{v} < {extent}LL; v{v} += {stride}) {{"
                             ),
                             None,
                         ),
@@ -584,7 +632,7 @@ impl Renderer<'_> {
                             let (p, at) = (ptr.0, index(ptr_index));
                             (
                                 format!(
-                                    "for (long long v{v} = b{p}[{at}] + lane; v{v} < b{p}[{at} + 1]; v{v} += {stride}) {{"
+                                    "for (long long v{v} = b{p}[{at}] + lane; {live}v{v} < b{p}[{at} + 1]; v{v} += {stride}) {{"
                                 ),
                                 Some(format!("  const long long v{} = b{}[v{v}];", coord.0, crd.0)),
                             )
@@ -596,7 +644,7 @@ impl Renderer<'_> {
                             coord,
                         } => (
                             format!(
-                                "for (long long v{v} = lane; v{v} < {}LL; v{v} += {stride}) {{",
+                                "for (long long v{v} = lane; {live}v{v} < {}LL; v{v} += {stride}) {{",
                                 groups.saturating_mul(2)
                             ),
                             Some(two_four_coord(v, coord.0, meta.0, meta_index)),
@@ -631,12 +679,37 @@ impl Renderer<'_> {
                         AccOp::Max => format!("t_max(a{a}, {other})"),
                         AccOp::Min | AccOp::Set => format!("t_min(a{a}, {other})"),
                     };
-                    for (a, op) in &updates {
+                    // A warp's lanes hold one iteration's parts, except in a column block.
+                    for (a, op) in updates.iter().filter(|_| split != Split::Cols) {
                         let a = a.0;
                         self.line(&format!(
                             "for (int off = TDSL_WARP / 2; off > 0; off /= 2) a{a} = {};",
                             combine(a, op, &format!("tdsl_shfl(a{a}, off)"))
                         ));
+                    }
+                    if split == Split::Cols && !updates.is_empty() {
+                        // Each thread's part in its own slot (j, slice, column); every thread
+                        // then combines its column's parts in slice order, so all agree.
+                        let slot = |j: usize, s: &str| match j {
+                            0 => format!("tdsl_red[{s} * TDSL_WARP + col]"),
+                            j => {
+                                format!("tdsl_red[({j} * TDSL_COL_SLICES + {s}) * TDSL_WARP + col]")
+                            }
+                        };
+                        for (j, (a, _)) in updates.iter().enumerate() {
+                            self.line(&format!("{} = a{};", slot(j, "lane"), a.0));
+                        }
+                        self.line("tdsl_syncblock();");
+                        for (j, (a, op)) in updates.iter().enumerate() {
+                            let t = compute_c(self.acc_ty(*a));
+                            let a = a.0;
+                            self.line(&format!("a{a} = ({t}){};", slot(j, "0")));
+                            self.line(&format!(
+                                "for (int s = 1; s < TDSL_COL_SLICES; s++) a{a} = {};",
+                                combine(a, op, &format!("({t}){}", slot(j, "s")))
+                            ));
+                        }
+                        self.line("tdsl_syncblock();");
                     }
                     if split == Split::Block && !updates.is_empty() {
                         // Every accumulator's warp totals through shared memory at once (slots
@@ -679,7 +752,7 @@ impl Renderer<'_> {
                     }
                 }
                 Stmt::Store { .. } => {
-                    self.line("if (lane == 0) {");
+                    self.line(leader);
                     self.depth += 1;
                     self.stmt(s);
                     self.depth -= 1;
@@ -793,6 +866,7 @@ pub(crate) fn epilogue_value(
         depth: 0,
         accs: Vec::new(),
         staged: Some((temp, index.clone(), stored.to_string())),
+        dead_cols: false,
     };
     r.expr_as(value, ElemType::F32)
 }
@@ -936,6 +1010,8 @@ mod tests {
             assert!(prelude.contains(&format!("#define TDSL_WARP {}\n", crate::map::WARP)));
             assert!(prelude.contains(&format!("#define TDSL_ROW_THREADS {}\n", crate::map::BLOCK)));
             assert!(prelude.contains(&format!("#define TDSL_ROW_WARPS {warps}\n")));
+            let slices = crate::map::COL_SLICES;
+            assert!(prelude.contains(&format!("#define TDSL_COL_SLICES {slices}\n")));
         }
     }
 }
