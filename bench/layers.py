@@ -4,7 +4,7 @@
 Each row is `bench/layers/NAME.tdsl` (the rows of issue 15: a mixed-precision projection in
 torch layout with bias and gelu, a language-model-head softmax, a 2:4 linear layer in torch
 layout, layer norm written with reduce, a low-rank chain, a gated MLP, multi-head attention
-split by rearrange). The anchors compute the same layer on inputs of the same shapes and dtypes
+split by rearrange; batch norm, whose statistics reduce over the batch axis). The anchors compute the same layer on inputs of the same shapes and dtypes
 (the f16 weight stays f16 and is converted inside the timed call, as the layer does; the 2:4
 weight is the pruned dense matrix, since neither numpy nor XLA's CPU compiler has a 2:4 kernel).
 
@@ -61,6 +61,11 @@ def layers(jnp, nn):
         xc = x - mu
         return xc / np.sqrt((xc * xc).mean(-1, keepdims=True) + np.float32(1e-5)) * g + b
 
+    def bn_np(x, g, b):
+        mu = x.mean(0, keepdims=True)
+        xc = x - mu
+        return xc / np.sqrt((xc * xc).mean(0, keepdims=True) + np.float32(1e-5)) * g + b
+
     def attn_np(q, k, v):
         B, S, E = q.shape
         h = 8
@@ -75,6 +80,7 @@ def layers(jnp, nn):
         ("lm_softmax", softmax_np, None),
         ("linear_2to4", lambda x, w: x @ w.T, "prune"),
         ("layernorm", ln_np, None),
+        ("batchnorm", bn_np, None),
         ("lowrank", lambda a, b, c: a @ (b @ c), None),
         (
             "gated_mlp",
@@ -99,6 +105,11 @@ def layers(jnp, nn):
         xc = x - mu
         return xc / jnp.sqrt((xc * xc).mean(-1, keepdims=True) + 1e-5) * g + b
 
+    def bn_j(x, g, b):
+        mu = x.mean(0, keepdims=True)
+        xc = x - mu
+        return xc / jnp.sqrt((xc * xc).mean(0, keepdims=True) + 1e-5) * g + b
+
     def attn_j(q, k, v):
         B, S, E = q.shape
         h = 8
@@ -113,6 +124,7 @@ def layers(jnp, nn):
         "lm_softmax": softmax_j,
         "linear_2to4": lambda x, w: x @ w.T,
         "layernorm": ln_j,
+        "batchnorm": bn_j,
         "lowrank": lambda a, b, c: a @ (b @ c),
         "gated_mlp": lambda x, w1, w3, w2: (nn.silu(x @ w1.T) * (x @ w3.T)) @ w2.T,
         "attention_heads": attn_j,

@@ -28,6 +28,7 @@ def torch_cases(torch):
     w, b = randn(4096), randn(4096)
     xb, bb = randn(16384, 4096, dtype=torch.bfloat16), randn(4096, dtype=torch.bfloat16)
     xt = randn(8192, 8192)
+    xc = randn(16384, 4096)
     img = randn(128, 64, 56, 56)
     proj = randn(32, 1024, 2048)
     # CSR 8192² at density 0.02 (rows of ~164 entries) times a vector (cuSPARSE).
@@ -41,6 +42,7 @@ def torch_cases(torch):
         "split_heads": lambda: proj.view(32, 16, 64, 2048).transpose(2, 3).contiguous(),
         "layernorm": lambda: F.layer_norm(x, (4096,), w, b, eps=1e-5),
         "softmax": lambda: torch.softmax(x, dim=-1),
+        "batch_center": lambda: xc - xc.mean(0, keepdim=True),
         "scale_bias_gelu": lambda: F.gelu(xb * 0.5 + bb, approximate="tanh"),
     }
 
@@ -74,6 +76,8 @@ def gemm_cases(torch):
     # x @ W with W stored [in, out] (cuBLAS takes either layout).
     xk = torch.randn(8192, 8192, generator=g, device=dev, dtype=torch.bfloat16)
     out["gemm_bf16_kn"] = (2 * 8192 ** 3, {"cuBLAS": lambda: torch.matmul(xk, w)})
+    x1 = torch.randn(1, 8192, generator=g, device=dev, dtype=torch.bfloat16)
+    out["gemm_bf16_kn_1"] = (2 * 8192 ** 2, {"cuBLAS": lambda: torch.matmul(x1, w)})
     # f32 exactly (torch's default "highest" precision: no TF32), 4096³.
     xf = torch.randn(4096, 4096, generator=g, device=dev)
     wf = torch.randn(4096, 4096, generator=g, device=dev)
