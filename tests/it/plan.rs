@@ -337,3 +337,40 @@ fn no_fused_reduction_is_repeated_by_a_loop_it_does_not_use() {
     );
     assert!(planned >= 500, "{planned} of {} planned", scripts.len());
 }
+
+/// Whether an expression applies `sqrt` anywhere.
+fn has_sqrt(e: &tdsl_loop::Expr) -> bool {
+    let mut found = false;
+    e.visit(&mut |x| found |= matches!(x, tdsl_loop::Expr::Unary(tdsl_loop::UnOp::Sqrt, _)));
+    found
+}
+
+/// A costly function of a broadcast operand runs once per element of that operand, not once per
+/// element of the result: batch norm's `sqrt(var + eps)` is a kernel over the channels, and the
+/// normalisation over the batch divides by its result. Layer norm's `sqrt` of a row's variance
+/// (an accumulator) stays in the row's kernel, computed once per row by the loop passes.
+#[test]
+fn costly_functions_of_broadcast_operands_run_once_per_element() {
+    let (plan, printed) = plan_text(&repo().join("bench/layers/batchnorm.tdsl"));
+    let mut sqrt_stores = Vec::new();
+    for k in &plan.loops.kernels {
+        k.body.iter().for_each(|s| {
+            s.visit(&mut |s| {
+                if let Stmt::Store { buf, value, .. } = s {
+                    if has_sqrt(value) {
+                        sqrt_stores.push(plan.loops.buffer(*buf).elems);
+                    }
+                }
+            })
+        });
+    }
+    assert_eq!(sqrt_stores, vec![1024], "{printed}");
+    let (plan, printed) = plan_text(&repo().join("bench/layers/layernorm.tdsl"));
+    assert_eq!(plan.loops.kernels.len(), 1, "{printed}");
+    let hoisted = plan.loops.kernels[0].body.iter().any(|s| {
+        let mut found = false;
+        s.visit(&mut |s| found |= matches!(s, Stmt::Let { init, .. } if has_sqrt(init)));
+        found
+    });
+    assert!(hoisted, "{printed}");
+}

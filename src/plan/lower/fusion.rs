@@ -203,7 +203,7 @@ impl Planner<'_> {
             }
             NodeKind::Unary(f, x) => {
                 let xe = self.build_operand(*x, id, coords)?;
-                Ok(Expr::Unary(*f, Box::new(xe)))
+                self.once_per_element(id, root, Expr::Unary(*f, Box::new(xe)))
             }
             NodeKind::Binary(f, a, b) => {
                 let dtype = node.ty.dtype;
@@ -221,7 +221,7 @@ impl Planner<'_> {
                         );
                     }
                 }
-                Ok(Expr::Binary(*f, Box::new(ea), Box::new(eb)))
+                self.once_per_element(id, root, Expr::Binary(*f, Box::new(ea), Box::new(eb)))
             }
             NodeKind::Cast(x) => {
                 let xe = self.build_operand(*x, id, coords)?;
@@ -272,6 +272,59 @@ impl Planner<'_> {
             NodeKind::Einsum { .. } | NodeKind::Sparsify { .. } | NodeKind::Concat { .. } => {
                 Err(Retry::Materialise(id))
             }
+        }
+    }
+
+    /// `e`, the value of elementwise node `id`, unless it is costly (a transcendental function,
+    /// a square root, a division or a power) and the loops around it repeat it: loops of 8 or
+    /// more iterations in all whose variables it does not use (`around` below), as `sqrt(var + eps)` of a
+    /// channel's variance inside the loop over the batch. Such a node gets its own buffer, one
+    /// evaluation per element of its value, and is loaded here (XLA sinks the broadcast below
+    /// the operation for the same reason). A value that reads an accumulator is left to the
+    /// loop passes, which hoist it to where the accumulator is complete.
+    fn once_per_element(&mut self, id: NodeId, root: bool, e: Expr) -> Result<Expr, Retry> {
+        const REPEATS: u64 = 8;
+        let costly = match &self.p.node(id).kind {
+            NodeKind::Unary(f, _) => !matches!(
+                f,
+                tdsl_loop::UnOp::Neg
+                    | tdsl_loop::UnOp::Abs
+                    | tdsl_loop::UnOp::Relu
+                    | tdsl_loop::UnOp::Square
+                    | tdsl_loop::UnOp::Floor
+                    | tdsl_loop::UnOp::Ceil
+                    | tdsl_loop::UnOp::Round
+                    | tdsl_loop::UnOp::Sign
+            ),
+            NodeKind::Binary(f, _, _) => matches!(f, BinOp::Div | BinOp::Pow),
+            _ => false,
+        };
+        if root || !costly || self.must.contains(&id) || self.mat.contains_key(&id) {
+            return Ok(e);
+        }
+        let (mut used, mut reads_acc) = (BTreeSet::new(), false);
+        e.visit(&mut |x| match x {
+            Expr::Acc(_) => reads_acc = true,
+            Expr::Load { index, .. } | Expr::Iota(index) => {
+                used.extend(index.terms.iter().filter(|t| t.1 != 0).map(|t| t.0))
+            }
+            _ => {}
+        });
+        // The loops around it: a reduction's own (each nest after the first), or, outside any
+        // reduction, every loop of the kernel's nest (a reduction's accumulator is placed
+        // above the kernel's inner loops, so those do not repeat what it sums).
+        let around = match self.env.len() {
+            1 => &self.env[..],
+            _ => &self.env[1..],
+        };
+        let repeats = around
+            .iter()
+            .flat_map(|n| n.vars.iter())
+            .filter(|(v, _)| !used.contains(v))
+            .fold(1u64, |r, (_, e)| r.saturating_mul(*e));
+        match repeats >= REPEATS && !reads_acc {
+            true => Err(Retry::Materialise(id)),
+            false => Ok(e),
         }
     }
 
