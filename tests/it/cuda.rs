@@ -1009,9 +1009,6 @@ proptest::proptest! {
         }
         let (text, inputs) = columns_case(rows, cols, op, dtype, seed);
         let p = tdsl::compile(&text, &Default::default()).expect("compiles");
-        let plan = tdsl::plan::lower::plan_program(&p).expect("plans");
-        let unit = tdsl_cuda::cuda_unit_for(&plan.loops, 90);
-        proptest::prop_assert!(unit.contains("32 per block, its 16 warps"), "{text}\n{unit}");
         let shapes = crate::diff::output_shapes(&p);
         let want = tdsl::interp::run(&p, &inputs);
         let got = crate::diff::cuda_emulated(&p, &inputs, &shapes)
@@ -1023,6 +1020,35 @@ proptest::proptest! {
         };
         crate::diff::agree(&got, &want, tol, "on the CUDA emulation")
             .map_err(|e| proptest::test_runner::TestCaseError::fail(format!("{text}: {e}")))?;
+    }
+}
+
+/// The launches that take column blocks ([`tdsl_cuda::Split::Cols`]): `x @ W` with `W[in, out]`
+/// at one row, an f16 sum over the batch axis (a fused reduction), an f32 one (the CPU plan's
+/// parts of whole rows, each summed in registers), a softmax over a middle axis; and the ones
+/// that keep a warp or a block per row, whose operands are contiguous along it.
+#[test]
+fn column_blocks_take_rows_contiguous_across_outputs() {
+    let cols = |script: &str| {
+        let plan = plan(script).expect("plans");
+        let unit = tdsl_cuda::cuda_unit_for(&plan.loops, 90);
+        unit.matches("32 per block, its 16 warps").count()
+    };
+    let across = [
+        "input x: bf16[n=1, i=4096] = randn(seed=0)\ninput w: bf16[i, o=4096] = randn(seed=1)\ny = einsum(x, w, \"n i, i o -> n o\")\noutput y\n",
+        "input x: f16[b=4096, c=1024] = randn(seed=0)\ny = reduce(x, \"b c -> c\", \"sum\")\noutput y\n",
+        "input x: f32[b=4096, c=1024] = randn(seed=0)\ny = x - reduce(x, \"b c -> 1 c\", \"mean\")\noutput y\n",
+        "input x: f32[b=4, s=512, d=256] = randn(seed=0)\ne = exp(x - reduce(x, \"b s d -> b 1 d\", \"max\"))\ny = e / reduce(e, \"b s d -> b 1 d\", \"sum\")\noutput y\n",
+    ];
+    for script in across {
+        assert!(cols(script) >= 1, "{script}");
+    }
+    let along = [
+        "input x: bf16[n=1, i=4096] = randn(seed=0)\ninput w: bf16[o=4096, i] = randn(seed=1)\ny = einsum(x, w, \"n i, o i -> n o\")\noutput y\n",
+        "input x: f32[b=512, d=4096] = randn(seed=0)\ne = exp(x - reduce(x, \"b d -> b 1\", \"max\"))\ny = e / reduce(e, \"b d -> b 1\", \"sum\")\noutput y\n",
+    ];
+    for script in along {
+        assert_eq!(cols(script), 0, "{script}");
     }
 }
 

@@ -374,3 +374,36 @@ fn costly_functions_of_broadcast_operands_run_once_per_element() {
     });
     assert!(hoisted, "{printed}");
 }
+
+/// A reduction over the outer axis of a matrix (`b c -> c`, batch norm's statistics) is cut
+/// into parts along the rows, each summing a contiguous slab into its own partial result, then
+/// the parts are combined in order: threads stream whole rows instead of every thread reading
+/// every row in pieces.
+#[test]
+fn reductions_over_the_outer_axis_sum_slabs_of_rows_in_parts() {
+    let (plan, printed) = plan_text(&repo().join("bench/layers/batchnorm.tdsl"));
+    let origins: Vec<&str> = plan
+        .loops
+        .kernels
+        .iter()
+        .map(|k| k.origin.as_str())
+        .collect();
+    for stat in ["mu", "y"] {
+        for step in [
+            "reduce (parts init)",
+            "reduce",
+            "reduce (combine parts)",
+            "reduce (mean)",
+        ] {
+            let want = format!("{stat}: {step}");
+            assert!(origins.contains(&want.as_str()), "{want}\n{printed}");
+        }
+    }
+    let parts = plan
+        .loops
+        .buffers
+        .iter()
+        .filter(|b| b.elems == 16 * 1024)
+        .count();
+    assert_eq!(parts, 2, "{printed}");
+}

@@ -13,7 +13,9 @@
 //!    directly nested range loop while every store stays injective in the mapped variables
 //!    ([`injective`]) and nothing stored is read at another element. The mapped nest is one
 //!    flattened index space walked by a grid-stride loop; everything inside runs on one thread.
-//!    A loop that cannot be mapped runs on one thread.
+//!    A loop that cannot be mapped runs on one thread. A race-free parallel loop whose body is
+//!    several loops is first distributed into one loop per statement ([`distribute`]), each
+//!    launched in turn and mapped on its own.
 //!
 //! 4. A grid launch whose iteration is a row of work (softmax, norms, reductions: top-level
 //!    range loops of 32 or more iterations under the grid, or a 2:4 row's kept values, whose
@@ -645,8 +647,8 @@ pub fn map_program_variants(
                     new_body.extend(stmts.iter().cloned());
                 }
                 Run::Loops(stmts) => {
-                    for s in stmts {
-                        let Stmt::Loop(l) = s else { continue };
+                    for l in stmts.iter().flat_map(distribute) {
+                        let l = &l;
                         if let Some((grid, body)) = accumulate_in_registers(l, &compute) {
                             new_body.push(Stmt::Loop(grid_nest(l, &grid, body.clone())));
                             launch(grid, body, &mut steps);
@@ -866,6 +868,34 @@ fn grid_nest(outer: &Loop, grid: &[(VarId, u64)], body: Vec<Stmt>) -> Loop {
         Some(Stmt::Loop(l)) => l,
         _ => outer.clone(),
     }
+}
+
+/// `s` as the loops to launch one after another: a race-free parallel range loop whose body is
+/// two or more loops becomes one such loop per statement of its body (loop distribution). Its
+/// iterations touch disjoint elements, so running the first statement for every iteration
+/// before the second keeps each iteration's order; and each loop can then map its own nest to
+/// the grid, where the whole would map only its outer loop (the CPU plan's partial sums of
+/// `x @ W`: the parts' identity, then their accumulation, inside one loop over the parts).
+fn distribute(s: &Stmt) -> Vec<Loop> {
+    let Stmt::Loop(l) = s else {
+        return Vec::new();
+    };
+    let split = l.parallel
+        && l.gpu.is_none()
+        && matches!(l.iter, Iter::Range { .. })
+        && l.body.len() >= 2
+        && l.body.iter().all(|s| matches!(s, Stmt::Loop(_)))
+        && race_free(l);
+    if !split {
+        return vec![l.clone()];
+    }
+    l.body
+        .iter()
+        .map(|s| Loop {
+            body: vec![s.clone()],
+            ..l.clone()
+        })
+        .collect()
 }
 
 /// A reduction the CPU's plan accumulates in its output (`tdsl_plan`'s outer reductions: the

@@ -68,7 +68,15 @@ struct OuterOrder {
     subst: Option<(VarId, VarId, VarId, u64)>,
     parallel_ok: bool,
     one_reduced: Option<(VarId, u64)>,
+    /// With no kept outer axis: the outermost reduced loop cut into parts, each summing its
+    /// slab of rows into its own partial result (the part's variable and the count of parts).
+    parts: Option<(VarId, u64)>,
 }
+
+/// The most parts an outer reduction with no kept outer axis is cut into ([`OuterOrder::parts`]):
+/// enough for 16 threads, each part at least [`PART_ROWS`] rows.
+const PARTS: u64 = 16;
+const PART_ROWS: u64 = 4;
 
 impl Planner<'_> {
     /// A reduction over axes that are not the input's innermost one, where the output's innermost
@@ -139,6 +147,7 @@ impl Planner<'_> {
             subst,
             parallel_ok,
             one_reduced,
+            parts,
         } = self.outer_reduce_order(r, &out_elems, inner, &var);
         let mut out_index = out_index;
         let xin: Vec<Coord> = r
@@ -168,14 +177,27 @@ impl Planner<'_> {
         if let Some(one) = one_reduced {
             xe = self.four_steps(xe, bop, one, &mut order);
         }
+        // With parts, each part accumulates into its own row of a partial buffer.
+        let total: u64 = self.extents(id).iter().product();
+        let (acc_buf, acc_index) = match parts {
+            Some((vo, p)) => {
+                let name = format!("t{}", self.n_temps);
+                self.n_temps += 1;
+                let b = self.add_buffer(name, node.ty.dtype, p * total, Role::Temp);
+                let mut ix = out_index.clone();
+                ix.terms.push((vo, total as i64));
+                (b, ix)
+            }
+            None => (buf, out_index.clone()),
+        };
         let acc = Stmt::Store {
-            buf,
-            index: out_index.clone(),
+            buf: acc_buf,
+            index: acc_index.clone(),
             value: Expr::Binary(
                 bop,
                 Box::new(Expr::Load {
-                    buf,
-                    index: out_index.clone(),
+                    buf: acc_buf,
+                    index: acc_index,
                 }),
                 Box::new(xe),
             ),
@@ -196,12 +218,70 @@ impl Planner<'_> {
                 dtype,
             ),
         };
-        Ok(Some(self.outer_reduce_kernels(
-            id,
-            buf,
-            (init, *op, count),
-            accumulate,
-        )))
+        let Some((_, p)) = parts else {
+            return Ok(Some(self.outer_reduce_kernels(
+                id,
+                buf,
+                (init, *op, count),
+                accumulate,
+            )));
+        };
+        // The parts' identity, their accumulation, then the output as the reduction of the
+        // parts (in part order), and for `mean` the division.
+        let origin = self.origin(id);
+        let parts_init = self.fill_kernel(
+            acc_buf,
+            &[p, total],
+            Expr::Const(init),
+            &format!("{origin} (parts init)"),
+        );
+        let combine = self.combine_kernel(buf, acc_buf, (p, total), bop, &origin);
+        let mut kernels = vec![parts_init, accumulate];
+        kernels.extend(self.outer_reduce_kernels(id, buf, (init, *op, count), combine));
+        Ok(Some(kernels))
+    }
+
+    /// `out[c] = op(out[c], parts[q, c])` for each part `q` in order, over `c` of `total`.
+    fn combine_kernel(
+        &mut self,
+        out: BufId,
+        parts: BufId,
+        (p, total): (u64, u64),
+        bop: BinOp,
+        origin: &str,
+    ) -> Kernel {
+        self.next_var = 0;
+        let (nest, coords) = self.plain_nest(&[p, total]);
+        let part = coord_index(&coords, &row_major(&[p, total]), 0);
+        let at = coord_index(&coords[1..], &[1], 0);
+        let ty = self.out.buffers[out.0 as usize].ty;
+        let value = Expr::Binary(
+            bop,
+            Box::new(Expr::Load {
+                buf: out,
+                index: at.clone(),
+            }),
+            Box::new(Expr::Load {
+                buf: parts,
+                index: part,
+            }),
+        );
+        Kernel {
+            name: String::new(),
+            origin: format!("{origin} (combine parts)"),
+            source: None,
+            // The part loop is outermost and carries the output: not split across threads.
+            body: close_nest(
+                nest,
+                vec![Stmt::Store {
+                    buf: out,
+                    index: at,
+                    value,
+                }],
+                false,
+                ty,
+            ),
+        }
     }
 
     /// The loops of an outer reduction: kept outer axes, reduced axes, then the innermost
@@ -219,7 +299,7 @@ impl Planner<'_> {
             .iter()
             .map(|i| var[i])
             .collect();
-        let reduced: Vec<(VarId, u64)> = r
+        let mut reduced: Vec<(VarId, u64)> = r
             .reduced
             .iter()
             .filter(|&&i| r.in_elems[i] > 1)
@@ -229,7 +309,25 @@ impl Planner<'_> {
         let mut inner_loops = vec![(iv, ie)];
         let mut subst = None;
         let mut row_tile = false;
-        if order.is_empty() && ie.is_multiple_of(64) && ie >= 128 {
+        // No kept outer axis (`b c -> c`): the outermost reduced loop is cut into parts that
+        // threads take whole, each reading a contiguous slab of rows into its own partial
+        // result (tiles of 64 output columns had every thread read every row in 256-byte
+        // pieces at the row stride: about half the bandwidth of a stream).
+        let cut = match (order.is_empty(), reduced.first()) {
+            (true, Some(&(rv, re))) => (2..=PARTS.min(re / PART_ROWS))
+                .rev()
+                .find(|p| re.is_multiple_of(*p))
+                .map(|p| (rv, re, p)),
+            _ => None,
+        };
+        let mut parts = None;
+        if let Some((rv, re, p)) = cut {
+            let (vo, vi) = (self.fresh_var(), self.fresh_var());
+            order.push((vo, p));
+            reduced[0] = (vi, re / p);
+            subst = Some((rv, vo, vi, re / p));
+            parts = Some((vo, p));
+        } else if order.is_empty() && ie.is_multiple_of(64) && ie >= 128 {
             let (vo, vi) = (self.fresh_var(), self.fresh_var());
             order.push((vo, ie / 64));
             inner_loops = vec![(vi, 64)];
@@ -257,6 +355,7 @@ impl Planner<'_> {
             subst,
             parallel_ok,
             one_reduced,
+            parts,
         }
     }
 
