@@ -311,11 +311,17 @@ pub fn render_launch(p: &LoopProgram, l: &Launch) -> String {
             r.line(list);
         }
         if l.split == Split::Cols {
-            // Past the grid, the iteration's coordinates wrap (each is taken modulo its
-            // extent), so its loads stay in bounds; `live` keeps it from storing.
-            r.line("const long long gi = gb * TDSL_WARP + col;");
-            if r.dead_cols {
-                r.line(&format!("const bool live = gi < {n};"));
+            // A column past the grid takes the grid's last iteration, which its own block
+            // runs too: its loads stay in bounds, `live` keeps it from walking and storing,
+            // and were it to store, the race check would see two threads of one block store
+            // one element.
+            match r.dead_cols {
+                false => r.line("const long long gi = gb * TDSL_WARP + col;"),
+                true => {
+                    r.line("const long long gc = gb * TDSL_WARP + col;");
+                    r.line(&format!("const bool live = gc < {n};"));
+                    r.line(&format!("const long long gi = live ? gc : {n} - 1;"));
+                }
             }
         }
         let mut inner = 1u64;
