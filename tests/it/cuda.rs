@@ -142,6 +142,26 @@ fn snapshot_layer_norm_rows_one_block_per_row() {
     ));
 }
 
+#[test]
+fn snapshot_column_blocks_for_a_vector_times_w_in_out_and_a_transposed_column_map() {
+    // A block per 32 outputs, its 16 warps splitting each output's row. Then a column's
+    // maximum divided into the column, written transposed: the warps also store inside the
+    // loop they split, and 40 columns leave the second block's last 24 past the grid.
+    insta::assert_snapshot!(kernel_text(
+        "input x: bf16[n=1, i=256] = randn(seed=0)\n\
+         input w: bf16[i, o=64] = randn(seed=1)\n\
+         y = einsum(x, w, 'n i, i o -> n o')\n\
+         output y\n",
+        0
+    ));
+    insta::assert_snapshot!(kernel_text(
+        "input u: f32[q=300, j=40] = randn(seed=5)\n\
+         t = rearrange(u / reduce(u, 'q j -> 1 j', 'max'), 'q j -> j q')\n\
+         output t\n",
+        0
+    ));
+}
+
 /// The kernels of every statement of `script`, without the prelude.
 fn all_kernels(script: &str) -> String {
     let plan = plan(script).expect("plans");
@@ -864,6 +884,28 @@ proptest::proptest! {
     }
 }
 
+/// `text` on `inputs` by the host emulation agrees with the interpreter: within a few units in
+/// the last place of the storage type `dtype` (the softmax's `exp` is the host's).
+fn emulation_agrees(
+    text: &str,
+    inputs: &[tdsl::Tensor],
+    dtype: tdsl::DType,
+) -> Result<(), proptest::test_runner::TestCaseError> {
+    let p = tdsl::compile(text, &Default::default()).expect("compiles");
+    let shapes = crate::diff::output_shapes(&p);
+    let want = tdsl::interp::run(&p, inputs);
+    let got = crate::diff::cuda_emulated(&p, inputs, &shapes)
+        .map_err(proptest::test_runner::TestCaseError::fail)?;
+    let tol = match dtype {
+        tdsl::DType::F16 => 2e-3,
+        tdsl::DType::BF16 => 1.6e-2,
+        _ => 1e-5,
+    };
+    crate::diff::agree(&got, &want, tol, "on the CUDA emulation")
+        .map_err(|e| proptest::test_runner::TestCaseError::fail(format!("{text}: {e}")))?;
+    Ok(())
+}
+
 /// Rows reduced by a warp or a block on the GPU, their lengths drawn from three classes (under a
 /// warp, under [`tdsl_cuda::map::BLOCK_ROW`], at or over it): `op` over each row, its result
 /// subtracted from the row again (a second pass over it after the combine), and the row's
@@ -929,19 +971,7 @@ proptest::proptest! {
             return Ok(());
         }
         let (text, inputs) = rows_case(rows, class, op, dtype, seed);
-        let p = tdsl::compile(&text, &Default::default()).expect("compiles");
-        let shapes = crate::diff::output_shapes(&p);
-        let want = tdsl::interp::run(&p, &inputs);
-        let got = crate::diff::cuda_emulated(&p, &inputs, &shapes)
-            .map_err(proptest::test_runner::TestCaseError::fail)?;
-        // A few units in the last place of the storage type: the softmax's `exp` is the host's.
-        let tol = match dtype {
-            tdsl::DType::F16 => 2e-3,
-            tdsl::DType::BF16 => 1.6e-2,
-            _ => 1e-5,
-        };
-        crate::diff::agree(&got, &want, tol, "on the CUDA emulation")
-            .map_err(|e| proptest::test_runner::TestCaseError::fail(format!("{text}: {e}")))?;
+        emulation_agrees(&text, &inputs, dtype)?;
     }
 }
 
@@ -1008,18 +1038,7 @@ proptest::proptest! {
             return Ok(());
         }
         let (text, inputs) = columns_case(rows, cols, op, dtype, seed);
-        let p = tdsl::compile(&text, &Default::default()).expect("compiles");
-        let shapes = crate::diff::output_shapes(&p);
-        let want = tdsl::interp::run(&p, &inputs);
-        let got = crate::diff::cuda_emulated(&p, &inputs, &shapes)
-            .map_err(proptest::test_runner::TestCaseError::fail)?;
-        let tol = match dtype {
-            tdsl::DType::F16 => 2e-3,
-            tdsl::DType::BF16 => 1.6e-2,
-            _ => 1e-5,
-        };
-        crate::diff::agree(&got, &want, tol, "on the CUDA emulation")
-            .map_err(|e| proptest::test_runner::TestCaseError::fail(format!("{text}: {e}")))?;
+        emulation_agrees(&text, &inputs, dtype)?;
     }
 }
 

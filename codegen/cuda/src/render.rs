@@ -679,24 +679,19 @@ impl Renderer<'_> {
                     self.stmts(&l.body);
                     self.depth -= 1;
                     self.line("}");
-                    let combine = |a: u32, op: &AccOp, other: &str| match op {
-                        AccOp::Add => format!("a{a} + {other}"),
-                        AccOp::Mul => format!("a{a} * {other}"),
-                        AccOp::Max => format!("t_max(a{a}, {other})"),
-                        AccOp::Min | AccOp::Set => format!("t_min(a{a}, {other})"),
-                    };
                     // A warp's lanes hold one iteration's parts, except in a column block.
                     for (a, op) in updates.iter().filter(|_| split != Split::Cols) {
                         let a = a.0;
                         self.line(&format!(
                             "for (int off = TDSL_WARP / 2; off > 0; off /= 2) a{a} = {};",
-                            combine(a, op, &format!("tdsl_shfl(a{a}, off)"))
+                            combine(a, *op, &format!("tdsl_shfl(a{a}, off)"))
                         ));
                     }
                     if split == Split::Cols && !updates.is_empty() {
                         // Each thread's part in its own slot (j, slice, column); every thread
                         // then combines its column's parts in slice order, so all agree.
                         let slot = |j: usize, s: &str| match j {
+                            0 if s == "0" => "tdsl_red[col]".to_string(),
                             0 => format!("tdsl_red[{s} * TDSL_WARP + col]"),
                             j => {
                                 format!("tdsl_red[({j} * TDSL_COL_SLICES + {s}) * TDSL_WARP + col]")
@@ -705,17 +700,7 @@ impl Renderer<'_> {
                         for (j, (a, _)) in updates.iter().enumerate() {
                             self.line(&format!("{} = a{};", slot(j, "lane"), a.0));
                         }
-                        self.line("tdsl_syncblock();");
-                        for (j, (a, op)) in updates.iter().enumerate() {
-                            let t = compute_c(self.acc_ty(*a));
-                            let a = a.0;
-                            self.line(&format!("a{a} = ({t}){};", slot(j, "0")));
-                            self.line(&format!(
-                                "for (int s = 1; s < TDSL_COL_SLICES; s++) a{a} = {};",
-                                combine(a, op, &format!("({t}){}", slot(j, "s")))
-                            ));
-                        }
-                        self.line("tdsl_syncblock();");
+                        self.gather(&updates, &slot, "s", "TDSL_COL_SLICES");
                     }
                     if split == Split::Block && !updates.is_empty() {
                         // Every accumulator's warp totals through shared memory at once (slots
@@ -741,17 +726,7 @@ impl Renderer<'_> {
                                 self.line("}");
                             }
                         }
-                        self.line("tdsl_syncblock();");
-                        for (j, (a, op)) in updates.iter().enumerate() {
-                            let t = compute_c(self.acc_ty(*a));
-                            let a = a.0;
-                            self.line(&format!("a{a} = ({t}){};", slot(j, "0")));
-                            self.line(&format!(
-                                "for (int w = 1; w < TDSL_ROW_WARPS; w++) a{a} = {};",
-                                combine(a, op, &format!("({t}){}", slot(j, "w")))
-                            ));
-                        }
-                        self.line("tdsl_syncblock();");
+                        self.gather(&updates, &slot, "w", "TDSL_ROW_WARPS");
                     }
                     if meet(i, s) {
                         self.line(sync);
@@ -776,6 +751,30 @@ impl Renderer<'_> {
             }
         }
         self.accs.truncate(n_accs);
+    }
+
+    /// After each thread stored its parts in shared memory (`slot(j, k)`: accumulator `j`'s
+    /// part `k`), the threads meet, every thread combines the `count` parts of each
+    /// accumulator in order (so all agree; an f32 part round-trips exactly through its f64
+    /// slot), and they meet again before the slots are reused.
+    fn gather(
+        &mut self,
+        updates: &[(AccId, AccOp)],
+        slot: &dyn Fn(usize, &str) -> String,
+        k: &str,
+        count: &str,
+    ) {
+        self.line("tdsl_syncblock();");
+        for (j, (a, op)) in updates.iter().enumerate() {
+            let t = compute_c(self.acc_ty(*a));
+            let a = a.0;
+            self.line(&format!("a{a} = ({t}){};", slot(j, "0")));
+            self.line(&format!(
+                "for (int {k} = 1; {k} < {count}; {k}++) a{a} = {};",
+                combine(a, *op, &format!("({t}){}", slot(j, k)))
+            ));
+        }
+        self.line("tdsl_syncblock();");
     }
 
     fn acc_ty(&self, a: AccId) -> ElemType {
@@ -875,6 +874,16 @@ pub(crate) fn epilogue_value(
         dead_cols: false,
     };
     r.expr_as(value, ElemType::F32)
+}
+
+/// `a{a}` combined with `other` under `op`.
+fn combine(a: u32, op: AccOp, other: &str) -> String {
+    match op {
+        AccOp::Add => format!("a{a} + {other}"),
+        AccOp::Mul => format!("a{a} * {other}"),
+        AccOp::Max => format!("t_max(a{a}, {other})"),
+        AccOp::Min | AccOp::Set => format!("t_min(a{a}, {other})"),
+    }
 }
 
 /// The value that leaves an accumulator unchanged under `op`.
