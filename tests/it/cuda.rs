@@ -884,6 +884,17 @@ proptest::proptest! {
     }
 }
 
+/// The reductions the row and column properties draw.
+fn reduce_ops() -> impl proptest::strategy::Strategy<Value = &'static str> {
+    proptest::sample::select(vec!["sum", "mean", "max", "min", "prod"])
+}
+
+/// The floating dtypes the row and column properties draw.
+fn float_dtypes() -> impl proptest::strategy::Strategy<Value = tdsl::DType> {
+    use tdsl::DType::*;
+    proptest::sample::select(vec![F32, F64, F16, BF16])
+}
+
 /// `text` on `inputs` by the host emulation agrees with the interpreter: within a few units in
 /// the last place of the storage type `dtype` (the softmax's `exp` is the host's).
 fn emulation_agrees(
@@ -961,11 +972,7 @@ proptest::proptest! {
     #[test]
     fn emulated_row_reductions_of_any_length_agree_with_the_interpreter(
         rows in 1usize..12, class in 0usize..3,
-        op in proptest::sample::select(vec!["sum", "mean", "max", "min", "prod"]),
-        dtype in proptest::sample::select(vec![
-            tdsl::DType::F32, tdsl::DType::F64, tdsl::DType::F16, tdsl::DType::BF16,
-        ]),
-        seed in 0u64..1000,
+        op in reduce_ops(), dtype in float_dtypes(), seed in 0u64..1000,
     ) {
         if crate::diff::cxx().is_none() {
             return Ok(());
@@ -1028,11 +1035,7 @@ proptest::proptest! {
     #[test]
     fn emulated_column_reductions_of_any_width_agree_with_the_interpreter(
         rows in 32usize..300, cols in 32usize..140,
-        op in proptest::sample::select(vec!["sum", "mean", "max", "min", "prod"]),
-        dtype in proptest::sample::select(vec![
-            tdsl::DType::F32, tdsl::DType::F64, tdsl::DType::F16, tdsl::DType::BF16,
-        ]),
-        seed in 0u64..1000,
+        op in reduce_ops(), dtype in float_dtypes(), seed in 0u64..1000,
     ) {
         if crate::diff::cxx().is_none() {
             return Ok(());

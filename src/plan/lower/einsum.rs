@@ -41,17 +41,14 @@ impl Planner<'_> {
                 let le: Vec<u64> = labels.iter().map(|&l| ext[l]).collect();
                 let rm = row_major(&le);
                 let elems = le.iter().product::<u64>();
-                let name = format!("t{}", self.n_temps);
-                self.n_temps += 1;
                 // Intermediates carry the einsum's result dtype (f64 if any operand is f64).
-                let dtype = out_dtype;
-                let buf = self.add_buffer(name, dtype, elems, Role::Temp);
+                let buf = self.add_temp(out_dtype, elems);
                 Operand {
                     buf,
                     offset: 0,
                     strides: labels.iter().copied().zip(rm).collect(),
                     labels,
-                    dtype,
+                    dtype: out_dtype,
                 }
             };
             let origin = format!("{} step {}/{}", self.origin(id), si + 1, n_steps);
@@ -221,9 +218,7 @@ impl Planner<'_> {
     pub(super) fn temp_operand(&mut self, labels: &[usize], ext: &[u64], dtype: DType) -> Operand {
         let le: Vec<u64> = labels.iter().map(|&l| ext[l]).collect();
         let rm = row_major(&le);
-        let name = format!("t{}", self.n_temps);
-        self.n_temps += 1;
-        let buf = self.add_buffer(name, dtype, le.iter().product(), Role::Temp);
+        let buf = self.add_temp(dtype, le.iter().product());
         Operand {
             buf,
             offset: 0,
@@ -476,9 +471,7 @@ impl Planner<'_> {
             .rev()
             .find(|p| k.is_multiple_of(*p) && k / p >= 16)?;
         let (e, ty) = (ext[inner], elem_type(out.dtype));
-        let name = format!("t{}", self.n_temps);
-        self.n_temps += 1;
-        let part = self.add_buffer(name, out.dtype, parts * e, Role::Temp);
+        let part = self.add_temp(out.dtype, parts * e);
         self.next_var = 0;
         let mut var_of = BTreeMap::new();
         let (vp, vz) = (self.fresh_var(), self.fresh_var());

@@ -244,11 +244,22 @@ impl<'a> Planner<'a> {
             return b;
         }
         let ty = &self.p.node(id).ty;
-        let name = format!("t{}", self.n_temps);
-        self.n_temps += 1;
-        let b = self.add_buffer(name, ty.dtype, ty.shape.n_elems().unwrap_or(0), Role::Temp);
+        let (dtype, elems) = (ty.dtype, ty.shape.n_elems().unwrap_or(0));
+        let b = self.add_temp(dtype, elems);
         self.mat.insert(id, b);
         b
+    }
+
+    /// The next temporary's name: `t0`, `t1`, …
+    fn temp_name(&mut self) -> String {
+        self.n_temps += 1;
+        format!("t{}", self.n_temps - 1)
+    }
+
+    /// A new temporary buffer of `elems` values of `d`, named by [`Planner::temp_name`].
+    fn add_temp(&mut self, d: DType, elems: u64) -> BufId {
+        let name = self.temp_name();
+        self.add_buffer(name, d, elems, Role::Temp)
     }
 
     fn fresh_var(&mut self) -> VarId {

@@ -181,9 +181,7 @@ impl Planner<'_> {
         let total: u64 = self.extents(id).iter().product();
         let (acc_buf, acc_index) = match parts {
             Some((vo, p)) => {
-                let name = format!("t{}", self.n_temps);
-                self.n_temps += 1;
-                let b = self.add_buffer(name, node.ty.dtype, p * total, Role::Temp);
+                let b = self.add_temp(node.ty.dtype, p * total);
                 let mut ix = out_index.clone();
                 ix.terms.push((vo, total as i64));
                 (b, ix)

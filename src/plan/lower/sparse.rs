@@ -154,8 +154,7 @@ impl Planner<'_> {
                 let Some(layout) = crate::sparse::layout(node.ty.format, shape.len()) else {
                     return Err(Retry::Materialise(id));
                 };
-                let name = format!("t{}", self.n_temps);
-                self.n_temps += 1;
+                let name = self.temp_name();
                 let out =
                     self.sparse_buffers(&name, node.ty.dtype, &shape, layout, *select, |_| {
                         Role::Temp

@@ -27,8 +27,7 @@ impl Planner<'_> {
                 }
             }
         };
-        let name = format!("t{}", self.n_temps);
-        self.n_temps += 1;
+        let name = self.temp_name();
         let cap = self.out.buffers[s.values.0 as usize].elems;
         let values = self.add_buffer(format!("{name}.values"), node.ty.dtype, cap, Role::Temp);
         let out = SparseOperand {
