@@ -23,13 +23,14 @@ fn tdsl_capped(dir: &Path, cap: Option<&str>, args: &[&str]) -> std::process::Ou
 /// Every fast path a cap changes: the packing GEMM with a transposed f16 weight (and the
 /// `gemm` crate's row-major one, which a cap reroutes), the chunked vector math, a 2:4 weight
 /// in torch's layout (expanded into the GEMM), a block-sparse product (the SIMD kernels), a
-/// transpose (the AVX2 register transpose).
+/// transpose (the AVX2 register transpose), a vector times `W[in, out]` (the row axpys).
 const SCRIPT: &str = r#"
 input x: f32[b=70, i=264] = randn(seed=0)
 input w: f16[o=136, i] = randn(seed=1)
 input v: f32[i, o] = randn(seed=2)
 input d: f32[o, i] = randn(seed=3)
 input e: f32[i, o] = randn(seed=4)
+input q: f32[i] = randn(seed=5)
 w24 = sparsify(d, "2:4")
 wb = sparsify(e, bsr(8, 8), density=0.5)
 h = gelu(einsum(x, w, "b i, o i -> b o") / 16)
@@ -38,7 +39,8 @@ s = einsum(x, w24, "b i, o i -> b o") / 16
 t = einsum(x, wb, "b i, i o -> b o") / 16
 u = sigmoid(h) * tanh(s) + log(abs(t) + 1) + sin(g) + silu(g) + exp(-abs(h))
 ut = rearrange(u, "b o -> o b")
-output u, ut, h, g, s, t
+m = einsum(q, v, "i, i o -> o")
+output u, ut, h, g, s, t, m
 "#;
 
 fn outputs(dir: &Path, cap: Option<&str>) -> Vec<(String, Vec<f64>)> {
@@ -49,7 +51,7 @@ fn outputs(dir: &Path, cap: Option<&str>) -> Vec<(String, Vec<f64>)> {
         "TDSL_ISA={name}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    ["u", "ut", "h", "g", "s", "t"]
+    ["u", "ut", "h", "g", "s", "t", "m"]
         .iter()
         .map(|o| {
             let path = dir.join(name).join(format!("{o}.npy"));

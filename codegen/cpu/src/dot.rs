@@ -22,19 +22,25 @@ pub(crate) const SYMBOL_F16: &str = "tdsl_dot_f16";
 pub(crate) const SYMBOL_BF16: &str = "tdsl_dot_bf16";
 
 pub(crate) const SYMBOL_AXPY: &str = "tdsl_axpy_f32";
+pub(crate) const SYMBOL_AXPY_ROWS: &str = "tdsl_axpy_rows_f32";
+
+/// How many rows of `w` one [`tdsl_axpy_rows_f32`] call adds.
+pub(crate) const AXPY_ROWS: usize = 4;
 
 /// The symbols this module registers with the JIT.
-pub(crate) fn symbols() -> [(&'static str, *const u8); 4] {
+pub(crate) fn symbols() -> [(&'static str, *const u8); 5] {
     [
         (SYMBOL, tdsl_dot_f32 as *const u8),
         (SYMBOL_F16, tdsl_dot_f16 as *const u8),
         (SYMBOL_BF16, tdsl_dot_bf16 as *const u8),
         (SYMBOL_AXPY, tdsl_axpy_f32 as *const u8),
+        (SYMBOL_AXPY_ROWS, tdsl_axpy_rows_f32 as *const u8),
     ]
 }
 
 type Kernel<T> = unsafe fn(*const T, *const f32, usize) -> f32;
 type Axpy = unsafe fn(*mut f32, *const f32, f32, usize);
+type AxpyRows = unsafe fn(*mut f32, *const f32, isize, &[f32; AXPY_ROWS], usize);
 
 /// One kernel per element type of `x`, for one instruction set.
 #[derive(Clone, Copy)]
@@ -43,6 +49,7 @@ struct Kernels {
     f16: Kernel<u16>,
     bf16: Kernel<u16>,
     axpy: Axpy,
+    axpy_rows: AxpyRows,
 }
 
 fn kernels() -> Option<Kernels> {
@@ -143,6 +150,45 @@ pub(crate) unsafe extern "C" fn tdsl_axpy_f32(y: *mut f32, w: *const f32, a: f32
     }
 }
 
+/// `y[i] = (…((y[i] + a[0]·w[i]) + a[1]·w[ws + i]) + …) + a[3]·w[3·ws + i]` for `i < n`: four
+/// rows of `w`, `ws` elements apart, added into `y` in row order, each product and each sum
+/// rounded to f32 as four [`tdsl_axpy_f32`] calls (or the loop they replace) round them. `y`
+/// is read and written once for the four rows instead of four times: a vector times
+/// `W[in, out]` streamed `W` at two thirds of the memory's rate while every row of it also
+/// read and wrote a row of partial sums. Registered under [`SYMBOL_AXPY_ROWS`].
+///
+/// # Safety
+/// `y[0..n]` and `w[r·ws..r·ws + n]` for `r < 4` are in bounds of their buffers, and `y` does
+/// not overlap any of those rows.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe extern "C" fn tdsl_axpy_rows_f32(
+    y: *mut f32,
+    w: *const f32,
+    ws: i64,
+    a0: f32,
+    a1: f32,
+    a2: f32,
+    a3: f32,
+    n: i64,
+) {
+    let n = n.max(0) as usize;
+    let a = [a0, a1, a2, a3];
+    match kernels() {
+        // SAFETY: the caller's contract; the kernel's instruction set is present.
+        Some(k) => unsafe { (k.axpy_rows)(y, w, ws as isize, &a, n) },
+        None => {
+            for (r, &ar) in a.iter().enumerate() {
+                // SAFETY: the caller's contract.
+                let row = unsafe { w.offset(r as isize * ws as isize) };
+                for i in 0..n {
+                    // SAFETY: the caller's contract.
+                    unsafe { *y.add(i) += ar * *row.add(i) };
+                }
+            }
+        }
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::{bf16, f16, Kernels};
@@ -225,6 +271,7 @@ mod x86 {
         f16: dot_f16_avx512,
         bf16: dot_bf16_avx512,
         axpy: axpy_avx512,
+        axpy_rows: axpy_rows_avx512,
     };
 
     /// The AVX2 + FMA (+ F16C) kernels.
@@ -233,6 +280,7 @@ mod x86 {
         f16: dot_f16_avx2,
         bf16: dot_bf16_avx2,
         axpy: axpy_avx2,
+        axpy_rows: axpy_rows_avx2,
     };
 
     /// `y += a·w` over `n` values, `$w` lanes at a time, four vectors a step: the product
@@ -264,6 +312,68 @@ mod x86 {
             }
         };
     }
+
+    /// `y += a[0]·w_0 + … + a[3]·w_3` over `n` values in row order, `$w` lanes at a time,
+    /// four vectors a step (16 loads of `w` in flight), each product and sum rounded.
+    macro_rules! axpy_rows_kernel {
+        ($name:ident, $feature:literal, $w:expr, $splat:ident, $load:ident, $store:ident,
+         $mul:ident, $add:ident) => {
+            /// # Safety
+            /// The instruction set is present; `tdsl_axpy_rows_f32`'s contract.
+            #[target_feature(enable = $feature)]
+            pub unsafe fn $name(y: *mut f32, w: *const f32, ws: isize, a: &[f32; 4], n: usize) {
+                let av = a.map(|x| $splat(x));
+                let rows = [0, 1, 2, 3].map(|r| w.offset(r * ws));
+                let step = |j: usize| {
+                    let mut v = $load(y.add(j));
+                    for (r, row) in rows.iter().enumerate() {
+                        v = $add(v, $mul(av[r], $load(row.add(j))));
+                    }
+                    $store(y.add(j), v);
+                };
+                let mut i = 0;
+                while i + 4 * $w <= n {
+                    for k in 0..4 {
+                        step(i + k * $w);
+                    }
+                    i += 4 * $w;
+                }
+                while i + $w <= n {
+                    step(i);
+                    i += $w;
+                }
+                while i < n {
+                    let mut s = *y.add(i);
+                    for (r, row) in rows.iter().enumerate() {
+                        s += a[r] * *row.add(i);
+                    }
+                    *y.add(i) = s;
+                    i += 1;
+                }
+            }
+        };
+    }
+
+    axpy_rows_kernel!(
+        axpy_rows_avx512,
+        "avx512f",
+        16,
+        _mm512_set1_ps,
+        _mm512_loadu_ps,
+        _mm512_storeu_ps,
+        _mm512_mul_ps,
+        _mm512_add_ps
+    );
+    axpy_rows_kernel!(
+        axpy_rows_avx2,
+        "avx2,fma",
+        8,
+        _mm256_set1_ps,
+        _mm256_loadu_ps,
+        _mm256_storeu_ps,
+        _mm256_mul_ps,
+        _mm256_add_ps
+    );
 
     axpy_kernel!(
         axpy_avx512,

@@ -1211,8 +1211,9 @@ fn dot_product_loops_call_the_wide_dot_product() {
 }
 
 /// `y[o] = y[o] + x[i] * w[i, o]` over rows `i < r` of `c` columns (an `x @ W` accumulated in
-/// the result): the inner loop is one call to the wide axpy where the CPU has it, and it rounds
-/// the product and the sum as the loop does, so both agree bit for bit.
+/// the result): each four rows are one call to the wide axpy over four rows, the rows left one
+/// call each, where the CPU has them, and they round each product and sum as the loop does, in
+/// the loop's order, so both agree bit for bit.
 #[test]
 fn axpy_loops_call_the_wide_axpy_and_round_as_the_loop_does() {
     let mut wide = CpuBackend::new().unwrap();
@@ -1221,8 +1222,25 @@ fn axpy_loops_call_the_wide_axpy_and_round_as_the_loop_does() {
         ..CpuOptions::default()
     })
     .unwrap();
-    for (r, c) in [(3u64, 64u64), (5, 65), (2, 200), (7, 1029)] {
+    for (r, c) in [
+        (3u64, 64u64),
+        (5, 65),
+        (2, 200),
+        (7, 1029),
+        (4, 64),
+        (8, 100),
+        (9, 1029),
+    ] {
         let ci = c as i64;
+        // Each row's `a`: `x[i]`, or for odd widths `x[i] · x[r − 1 − i]` (rows read apart).
+        let a = match c % 2 {
+            0 => load(0, ix(0, &[(0, 1)])),
+            _ => bin(
+                BinOp::Mul,
+                load(0, ix(0, &[(0, 1)])),
+                load(0, ix(r as i64 - 1, &[(0, -1)])),
+            ),
+        };
         let p = program(
             vec![
                 input("x", F32, r, 0),
@@ -1247,11 +1265,7 @@ fn axpy_loops_call_the_wide_axpy_and_round_as_the_loop_does() {
                             bin(
                                 BinOp::Add,
                                 load(2, ix(0, &[(1, 1)])),
-                                bin(
-                                    BinOp::Mul,
-                                    load(0, ix(0, &[(0, 1)])),
-                                    load(1, ix(0, &[(0, ci), (1, 1)])),
-                                ),
+                                bin(BinOp::Mul, a.clone(), load(1, ix(0, &[(0, ci), (1, 1)]))),
                             ),
                         )],
                     )],

@@ -96,6 +96,7 @@ impl<M: Module> Lower<'_, '_, M> {
         let cur = self.b.use_var(var);
         let new = self.b.ins().fadd(cur, sum);
         self.b.def_var(var, new);
+        self.vars.remove(&l.var);
         Ok(())
     }
 }
@@ -105,6 +106,13 @@ pub(super) struct Axpy {
     y: (BufId, Index),
     w: (BufId, Index),
     a: Expr,
+}
+
+/// Whether `e` loads from `buf`.
+fn reads(e: &Expr, buf: BufId) -> bool {
+    let mut found = false;
+    e.visit(&mut |x| found |= matches!(x, Expr::Load { buf: b, .. } if *b == buf));
+    found
 }
 
 /// Whether `e` has the same value in every iteration of the loop over `var` (it loads nothing
@@ -151,8 +159,13 @@ impl<M: Module> Lower<'_, '_, M> {
             }
             _ => return None,
         };
-        // `a` computes in f32 like the product (no f64 operand inside it).
-        if !(same && f32_unit(*buf, index) && self.infer(&a).is_none_or(|c| c == Ct::F32)) {
+        // `a` computes in f32 like the product (no f64 operand inside it), and does not read
+        // the `y` that the loop writes (the call computes `a` once).
+        if !(same
+            && f32_unit(*buf, index)
+            && self.infer(&a).is_none_or(|c| c == Ct::F32)
+            && !reads(&a, *buf))
+        {
             return None;
         }
         Some(Axpy {
@@ -187,6 +200,105 @@ impl<M: Module> Lower<'_, '_, M> {
         let w = ptr(&x.w);
         let n = self.b.ins().isub(end, start);
         self.b.ins().call(f, &[y, w, a, n]);
+        self.vars.remove(&l.var);
+        Ok(())
+    }
+
+    /// `l` as rows of an axpy when its whole body is one axpy loop (see [`Lower::axpy_loop`])
+    /// that writes the same `y` in every iteration of `l` and reads `w` from a buffer other
+    /// than `y`'s: `for i { for o { y[o] = y[o] + x[i]·w[i, o] } }`, a vector times `W[in,
+    /// out]` accumulated in the result. Returns the inner loop, its axpy and `w`'s stride in
+    /// `l`'s variable.
+    pub(super) fn axpy_rows<'l>(&self, l: &'l Loop) -> Option<(&'l Loop, Axpy, i64)> {
+        let Iter::Range { extent } = l.iter else {
+            return None;
+        };
+        let [Stmt::Loop(inner)] = l.body.as_slice() else {
+            return None;
+        };
+        if extent < crate::dot::AXPY_ROWS as u64 || !is_innermost(inner) {
+            return None;
+        }
+        let x = self.axpy_loop(inner, &self.vec_plan(inner)?)?;
+        let ok = x.y.1.stride_of(l.var) == 0 && x.y.0 != x.w.0;
+        ok.then(|| {
+            let ws = x.w.1.stride_of(l.var);
+            (inner, x, ws)
+        })
+    }
+
+    /// Rows `start..end` of [`Lower::axpy_rows`]: `tdsl_axpy_rows_f32` over each four
+    /// consecutive rows (their `a`s computed first, in row order), then `tdsl_axpy_f32` over
+    /// each row left.
+    pub(super) fn axpy_rows_call(
+        &mut self,
+        l: &Loop,
+        (inner, x, ws): (&Loop, Axpy, i64),
+        start: Value,
+        end: Value,
+    ) -> Result<(), CodegenError> {
+        const ROWS: i64 = crate::dot::AXPY_ROWS as i64;
+        let Iter::Range { extent } = inner.iter else {
+            return Err(bad("an axpy row loop that is not a range".into()));
+        };
+        let rows = self.import(
+            crate::dot::SYMBOL_AXPY_ROWS,
+            &[
+                types::I64,
+                types::I64,
+                types::I64,
+                types::F32,
+                types::F32,
+                types::F32,
+                types::F32,
+                types::I64,
+            ],
+            None,
+        )?;
+        let one = self.import(
+            crate::dot::SYMBOL_AXPY,
+            &[types::I64, types::I64, types::F32, types::I64],
+            None,
+        )?;
+        let n = self.b.ins().iconst(types::I64, extent as i64);
+        let ws = self.b.ins().iconst(types::I64, ws);
+        // Row `i + k`'s `a` and, for `k = 0`, the addresses of `y` and of `w`'s row.
+        let row = |this: &mut Self, i: Value, k: i64| -> Result<_, CodegenError> {
+            let (var, first) = (
+                this.b.declare_var(types::I64),
+                this.b.declare_var(types::I64),
+            );
+            let ik = this.b.ins().iadd_imm_s(i, k);
+            this.b.def_var(var, ik);
+            let zero = this.b.ins().iconst(types::I64, 0);
+            this.b.def_var(first, zero);
+            this.bind(l.var, var)?;
+            this.bind(inner.var, first)?;
+            let a = this.expr(&x.a, Ct::F32);
+            let mut ptr = |(buf, ix): &(BufId, Index)| {
+                let (p, off) = this.addr(*buf, ix);
+                this.b.ins().iadd_imm_s(p, off as i64)
+            };
+            let (y, w) = (ptr(&x.y), ptr(&x.w));
+            this.vars.remove(&l.var);
+            this.vars.remove(&inner.var);
+            Ok((a?, y, w))
+        };
+        let f = self.loop_begin(start, end, ROWS);
+        let i = self.b.use_var(f.var);
+        let (a0, y, w) = row(self, i, 0)?;
+        let mut args = vec![y, w, ws, a0];
+        for k in 1..ROWS {
+            args.push(row(self, i, k)?.0);
+        }
+        args.push(n);
+        self.b.ins().call(rows, &args);
+        let rest = self.loop_end(f);
+        let f = self.loop_begin(rest, end, 1);
+        let i = self.b.use_var(f.var);
+        let (a, y, w) = row(self, i, 0)?;
+        self.b.ins().call(one, &[y, w, a, n]);
+        self.loop_end(f);
         Ok(())
     }
 }

@@ -425,6 +425,8 @@ impl<M: Module> Lower<'_, '_, M> {
                     r
                 } else if let Some(block) = self.transpose_block(l).filter(|_| split.is_none()) {
                     self.transpose_call(&block)
+                } else if let Some(rows) = self.axpy_rows(l) {
+                    self.axpy_rows_call(l, rows, start, end)
                 } else {
                     self.scalar_range(l, start, end)
                 }
