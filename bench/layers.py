@@ -4,7 +4,7 @@
 Each row is `bench/layers/NAME.tdsl` (the rows of issue 15: a mixed-precision projection in
 torch layout with bias and gelu, a language-model-head softmax, a 2:4 linear layer in torch
 layout, layer norm written with reduce, a low-rank chain, a gated MLP, multi-head attention
-split by rearrange; batch norm, whose statistics reduce over the batch axis). The anchors compute the same layer on inputs of the same shapes and dtypes
+split by rearrange; batch norm, whose statistics reduce over the batch axis; masked attention probabilities). The anchors compute the same layer on inputs of the same shapes and dtypes
 (the f16 weight stays f16 and is converted inside the timed call, as the layer does; the 2:4
 weight is the pruned dense matrix, since neither numpy nor XLA's CPU compiler has a 2:4 kernel).
 
@@ -90,6 +90,11 @@ def layers(jnp, nn):
         ("attention_heads", attn_np, None),
         ("decode_f16", lambda w, x: w.astype(np.float32) @ x, None),
         ("vecmat", lambda x, w: x @ w, None),
+        (
+            "masked_scores",
+            lambda q, k, m: softmax_np(q @ k.transpose(0, 2, 1) / np.float32(8) + m),
+            None,
+        ),
     ]
     if jnp is None:
         return [(n, f, None, t) for n, f, t in rows]
@@ -130,6 +135,7 @@ def layers(jnp, nn):
         "attention_heads": attn_j,
         "decode_f16": lambda w, x: w.astype(jnp.float32) @ x,
         "vecmat": lambda x, w: x @ w,
+        "masked_scores": lambda q, k, m: softmax_j(jnp.einsum("hse,hte->hst", q, k) / 8 + m),
     }
     return [(n, f, jf[n], t) for n, f, t in rows]
 

@@ -1053,10 +1053,14 @@ fn annotate(l: &Loop, depth: usize) -> Loop {
     out
 }
 
-/// What a run of statements reads and writes, for the mapping decisions.
+/// What a run of statements reads and writes, for the mapping decisions. Indices are compared
+/// as the sets of elements they reach ([`Accesses::same_elements`]): softmax's sum loop stores
+/// each `exp` where the next loop (another variable over the same range) reads it back and
+/// stores the result.
 #[derive(Debug, Default)]
 struct Accesses {
-    /// Each stored buffer and its one index (`conflict` when a buffer has two).
+    /// Each stored buffer and its one index (`conflict` when a buffer has two that reach
+    /// different elements).
     stores: BTreeMap<BufId, Index>,
     conflict: bool,
     loads: Vec<(BufId, Index)>,
@@ -1081,8 +1085,9 @@ impl Accesses {
                     },
                     Stmt::Call(_) => a.irregular = true,
                     Stmt::Store { buf, index, .. } => match a.stores.get(buf) {
-                        Some(i) if i != index => a.conflict = true,
-                        _ => {
+                        Some(i) if !a.same_elements(i, index) => a.conflict = true,
+                        Some(_) => {}
+                        None => {
                             a.stores.insert(*buf, index.clone());
                         }
                     },
@@ -1106,10 +1111,31 @@ impl Accesses {
     /// iteration reads what another one writes.
     fn iterations_independent(&self) -> bool {
         !self.conflict
-            && self
-                .loads
-                .iter()
-                .all(|(b, ix)| self.stores.get(b).is_none_or(|st| st == ix))
+            && self.loads.iter().all(|(b, ix)| {
+                self.stores
+                    .get(b)
+                    .is_none_or(|st| self.same_elements(st, ix))
+            })
+    }
+
+    /// Whether two indices reach the same elements as the loops inside run: equal, or equal
+    /// but for the variables of those loops, matched by stride and extent (loops over the same
+    /// range, one after the other). Variables bound outside (the launch's) must match exactly,
+    /// so each iteration outside still reaches its own elements.
+    fn same_elements(&self, a: &Index, b: &Index) -> bool {
+        let key = |ix: &Index| {
+            let (mut outer, mut inner) = (Vec::new(), Vec::new());
+            for &(v, s) in ix.terms.iter().filter(|t| t.1 != 0) {
+                match self.extents.get(&v) {
+                    Some(&e) => inner.push((s, e)),
+                    None => outer.push((v, s)),
+                }
+            }
+            outer.sort_unstable();
+            inner.sort_unstable();
+            (ix.offset, outer, inner)
+        };
+        a == b || key(a) == key(b)
     }
 }
 

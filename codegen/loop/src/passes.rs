@@ -8,10 +8,12 @@
 //! | `fold-accumulators` | an accumulator updated in straight-line code becomes one expression |
 //! | `mark-vector` | innermost loops get the vector hint (lanes of the compute type) |
 //! | `tile-transpose` | a transposing map is cache-blocked (tiles of both axes move outward) |
+//! | `hoist-invariants` | arithmetic on accumulators final before a loop moves out of it |
+//! | `exact-reciprocals` | `x / c` with `c` a power of two becomes `x * (1 / c)` (the same rounding) |
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::ir::{AccId, AccOp, BinOp, ElemType, Expr, Index, Iter, Loop, Stmt, VarId};
+use crate::ir::{AccId, AccOp, BinOp, BufId, ElemType, Expr, Index, Iter, Loop, Stmt, VarId};
 
 /// What a pass may need to know about the kernel it rewrites.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,7 +32,7 @@ pub struct Pass {
 }
 
 /// The passes run on every fused kernel, in order.
-pub const KERNEL_PASSES: [Pass; 5] = [
+pub const KERNEL_PASSES: [Pass; 6] = [
     Pass {
         name: "unroll-small-loops",
         run: |b, _| unroll_small_loops(b),
@@ -50,6 +52,10 @@ pub const KERNEL_PASSES: [Pass; 5] = [
     Pass {
         name: "hoist-invariants",
         run: |b, _| hoist_invariants(b),
+    },
+    Pass {
+        name: "exact-reciprocals",
+        run: |b, _| exact_reciprocals(b),
     },
 ];
 
@@ -365,6 +371,262 @@ fn replace_acc(s: &Stmt, acc: AccId, with: &Expr) -> Stmt {
         }
     }
     s.map_exprs(&mut |x| e(x, acc, with), &|ix| ix.clone())
+}
+
+/// `1 / c` when `c` is a power of two, `±2^k` with `|k| ≤ 100`: its reciprocal is exact in f32
+/// and f64 (normal in both), so `x * (1 / c)` is the exact `x / c` rounded once, as the division
+/// rounds it, for every `x` (subnormal results, infinities, NaN and signed zeros included).
+pub fn exact_reciprocal(c: f64) -> Option<f64> {
+    const MANTISSA: u64 = (1 << 52) - 1;
+    let exp = ((c.to_bits() >> 52) & 0x7ff) as i64 - 1023;
+    (c.is_normal() && c.to_bits() & MANTISSA == 0 && exp.abs() <= 100).then(|| 1.0 / c)
+}
+
+/// Whether power of two `c` and its reciprocal are normal f16 and bf16 values (`2^±14`).
+fn in_half(c: f64) -> bool {
+    (2f64.powi(-14)..=2f64.powi(14)).contains(&c.abs())
+}
+
+/// Divisions by a constant power of two become multiplications by its exact reciprocal
+/// ([`exact_reciprocal`]): a division takes 3–5 times a multiplication's cycles on x86 (an
+/// attention score's `/ 8`, a mean's `/ 1024`), and the results are bit-identical.
+pub fn exact_reciprocals(body: Vec<Stmt>) -> Vec<Stmt> {
+    fn expr(e: &Expr) -> Expr {
+        let e = e.map_children(expr);
+        let Expr::Binary(BinOp::Div, x, c) = &e else {
+            return e;
+        };
+        // A constant, or one cast to a type that holds it and its reciprocal exactly.
+        let r = match &**c {
+            Expr::Const(c) => exact_reciprocal(*c).map(Expr::Const),
+            Expr::Cast(t, c) => match **c {
+                Expr::Const(c) => exact_reciprocal(c)
+                    .filter(|_| matches!(t, ElemType::F32 | ElemType::F64) || in_half(c))
+                    .map(|r| Expr::Cast(*t, Box::new(Expr::Const(r)))),
+                _ => None,
+            },
+            _ => None,
+        };
+        match r {
+            Some(r) => Expr::Binary(BinOp::Mul, x.clone(), Box::new(r)),
+            None => e,
+        }
+    }
+    fn stmt(s: Stmt) -> Stmt {
+        match s {
+            Stmt::Loop(mut l) => {
+                l.body = l.body.into_iter().map(stmt).collect();
+                Stmt::Loop(l)
+            }
+            other => other.map_exprs(&mut expr, &|ix| ix.clone()),
+        }
+    }
+    body.into_iter().map(stmt).collect()
+}
+
+/// Stores a costly value once where a row's reduction and the row's store both compute it.
+/// Softmax's `exp(x − max)` is summed by one loop and divided by that sum in the next: fused,
+/// both loops evaluate the `exp`. When a loop's only statement updates an accumulator with a
+/// costly value `V` (a transcendental function, a root, a division), and a later loop of the
+/// same range stores `W` containing the same `V` at an index that moves with it, into a buffer
+/// of `V`'s own compute type (f32 or f64: the round trip is exact) that nothing in between
+/// touches, the first loop stores `V` there and updates the accumulator with the stored value,
+/// and the second reads it back instead of computing it: `for i { y[i] = exp(…); a += y[i] }
+/// … for i { y[i] = y[i] / a }`. The values are the same bits; the second loop loads what it
+/// would have computed. `buf_ty` gives each buffer's element type.
+pub fn reuse_stored_values(body: Vec<Stmt>, buf_ty: &dyn Fn(BufId) -> ElemType) -> Vec<Stmt> {
+    let mut accs = BTreeMap::new();
+    for s in &body {
+        s.visit(&mut |x| {
+            if let Stmt::Let { acc, ty, .. } = x {
+                accs.insert(*acc, ty.compute());
+            }
+        });
+    }
+    reuse_in(body, &Types { buf: buf_ty, accs })
+}
+
+/// Element types for [`reuse_stored_values`]: of buffers, and of accumulators by their `Let`.
+struct Types<'a> {
+    buf: &'a dyn Fn(BufId) -> ElemType,
+    accs: BTreeMap<AccId, ElemType>,
+}
+
+impl Types<'_> {
+    /// The compute type of `e` on its own (`None` for constants and positions, which take the
+    /// type of the place they are used).
+    fn of(&self, e: &Expr) -> Option<ElemType> {
+        match e {
+            Expr::Const(_) | Expr::Iota(_) => None,
+            Expr::Load { buf, .. } => Some((self.buf)(*buf).compute()),
+            Expr::Acc(a) => self.accs.get(a).copied(),
+            Expr::Cast(t, _) => Some(t.compute()),
+            Expr::Unary(_, x) => self.of(x),
+            Expr::Binary(_, a, b) | Expr::Select(_, a, b) => match (self.of(a), self.of(b)) {
+                (Some(ElemType::F64), _) | (_, Some(ElemType::F64)) => Some(ElemType::F64),
+                (x, y) => x.or(y),
+            },
+        }
+    }
+}
+
+fn reuse_in(stmts: Vec<Stmt>, t: &Types) -> Vec<Stmt> {
+    let mut stmts: Vec<Stmt> = stmts
+        .into_iter()
+        .map(|s| match s {
+            Stmt::Loop(mut l) => {
+                l.body = reuse_in(l.body, t);
+                Stmt::Loop(l)
+            }
+            s => s,
+        })
+        .collect();
+    // Each storing loop takes the reduction whose value costs most (softmax's `exp(x / t − m)`
+    // rather than the `x / t` its maximum already computed), the nearest of equals.
+    for j in 0..stmts.len() {
+        let mut best: Option<(usize, usize, Stmt, Stmt)> = None;
+        for i in 0..j {
+            if let Some((r, f, cost)) = reuse_pair(&stmts[i], &stmts[j], &stmts[i + 1..j], t) {
+                if best.as_ref().is_none_or(|b| cost >= b.1) {
+                    best = Some((i, cost, r, f));
+                }
+            }
+        }
+        if let Some((i, _, r, f)) = best {
+            stmts[i] = r;
+            stmts[j] = f;
+        }
+    }
+    stmts
+}
+
+/// How many costly operations `e` computes: costly functions ([`crate::ir::UnOp::is_costly`]),
+/// divisions and powers.
+fn costly(e: &Expr) -> usize {
+    let mut n = 0;
+    e.visit(&mut |x| {
+        n += match x {
+            Expr::Unary(f, _) => f.is_costly() as usize,
+            Expr::Binary(f, _, _) => matches!(f, BinOp::Div | BinOp::Pow) as usize,
+            _ => 0,
+        }
+    });
+    n
+}
+
+/// `e` with loop variable `from` renamed `to` in every index.
+fn rename(e: &Expr, from: VarId, to: VarId) -> Expr {
+    e.map_indices(&|ix| rename_index(ix, from, to))
+}
+
+fn rename_index(ix: &Index, from: VarId, to: VarId) -> Index {
+    Index {
+        offset: ix.offset,
+        terms: ix
+            .terms
+            .iter()
+            .map(|&(v, s)| (if v == from { to } else { v }, s))
+            .collect(),
+    }
+}
+
+/// `e` with every occurrence of `what` replaced by `with`, and whether there was one.
+fn replace(e: &Expr, what: &Expr, with: &Expr) -> (Expr, bool) {
+    if e == what {
+        return (with.clone(), true);
+    }
+    let mut found = false;
+    let out = e.map_children(|x| {
+        let (y, f) = replace(x, what, with);
+        found |= f;
+        y
+    });
+    (out, found)
+}
+
+/// The two loops of [`reuse_stored_values`] rewritten, and what the value reused costs
+/// ([`costly`]), when `red` and `fin` (with `between` them) have its shape.
+fn reuse_pair(red: &Stmt, fin: &Stmt, between: &[Stmt], t: &Types) -> Option<(Stmt, Stmt, usize)> {
+    let (Stmt::Loop(r), Stmt::Loop(f)) = (red, fin) else {
+        return None;
+    };
+    let (Iter::Range { extent: n }, Iter::Range { extent: m }) = (&r.iter, &f.iter) else {
+        return None;
+    };
+    let [Stmt::Update { acc, op, value }] = r.body.as_slice() else {
+        return None;
+    };
+    let [Stmt::Store {
+        buf,
+        index,
+        value: w,
+    }] = f.body.as_slice()
+    else {
+        return None;
+    };
+    let ty = (t.buf)(*buf);
+    let moves = index.stride_of(f.var) != 0 && index.stride_of(r.var) == 0;
+    let cost = costly(value);
+    if n != m || !moves || cost == 0 || t.of(value) != Some(ty) || ty.compute() != ty {
+        return None;
+    }
+    // Nothing in between, nor `V` nor `W`, touches the buffer, and what `V` reads does not
+    // change in between.
+    let reads = |e: &Expr, b: BufId| {
+        let mut found = false;
+        e.visit(&mut |x| found |= matches!(x, Expr::Load { buf, .. } if *buf == b));
+        found
+    };
+    let (touched, writes) = crate::walk::stmt_reads_writes(between);
+    if reads(value, *buf) || reads(w, *buf) || touched.contains(buf) || writes.contains(buf) {
+        return None;
+    }
+    if writes.iter().any(|b| reads(value, *b)) {
+        return None;
+    }
+    let mut changing = crate::walk::stmt_lets(between);
+    changing.insert(*acc);
+    for s in between {
+        s.visit(&mut |x| {
+            if let Stmt::Update { acc, .. } = x {
+                changing.insert(*acc);
+            }
+        });
+    }
+    let mut reads_changing = false;
+    value.visit(&mut |x| reads_changing |= matches!(x, Expr::Acc(a) if changing.contains(a)));
+    if reads_changing {
+        return None;
+    }
+    let stored = |ix: Index| Expr::Load {
+        buf: *buf,
+        index: ix,
+    };
+    let (w, found) = replace(w, &rename(value, r.var, f.var), &stored(index.clone()));
+    if !found {
+        return None;
+    }
+    let at = rename_index(index, f.var, r.var);
+    let mut r = r.clone();
+    r.body = vec![
+        Stmt::Store {
+            buf: *buf,
+            index: at.clone(),
+            value: value.clone(),
+        },
+        Stmt::Update {
+            acc: *acc,
+            op: *op,
+            value: stored(at),
+        },
+    ];
+    let mut f = f.clone();
+    f.body = vec![Stmt::Store {
+        buf: *buf,
+        index: index.clone(),
+        value: w,
+    }];
+    Some((Stmt::Loop(r), Stmt::Loop(f), cost))
 }
 
 /// Moves loop-invariant arithmetic on accumulators out of loops: a sub-expression of a loop's
@@ -686,5 +948,167 @@ mod tests {
         assert!(out
             .iter()
             .any(|s| matches!(s, Stmt::Let { ty: ElemType::F64, acc, .. } if acc.0 == 2)));
+    }
+
+    /// Only powers of two within `2^±100` have an exact reciprocal here; with one, dividing and
+    /// multiplying by the reciprocal agree bit for bit in f32 and f64 on every kind of value.
+    #[test]
+    fn exact_reciprocals_round_as_the_division_does() {
+        assert_eq!(exact_reciprocal(8.0), Some(0.125));
+        assert_eq!(exact_reciprocal(-0.5), Some(-2.0));
+        assert_eq!(exact_reciprocal(1024.0), Some(1.0 / 1024.0));
+        for c in [
+            3.0,
+            0.1,
+            0.0,
+            -0.0,
+            f64::INFINITY,
+            f64::NAN,
+            2f64.powi(101),
+            1e-310,
+        ] {
+            assert_eq!(exact_reciprocal(c), None, "{c}");
+        }
+        let xs32 = [
+            0.0f32,
+            -0.0,
+            1.0,
+            -3.7,
+            f32::MIN_POSITIVE,
+            f32::MIN_POSITIVE * 0.75,
+            1e-45,
+            f32::MAX,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            1.2345678e30,
+            -7.0e-39,
+        ];
+        for k in -100..=100 {
+            for sign in [1.0, -1.0] {
+                let c = sign * 2f64.powi(k);
+                let r = exact_reciprocal(c).expect("a power of two");
+                for &x in &xs32 {
+                    let (d, m) = (x / c as f32, x * r as f32);
+                    assert!(
+                        d.to_bits() == m.to_bits() || d.is_nan() && m.is_nan(),
+                        "{x} / {c}"
+                    );
+                    let x = x as f64 * 1.0000001;
+                    let (d, m) = (x / c, x * r);
+                    assert!(
+                        d.to_bits() == m.to_bits() || d.is_nan() && m.is_nan(),
+                        "{x} / {c}"
+                    );
+                }
+            }
+        }
+        let body = vec![range(
+            0,
+            8,
+            vec![Stmt::Store {
+                buf: BufId(1),
+                index: Index {
+                    offset: 0,
+                    terms: vec![(VarId(0), 1)],
+                },
+                value: bin(
+                    BinOp::Div,
+                    bin(BinOp::Div, load(0), Expr::Const(8.0)),
+                    Expr::Const(3.0),
+                ),
+            }],
+        )];
+        let Stmt::Loop(l) = &exact_reciprocals(body)[0] else {
+            unreachable!()
+        };
+        let Stmt::Store { value, .. } = &l.body[0] else {
+            unreachable!()
+        };
+        let want = bin(
+            BinOp::Div,
+            bin(BinOp::Mul, load(0), Expr::Const(0.125)),
+            Expr::Const(3.0),
+        );
+        assert_eq!(value, &want);
+    }
+
+    /// Softmax's two loops over a row: the sum of `exp(x)`, then `exp(x) / sum`.
+    fn softmax_row(between: Vec<Stmt>) -> Vec<Stmt> {
+        let e = |v| Expr::Unary(UnOp::Exp, Box::new(load(v)));
+        let mut body = vec![
+            let_(0, ElemType::F32, Expr::Const(0.0)),
+            range(
+                1,
+                64,
+                vec![Stmt::Update {
+                    acc: AccId(0),
+                    op: AccOp::Add,
+                    value: e(1),
+                }],
+            ),
+        ];
+        body.extend(between);
+        body.push(range(
+            2,
+            64,
+            vec![store(2, bin(BinOp::Div, e(2), Expr::Acc(AccId(0))))],
+        ));
+        body
+    }
+
+    /// The sum's loop stores `exp(x)` where the second loop would store its result, and the
+    /// second loop reads it back; only into a buffer of the value's own type, and only when
+    /// nothing in between touches that buffer.
+    #[test]
+    fn a_costly_value_summed_and_stored_is_computed_once() {
+        let f32s = |_: BufId| ElemType::F32;
+        let got = reuse_stored_values(softmax_row(vec![]), &f32s);
+        let y = |v: u32| Expr::Load {
+            buf: BufId(1),
+            index: Index {
+                offset: 0,
+                terms: vec![(VarId(v), 1)],
+            },
+        };
+        let want = vec![
+            let_(0, ElemType::F32, Expr::Const(0.0)),
+            range(
+                1,
+                64,
+                vec![
+                    store(1, Expr::Unary(UnOp::Exp, Box::new(load(1)))),
+                    Stmt::Update {
+                        acc: AccId(0),
+                        op: AccOp::Add,
+                        value: y(1),
+                    },
+                ],
+            ),
+            range(
+                2,
+                64,
+                vec![store(2, bin(BinOp::Div, y(2), Expr::Acc(AccId(0))))],
+            ),
+        ];
+        assert_eq!(got, want);
+        // An f16 result would round the stored value.
+        let halves = |b: BufId| {
+            if b.0 == 1 {
+                ElemType::F16
+            } else {
+                ElemType::F32
+            }
+        };
+        assert_eq!(
+            reuse_stored_values(softmax_row(vec![]), &halves),
+            softmax_row(vec![])
+        );
+        // Something in between writes the buffer.
+        let between = vec![range(3, 64, vec![store(3, Expr::Const(0.0))])];
+        assert_eq!(
+            reuse_stored_values(softmax_row(between.clone()), &f32s),
+            softmax_row(between)
+        );
     }
 }

@@ -97,6 +97,22 @@ impl UnOp {
     pub fn from_name(name: &str) -> Option<UnOp> {
         UnOp::ALL.into_iter().find(|op| op.name() == name)
     }
+
+    /// Whether it costs more than a few arithmetic instructions (a transcendental function, a
+    /// root): the planner avoids evaluating such a function more often than needed.
+    pub fn is_costly(self) -> bool {
+        !matches!(
+            self,
+            UnOp::Neg
+                | UnOp::Abs
+                | UnOp::Relu
+                | UnOp::Square
+                | UnOp::Floor
+                | UnOp::Ceil
+                | UnOp::Round
+                | UnOp::Sign
+        )
+    }
 }
 
 /// Elementwise functions of two arguments (operators and `max`, `min`, `pow`). `Max`/`Min`

@@ -153,6 +153,7 @@ impl Planner<'_> {
                 first_free_var: self.next_var,
             },
         );
+        let body = passes::reuse_stored_values(body, &|b| self.out.buffers[b.0 as usize].ty);
         Ok(Kernel {
             name: format!("k{}", self.out.kernels.len()),
             origin: self.origin(target.node),
@@ -285,17 +286,7 @@ impl Planner<'_> {
     fn once_per_element(&mut self, id: NodeId, root: bool, e: Expr) -> Result<Expr, Retry> {
         const REPEATS: u64 = 8;
         let costly = match &self.p.node(id).kind {
-            NodeKind::Unary(f, _) => !matches!(
-                f,
-                tdsl_loop::UnOp::Neg
-                    | tdsl_loop::UnOp::Abs
-                    | tdsl_loop::UnOp::Relu
-                    | tdsl_loop::UnOp::Square
-                    | tdsl_loop::UnOp::Floor
-                    | tdsl_loop::UnOp::Ceil
-                    | tdsl_loop::UnOp::Round
-                    | tdsl_loop::UnOp::Sign
-            ),
+            NodeKind::Unary(f, _) => f.is_costly(),
             NodeKind::Binary(f, _, _) => matches!(f, BinOp::Div | BinOp::Pow),
             _ => false,
         };
