@@ -23,7 +23,8 @@ fn tdsl_capped(dir: &Path, cap: Option<&str>, args: &[&str]) -> std::process::Ou
 /// Every fast path a cap changes: the packing GEMM with a transposed f16 weight (and the
 /// `gemm` crate's row-major one, which a cap reroutes), the chunked vector math, a 2:4 weight
 /// in torch's layout (expanded into the GEMM), a block-sparse product (the SIMD kernels), a
-/// transpose (the AVX2 register transpose), a vector times `W[in, out]` (the row axpys).
+/// transpose (the AVX2 register transpose), a vector times `W[in, out]` (the row axpys), a
+/// row's maximum and minimum (the wide extreme kernels).
 const SCRIPT: &str = r#"
 input x: f32[b=70, i=264] = randn(seed=0)
 input w: f16[o=136, i] = randn(seed=1)
@@ -40,7 +41,8 @@ t = einsum(x, wb, "b i, i o -> b o") / 16
 u = sigmoid(h) * tanh(s) + log(abs(t) + 1) + sin(g) + silu(g) + exp(-abs(h))
 ut = rearrange(u, "b o -> o b")
 m = einsum(q, v, "i, i o -> o")
-output u, ut, h, g, s, t, m
+mx = reduce(u, "b o -> b", "max") - reduce(u, "b o -> b", "min")
+output u, ut, h, g, s, t, m, mx
 "#;
 
 fn outputs(dir: &Path, cap: Option<&str>) -> Vec<(String, Vec<f64>)> {
@@ -51,7 +53,7 @@ fn outputs(dir: &Path, cap: Option<&str>) -> Vec<(String, Vec<f64>)> {
         "TDSL_ISA={name}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    ["u", "ut", "h", "g", "s", "t", "m"]
+    ["u", "ut", "h", "g", "s", "t", "m", "mx"]
         .iter()
         .map(|o| {
             let path = dir.join(name).join(format!("{o}.npy"));

@@ -23,24 +23,29 @@ pub(crate) const SYMBOL_BF16: &str = "tdsl_dot_bf16";
 
 pub(crate) const SYMBOL_AXPY: &str = "tdsl_axpy_f32";
 pub(crate) const SYMBOL_AXPY_ROWS: &str = "tdsl_axpy_rows_f32";
+pub(crate) const SYMBOL_MAX: &str = "tdsl_max_f32";
+pub(crate) const SYMBOL_MIN: &str = "tdsl_min_f32";
 
 /// How many rows of `w` one [`tdsl_axpy_rows_f32`] call adds.
 pub(crate) const AXPY_ROWS: usize = 4;
 
 /// The symbols this module registers with the JIT.
-pub(crate) fn symbols() -> [(&'static str, *const u8); 5] {
+pub(crate) fn symbols() -> [(&'static str, *const u8); 7] {
     [
         (SYMBOL, tdsl_dot_f32 as *const u8),
         (SYMBOL_F16, tdsl_dot_f16 as *const u8),
         (SYMBOL_BF16, tdsl_dot_bf16 as *const u8),
         (SYMBOL_AXPY, tdsl_axpy_f32 as *const u8),
         (SYMBOL_AXPY_ROWS, tdsl_axpy_rows_f32 as *const u8),
+        (SYMBOL_MAX, tdsl_max_f32 as *const u8),
+        (SYMBOL_MIN, tdsl_min_f32 as *const u8),
     ]
 }
 
 type Kernel<T> = unsafe fn(*const T, *const f32, usize) -> f32;
 type Axpy = unsafe fn(*mut f32, *const f32, f32, usize);
 type AxpyRows = unsafe fn(*mut f32, *const f32, isize, &[f32; AXPY_ROWS], usize);
+type Extreme = unsafe fn(*const f32, usize) -> f32;
 
 /// One kernel per element type of `x`, for one instruction set.
 #[derive(Clone, Copy)]
@@ -50,6 +55,8 @@ struct Kernels {
     bf16: Kernel<u16>,
     axpy: Axpy,
     axpy_rows: AxpyRows,
+    max: Extreme,
+    min: Extreme,
 }
 
 fn kernels() -> Option<Kernels> {
@@ -189,6 +196,97 @@ pub(crate) unsafe extern "C" fn tdsl_axpy_rows_f32(
     }
 }
 
+/// `max(a, b)` as the JIT's `fmax` computes it (WebAssembly's rule): NaN when either is NaN,
+/// and `+0` above `−0`.
+pub(crate) fn max_exact(a: f32, b: f32) -> f32 {
+    if a.is_nan() || b.is_nan() {
+        f32::NAN
+    } else if a == b {
+        if a.is_sign_negative() {
+            b
+        } else {
+            a
+        }
+    } else if a > b {
+        a
+    } else {
+        b
+    }
+}
+
+/// `min(a, b)` as the JIT's `fmin` computes it: NaN when either is NaN, and `−0` below `+0`.
+pub(crate) fn min_exact(a: f32, b: f32) -> f32 {
+    if a.is_nan() || b.is_nan() {
+        f32::NAN
+    } else if a == b {
+        if a.is_sign_negative() {
+            a
+        } else {
+            b
+        }
+    } else if a < b {
+        a
+    } else {
+        b
+    }
+}
+
+/// The largest of `x[0..n]` by [`max_exact`] (−∞ for none): a row's maximum, softmax's first
+/// pass. The JIT's `fmax` on 128-bit vectors is eight instructions (x86's `maxps` neither
+/// propagates NaN nor orders zeros), so a row maximum ran at half a row sum's speed. Registered
+/// under [`SYMBOL_MAX`]; generated code calls it only when [`available`] said so.
+///
+/// # Safety
+/// `x[0..n]` is in bounds of its buffer.
+pub(crate) unsafe extern "C" fn tdsl_max_f32(x: *const f32, n: i64) -> f32 {
+    let n = n.max(0) as usize;
+    match kernels() {
+        // SAFETY: the caller's contract; the kernel's instruction set is present.
+        Some(k) => unsafe { (k.max)(x, n) },
+        // SAFETY: the caller's contract.
+        None => (0..n).fold(f32::NEG_INFINITY, |m, i| max_exact(m, unsafe { *x.add(i) })),
+    }
+}
+
+/// The smallest of `x[0..n]` by [`min_exact`] (+∞ for none). Registered under [`SYMBOL_MIN`].
+///
+/// # Safety
+/// As for [`tdsl_max_f32`].
+pub(crate) unsafe extern "C" fn tdsl_min_f32(x: *const f32, n: i64) -> f32 {
+    let n = n.max(0) as usize;
+    match kernels() {
+        // SAFETY: the caller's contract; the kernel's instruction set is present.
+        Some(k) => unsafe { (k.min)(x, n) },
+        // SAFETY: the caller's contract.
+        None => (0..n).fold(f32::INFINITY, |m, i| min_exact(m, unsafe { *x.add(i) })),
+    }
+}
+
+/// Completes a vector maximum or minimum `r` of `x[0..n]` whose vector part saw no NaN (the
+/// caller checked): the last `n − from` values one at a time, then, when the result is a zero,
+/// its sign (the vector instructions return either zero of an equal pair).
+///
+/// # Safety
+/// `x[0..n]` is in bounds of its buffer.
+unsafe fn extreme_tail(x: *const f32, from: usize, n: usize, mut r: f32, max: bool) -> f32 {
+    let exact = if max { max_exact } else { min_exact };
+    for i in from..n {
+        // SAFETY: the caller's contract.
+        r = exact(r, unsafe { *x.add(i) });
+    }
+    if r == 0.0 {
+        // The maximum is +0 when any value is +0; the minimum −0 when any is −0.
+        let want: u32 = if max { 0 } else { 0x8000_0000 };
+        // SAFETY: the caller's contract.
+        let any = (0..n).any(|i| unsafe { (*x.add(i)).to_bits() } == want);
+        r = match (max, any) {
+            (true, true) | (false, false) => 0.0,
+            _ => -0.0,
+        };
+    }
+    r
+}
+
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::{bf16, f16, Kernels};
@@ -272,6 +370,8 @@ mod x86 {
         bf16: dot_bf16_avx512,
         axpy: axpy_avx512,
         axpy_rows: axpy_rows_avx512,
+        max: max_avx512,
+        min: min_avx512,
     };
 
     /// The AVX2 + FMA (+ F16C) kernels.
@@ -281,6 +381,8 @@ mod x86 {
         bf16: dot_bf16_avx2,
         axpy: axpy_avx2,
         axpy_rows: axpy_rows_avx2,
+        max: max_avx2,
+        min: min_avx2,
     };
 
     /// `y += a·w` over `n` values, `$w` lanes at a time, four vectors a step: the product
@@ -353,6 +455,110 @@ mod x86 {
             }
         };
     }
+
+    /// The maximum (`$op` max) or minimum over `n` values, four vectors of `$w` lanes a step
+    /// into four accumulators, NaNs noted in a mask (x86's max and min drop them); the rest
+    /// by [`super::extreme_tail`].
+    macro_rules! extreme_kernel {
+        ($name:ident, $feature:literal, $w:expr, $max:expr, $splat:ident, $load:ident,
+         $op:ident, $nan:expr, $store:ident) => {
+            /// # Safety
+            /// The instruction set is present; `tdsl_max_f32`'s contract.
+            #[target_feature(enable = $feature)]
+            pub unsafe fn $name(x: *const f32, n: usize) -> f32 {
+                let init = if $max {
+                    f32::NEG_INFINITY
+                } else {
+                    f32::INFINITY
+                };
+                let mut acc = [$splat(init); 4];
+                let mut nan = false;
+                let mut i = 0;
+                while i + 4 * $w <= n {
+                    for (k, a) in acc.iter_mut().enumerate() {
+                        let v = $load(x.add(i + k * $w));
+                        nan |= $nan(v);
+                        *a = $op(*a, v);
+                    }
+                    i += 4 * $w;
+                }
+                while i + $w <= n {
+                    let v = $load(x.add(i));
+                    nan |= $nan(v);
+                    acc[0] = $op(acc[0], v);
+                    i += $w;
+                }
+                if nan {
+                    return f32::NAN;
+                }
+                let v = $op($op(acc[0], acc[1]), $op(acc[2], acc[3]));
+                let mut lanes = [0f32; $w];
+                $store(lanes.as_mut_ptr(), v);
+                let exact = if $max {
+                    super::max_exact
+                } else {
+                    super::min_exact
+                };
+                let r = lanes.iter().fold(init, |m, &l| exact(m, l));
+                super::extreme_tail(x, i, n, r, $max)
+            }
+        };
+    }
+
+    #[inline(always)]
+    unsafe fn nan512(v: __m512) -> bool {
+        _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v) != 0
+    }
+
+    #[inline(always)]
+    unsafe fn nan256(v: __m256) -> bool {
+        _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_UNORD_Q>(v, v)) != 0
+    }
+
+    extreme_kernel!(
+        max_avx512,
+        "avx512f",
+        16,
+        true,
+        _mm512_set1_ps,
+        _mm512_loadu_ps,
+        _mm512_max_ps,
+        nan512,
+        _mm512_storeu_ps
+    );
+    extreme_kernel!(
+        min_avx512,
+        "avx512f",
+        16,
+        false,
+        _mm512_set1_ps,
+        _mm512_loadu_ps,
+        _mm512_min_ps,
+        nan512,
+        _mm512_storeu_ps
+    );
+    extreme_kernel!(
+        max_avx2,
+        "avx2,fma",
+        8,
+        true,
+        _mm256_set1_ps,
+        _mm256_loadu_ps,
+        _mm256_max_ps,
+        nan256,
+        _mm256_storeu_ps
+    );
+    extreme_kernel!(
+        min_avx2,
+        "avx2,fma",
+        8,
+        false,
+        _mm256_set1_ps,
+        _mm256_loadu_ps,
+        _mm256_min_ps,
+        nan256,
+        _mm256_storeu_ps
+    );
 
     axpy_rows_kernel!(
         axpy_rows_avx512,

@@ -1210,6 +1210,94 @@ fn dot_product_loops_call_the_wide_dot_product() {
     }
 }
 
+/// `m = max(m, x[i])` (or `min`) over `i < n`, from ±∞.
+fn extreme_program(op: AccOp, n: u64) -> LoopProgram {
+    let init = if op == AccOp::Max {
+        f64::NEG_INFINITY
+    } else {
+        f64::INFINITY
+    };
+    program(
+        vec![input("x", F32, n, 0), output("m", F32, 1)],
+        vec![kernel(
+            "extreme",
+            vec![
+                let_(0, F32, c_(init)),
+                range(
+                    0,
+                    n,
+                    false,
+                    4,
+                    vec![update(0, op, load(0, ix(0, &[(0, 1)])))],
+                ),
+                store(1, ix(0, &[]), acc(0)),
+            ],
+        )],
+    )
+}
+
+/// A row's maximum or minimum of an f32 load is one call to the wide kernel where the CPU has
+/// it, and gives the JIT's own loop's bits: NaN anywhere (in the vectors or the tail) gives
+/// NaN, `+0` is above `−0` whichever comes first, infinities and all-equal rows included.
+#[test]
+fn maximum_and_minimum_loops_call_the_wide_kernel_and_agree_bit_for_bit() {
+    let mut wide = CpuBackend::new().unwrap();
+    let mut own = CpuBackend::with_options(CpuOptions {
+        dot: false,
+        ..CpuOptions::default()
+    })
+    .unwrap();
+    let clif = wide.clif(&extreme_program(AccOp::Max, 100), 0).unwrap();
+    assert_eq!(
+        clif.contains("call"),
+        tdsl_cpu::dot_product_available(),
+        "{clif}"
+    );
+    let mut rows: Vec<(String, Vec<f64>)> = Vec::new();
+    for n in [64usize, 65, 79, 128, 200, 1031] {
+        let base = values(n, n as u64);
+        rows.push((format!("random {n}"), base.clone()));
+        for at in [0, n / 2, n - 1] {
+            let mut nan = base.clone();
+            nan[at] = f64::NAN;
+            rows.push((format!("NaN at {at} of {n}"), nan));
+        }
+        // Zeros of both signs as the extreme, in either order, and one sign alone.
+        for (a, b) in [(0.0, -0.0), (-0.0, 0.0), (-0.0, -0.0), (0.0, 0.0)] {
+            let mut z: Vec<f64> = base.iter().map(|v| -v.abs() - 1.0).collect();
+            // The same lane of the same accumulator (64 apart), or the tail.
+            z[1] = a;
+            z[if n > 65 { 65 } else { n - 1 }] = b;
+            rows.push((format!("max zeros {a}, {b} of {n}"), z.clone()));
+            let z: Vec<f64> = z.iter().map(|v| if *v == 0.0 { *v } else { -v }).collect();
+            rows.push((format!("min zeros {a}, {b} of {n}"), z));
+        }
+        let mut inf = base.clone();
+        inf[n / 3] = f64::INFINITY;
+        inf[n / 4] = f64::NEG_INFINITY;
+        rows.push((format!("infinities of {n}"), inf));
+        rows.push((format!("all equal {n}"), vec![2.5; n]));
+    }
+    for op in [AccOp::Max, AccOp::Min] {
+        for (name, x) in &rows {
+            let p = extreme_program(op, x.len() as u64);
+            let run = |be: &mut CpuBackend| {
+                let mut bufs = vec![data(F32, x), Data::F32(vec![0.0])];
+                be.compile(&p).unwrap().run(&mut bufs, 1).unwrap();
+                match &bufs[1] {
+                    Data::F32(v) => v[0],
+                    _ => unreachable!(),
+                }
+            };
+            let (got, want) = (run(&mut wide), run(&mut own));
+            assert!(
+                got.to_bits() == want.to_bits() || got.is_nan() && want.is_nan(),
+                "{op:?}, {name}: {got:?} against the loop's {want:?}"
+            );
+        }
+    }
+}
+
 /// `y[o] = y[o] + x[i] * w[i, o]` over rows `i < r` of `c` columns (an `x @ W` accumulated in
 /// the result): each four rows are one call to the wide axpy over four rows, the rows left one
 /// call each, where the CPU has them, and they round each product and sum as the loop does, in

@@ -527,6 +527,54 @@ impl Stmt {
         }
     }
 
+    /// This statement with every index in it replaced by `f(index)`, deep: those of loads,
+    /// `Iota`s and stores, and of the loops inside, their sparse levels' positions included
+    /// (a library call's operands are left as they are).
+    pub fn map_all_indices(&self, f: &impl Fn(&Index) -> Index) -> Stmt {
+        match self {
+            Stmt::Loop(l) => {
+                let iter = match &l.iter {
+                    Iter::Range { extent } => Iter::Range { extent: *extent },
+                    Iter::Compressed {
+                        ptr,
+                        ptr_index,
+                        crd,
+                        coord,
+                    } => Iter::Compressed {
+                        ptr: *ptr,
+                        ptr_index: f(ptr_index),
+                        crd: *crd,
+                        coord: *coord,
+                    },
+                    Iter::Singleton { crd, pos_index } => Iter::Singleton {
+                        crd: *crd,
+                        pos_index: f(pos_index),
+                    },
+                    Iter::TwoFour {
+                        groups,
+                        meta,
+                        meta_index,
+                        coord,
+                    } => Iter::TwoFour {
+                        groups: *groups,
+                        meta: *meta,
+                        meta_index: f(meta_index),
+                        coord: *coord,
+                    },
+                };
+                Stmt::Loop(Loop {
+                    var: l.var,
+                    iter,
+                    parallel: l.parallel,
+                    vector: l.vector,
+                    gpu: l.gpu,
+                    body: l.body.iter().map(|s| s.map_all_indices(f)).collect(),
+                })
+            }
+            other => other.map_exprs(&mut |e| e.map_indices(f), f),
+        }
+    }
+
     /// This statement with its own expressions replaced by `f(expr)` and a store's index by
     /// `index(index)`; loops and calls are returned unchanged (a shallow map).
     pub fn map_exprs(

@@ -85,7 +85,8 @@ impl Planner<'_> {
         for _ in 0..MAX_SPLITS {
             match self.try_fused(value, root, &target, &atoms) {
                 Ok(k) => {
-                    self.out.kernels.push(k);
+                    let kernels = self.reduction_parts(k);
+                    self.out.kernels.extend(kernels);
                     return Ok(());
                 }
                 Err(Retry::Split { slot, atom, outer }) => {
@@ -301,16 +302,36 @@ impl Planner<'_> {
             }
             _ => {}
         });
-        // The loops around it: a reduction's own (each nest after the first), or, outside any
-        // reduction, every loop of the kernel's nest (a reduction's accumulator is placed
-        // above the kernel's inner loops, so those do not repeat what it sums).
-        let around = match self.env.len() {
-            1 => &self.env[..],
-            _ => &self.env[1..],
+        // The loops around it: outside any reduction, every loop of the kernel's nest; inside
+        // one, the reduction's own loops and those enclosing the place its accumulator goes,
+        // taken as the deepest enclosing loop this value uses (views.rs places a reduction
+        // there, and gives it a buffer when other loops would repeat it). The loops of an
+        // enclosing reduction that the value does not use are not around it: `lse`'s sum of
+        // `exp(x − m)` inside the sum over the vocabulary that reads `lse` is placed before it.
+        let last = self.env.len() - 1;
+        let mut place = (0usize, 0usize);
+        for (k, n) in self.env[..last].iter().enumerate() {
+            for (d, (v, _)) in n.vars.iter().enumerate() {
+                if used.contains(v) {
+                    place = place.max((k, d + 1));
+                }
+            }
+        }
+        let around: Vec<(VarId, u64)> = match last {
+            0 => self.env[0].vars.clone(),
+            _ => {
+                let (k, d) = place;
+                let enclosing = self.env[..=k].iter().enumerate().flat_map(|(j, n)| {
+                    let upto = if j == k { d } else { n.vars.len() };
+                    n.vars[..upto].iter().copied()
+                });
+                enclosing
+                    .chain(self.env[last].vars.iter().copied())
+                    .collect()
+            }
         };
         let repeats = around
             .iter()
-            .flat_map(|n| n.vars.iter())
             .filter(|(v, _)| !used.contains(v))
             .fold(1u64, |r, (_, e)| r.saturating_mul(*e));
         match repeats >= REPEATS && !reads_acc {

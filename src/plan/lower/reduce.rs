@@ -513,3 +513,229 @@ impl Planner<'_> {
         )
     }
 }
+
+/// Iterations a kernel's loops run, all nests counted (a sparse level as one iteration).
+fn iterations(stmts: &[Stmt]) -> u64 {
+    stmts
+        .iter()
+        .map(|s| match s {
+            Stmt::Loop(l) => {
+                let n = match l.iter {
+                    Iter::Range { extent } => extent,
+                    _ => 1,
+                };
+                n.saturating_mul(iterations(&l.body).max(1))
+            }
+            _ => 1,
+        })
+        .fold(0u64, |a, b| a.saturating_add(b))
+}
+
+/// The fewest iterations for which a reduction to a single value is cut into parts
+/// ([`Planner::reduction_parts`]): below, the second kernel and the thread pool's wake-up cost
+/// more than a second thread saves.
+const PARTS_MIN_WORK: u64 = 1 << 16;
+
+impl Planner<'_> {
+    /// A kernel that reduces everything to single values runs its one loop on one thread:
+    /// `let a = 0; for n { … a += … }; out[0] = f(a)` (a loss, a global norm). When its outer
+    /// loop has enough rows, it is cut into up to [`PARTS`] parts of whole rows, each
+    /// accumulating from the identity into its own element of a partial buffer per
+    /// accumulator (the parts run side by side), and a second kernel combines the parts in
+    /// order from the accumulators' initial values, then stores what the first stored. The
+    /// loop IR lets a reduction's updates run in any order. Any other kernel is returned as it
+    /// is.
+    pub(super) fn reduction_parts(&mut self, k: Kernel) -> Vec<Kernel> {
+        let Some(split) = self.parts_of(&k) else {
+            return vec![k];
+        };
+        let (lets, l, tail, reduced, p) = split;
+        let rows = match l.iter {
+            Iter::Range { extent } => extent / p,
+            _ => unreachable!("parts_of takes range loops"),
+        };
+        // Fresh variables for the part and the row within it.
+        let mut next = walk::stmt_vars(&k.body)
+            .iter()
+            .chain([l.var].iter())
+            .map(|v| v.0 + 1)
+            .max()
+            .unwrap_or(0);
+        let mut fresh = || {
+            next += 1;
+            VarId(next - 1)
+        };
+        let (q, r) = (fresh(), fresh());
+        let split_rows = |ix: &Index| split_var(ix, l.var, (q, r, rows));
+        let body: Vec<Stmt> = l
+            .body
+            .iter()
+            .map(|s| s.map_all_indices(&split_rows))
+            .collect();
+        let mut part = Vec::new();
+        let mut combine = Vec::new();
+        let mut stores = Vec::new();
+        for s in &lets {
+            let Stmt::Let { acc, ty, .. } = s else {
+                unreachable!("parts_of takes lets")
+            };
+            match reduced.iter().find(|(a, _)| a == acc) {
+                Some(&(_, op)) => {
+                    let buf = self.add_temp(ty.dtype().unwrap_or(DType::F32), p);
+                    part.push(Stmt::Let {
+                        acc: *acc,
+                        ty: *ty,
+                        init: Expr::Const(identity(op)),
+                    });
+                    stores.push(Stmt::Store {
+                        buf,
+                        index: Index {
+                            offset: 0,
+                            terms: vec![(q, 1)],
+                        },
+                        value: Expr::Acc(*acc),
+                    });
+                    combine.push((*acc, op, buf));
+                }
+                None => part.push(s.clone()),
+            }
+        }
+        part.push(Stmt::Loop(Loop {
+            var: r,
+            iter: Iter::Range { extent: rows },
+            parallel: false,
+            vector: l.vector,
+            gpu: None,
+            body,
+        }));
+        part.extend(stores);
+        let parts = Kernel {
+            name: String::new(),
+            origin: format!("{} (parts)", k.origin),
+            source: k.source,
+            body: vec![Stmt::Loop(Loop {
+                var: q,
+                iter: Iter::Range { extent: p },
+                parallel: true,
+                vector: 1,
+                gpu: None,
+                body: part,
+            })],
+        };
+        // The combination: every `let` as it was, then the parts in order, then the stores.
+        let q2 = fresh();
+        let mut body: Vec<Stmt> = lets.clone();
+        body.push(Stmt::Loop(Loop {
+            var: q2,
+            iter: Iter::Range { extent: p },
+            parallel: false,
+            vector: 1,
+            gpu: None,
+            body: combine
+                .iter()
+                .map(|(acc, op, buf)| Stmt::Update {
+                    acc: *acc,
+                    op: *op,
+                    value: Expr::Load {
+                        buf: *buf,
+                        index: Index {
+                            offset: 0,
+                            terms: vec![(q2, 1)],
+                        },
+                    },
+                })
+                .collect(),
+        }));
+        body.extend(tail);
+        let combined = Kernel {
+            name: String::new(),
+            origin: format!("{} (combine parts)", k.origin),
+            source: k.source,
+            body,
+        };
+        vec![parts, combined]
+    }
+
+    /// The pieces of a kernel [`Planner::reduction_parts`] cuts: its leading `let`s, its one
+    /// loop (a range of enough rows, not parallel), the statements after it (no loops), the
+    /// accumulators the loop updates (each declared by a leading `let`, combined one way, not
+    /// read inside), and the count of parts.
+    #[allow(clippy::type_complexity)]
+    fn parts_of(
+        &self,
+        k: &Kernel,
+    ) -> Option<(Vec<Stmt>, Loop, Vec<Stmt>, Vec<(AccId, AccOp)>, u64)> {
+        let n_lets = k
+            .body
+            .iter()
+            .take_while(|s| matches!(s, Stmt::Let { .. }))
+            .count();
+        let (lets, rest) = k.body.split_at(n_lets);
+        let [Stmt::Loop(l), tail @ ..] = rest else {
+            return None;
+        };
+        let Iter::Range { extent } = l.iter else {
+            return None;
+        };
+        if l.parallel
+            || tail
+                .iter()
+                .any(|s| matches!(s, Stmt::Loop(_) | Stmt::Call(_)))
+        {
+            return None;
+        }
+        if iterations(&k.body) < PARTS_MIN_WORK {
+            return None;
+        }
+        let p = (2..=PARTS.min(extent / PART_ROWS))
+            .rev()
+            .find(|p| extent.is_multiple_of(*p))?;
+        let declared: BTreeMap<AccId, &Stmt> = lets
+            .iter()
+            .filter_map(|s| match s {
+                Stmt::Let { acc, .. } => Some((*acc, s)),
+                _ => None,
+            })
+            .collect();
+        let mut reduced: Vec<(AccId, AccOp)> = Vec::new();
+        let mut ok = true;
+        l.body.iter().for_each(|s| {
+            s.visit(&mut |s| {
+                if let Stmt::Update { acc, op, .. } = s {
+                    if !declared.contains_key(acc) {
+                        return;
+                    }
+                    match reduced.iter().find(|(a, _)| a == acc) {
+                        Some((_, o)) => ok &= o == op,
+                        None => reduced.push((*acc, *op)),
+                    }
+                    ok &= *op != AccOp::Set;
+                }
+            })
+        });
+        let read = walk::stmt_accs(&l.body);
+        ok &= !reduced.iter().any(|(a, _)| read.contains(a));
+        // The `let`s that are not reductions must not read one (they are copied to both).
+        for s in lets {
+            if let Stmt::Let { acc, init, .. } = s {
+                if !reduced.iter().any(|(a, _)| a == acc) {
+                    init.visit(&mut |x| {
+                        ok &= !matches!(x, Expr::Acc(a) if reduced.iter().any(|r| r.0 == *a))
+                    });
+                }
+            }
+        }
+        (ok && !reduced.is_empty()).then(|| (lets.to_vec(), l.clone(), tail.to_vec(), reduced, p))
+    }
+}
+
+/// The identity of an accumulator's combination (`+` from −0, as the dot products sum).
+fn identity(op: AccOp) -> f64 {
+    match op {
+        AccOp::Add => -0.0,
+        AccOp::Mul => 1.0,
+        AccOp::Max => f64::NEG_INFINITY,
+        AccOp::Min => f64::INFINITY,
+        AccOp::Set => unreachable!("parts_of refuses `Set`"),
+    }
+}

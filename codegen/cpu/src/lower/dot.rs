@@ -1,7 +1,8 @@
 //! An innermost f32 loop that only adds products of two unit-stride loads, or one such load,
 //! into one accumulator (`for v { a += x[… + v]·y[… + v] }`: a matrix-vector row, a row's sum,
 //! an f16 weight's row times a vector) as one call to `tdsl_dot_f32`, `_f16` or `_bf16`
-//! (`dot.rs`), whose 512-bit loads read memory faster than the JIT's 128-bit ones.
+//! (`dot.rs`), whose 512-bit loads read memory faster than the JIT's 128-bit ones; a row's
+//! maximum or minimum of an f32 load as one call to `tdsl_max_f32` or `tdsl_min_f32`.
 
 use super::*;
 
@@ -9,9 +10,10 @@ use super::*;
 const MIN_EXTENT: u64 = 64;
 
 /// A dot-product loop: the accumulator and the operands (`y` absent for a plain sum; `x` may
-/// be f32, f16 or bf16, `y` is f32).
+/// be f32, f16 or bf16, `y` is f32), or a maximum or minimum of f32 `x` (`op`).
 pub(super) struct Dot {
     acc: AccId,
+    op: AccOp,
     x: (BufId, Index),
     y: Option<(BufId, Index)>,
 }
@@ -28,12 +30,7 @@ impl<M: Module> Lower<'_, '_, M> {
         if !self.opts.dot || plan.ct != Ct::F32 || extent < MIN_EXTENT {
             return None;
         }
-        let [Stmt::Update {
-            acc,
-            op: AccOp::Add,
-            value,
-        }] = l.body.as_slice()
-        else {
+        let [Stmt::Update { acc, op, value }] = l.body.as_slice() else {
             return None;
         };
         let load = |e: &Expr| match e {
@@ -42,6 +39,18 @@ impl<M: Module> Lower<'_, '_, M> {
             }
             _ => None,
         };
+        if matches!(op, AccOp::Max | AccOp::Min) {
+            let x = load(value).filter(|x| x.2 == ElemType::F32)?;
+            return Some(Dot {
+                acc: *acc,
+                op: *op,
+                x: (x.0, x.1),
+                y: None,
+            });
+        }
+        if *op != AccOp::Add {
+            return None;
+        }
         let narrow = |t: ElemType| matches!(t, ElemType::F32 | ElemType::F16 | ElemType::BF16);
         let (x, y) = match value {
             Expr::Binary(BinOp::Mul, a, b) => {
@@ -57,12 +66,14 @@ impl<M: Module> Lower<'_, '_, M> {
         };
         Some(Dot {
             acc: *acc,
+            op: AccOp::Add,
             x: (x.0, x.1),
             y: y.map(|y| (y.0, y.1)),
         })
     }
 
-    /// `a = a + tdsl_dot_T(&x[start], &y[start] or null, end − start)`, `T` being `x`'s type.
+    /// `a = a + tdsl_dot_T(&x[start], &y[start] or null, end − start)`, `T` being `x`'s type;
+    /// `a = max(a, tdsl_max_f32(&x[start], end − start))` (or `min`).
     pub(super) fn dot_call(
         &mut self,
         l: &Loop,
@@ -70,6 +81,27 @@ impl<M: Module> Lower<'_, '_, M> {
         start: Value,
         end: Value,
     ) -> Result<(), CodegenError> {
+        if d.op != AccOp::Add {
+            let symbol = match d.op {
+                AccOp::Max => crate::dot::SYMBOL_MAX,
+                _ => crate::dot::SYMBOL_MIN,
+            };
+            let f = self.import(symbol, &[types::I64; 2], Some(types::F32))?;
+            let first = self.b.declare_var(types::I64);
+            self.b.def_var(first, start);
+            self.bind(l.var, first)?;
+            let (a, off) = self.addr(d.x.0, &d.x.1);
+            let x = self.b.ins().iadd_imm_s(a, off as i64);
+            let n = self.b.ins().isub(end, start);
+            let call = self.b.ins().call(f, &[x, n]);
+            let r = self.b.inst_results(call)[0];
+            let (var, _) = self.acc(d.acc)?;
+            let cur = self.b.use_var(var);
+            let new = self.combine(d.op, cur, r);
+            self.b.def_var(var, new);
+            self.vars.remove(&l.var);
+            return Ok(());
+        }
         let symbol = match self.buf_ty(d.x.0) {
             ElemType::F16 => crate::dot::SYMBOL_F16,
             ElemType::BF16 => crate::dot::SYMBOL_BF16,
