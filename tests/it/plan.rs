@@ -463,3 +463,56 @@ fn softmax_evaluates_its_exp_once_per_element() {
     });
     assert_eq!(n, 1, "{printed}");
 }
+
+/// A reduction of a fused computation to single values (a loss) is cut into parts, a row
+/// each, that run side by side, then combined in order: the parts kernel's loop is parallel, and
+/// the results agree with the interpreter. The `exp` inside `lse`'s sum is not written to a
+/// buffer of the whole input: the loss's sum over the vocabulary does not enclose it.
+#[test]
+fn reductions_to_single_values_run_in_parts_and_agree_with_the_interpreter() {
+    let loss = "input logits: f32[n=64, v=2048] = randn(seed=0)\n\
+                input onehot: f32[n, v] = rand(seed=1)\n\
+                m = reduce(logits, \"n v -> n 1\", \"max\")\n\
+                lse = log(reduce(exp(logits - m), \"n v -> n 1\", \"sum\")) + m\n\
+                loss = reduce(reduce(onehot * (lse - logits), \"n v -> n\", \"sum\"), \"n -> 1\", \"mean\")\n\
+                output loss\n";
+    let peak = "input x: f64[a=96, b=1024] = randn(seed=2)\n\
+                y = reduce(abs(x) * 2 - 1, \"a b -> 1\", \"max\")\noutput y\n";
+    for src in [loss, peak] {
+        let p = tdsl::compile(src, &Default::default()).unwrap();
+        let plan = tdsl::plan::lower::plan_program(&p).unwrap();
+        tdsl_loop::verify::verify(&plan.loops).unwrap();
+        let printed = tdsl_loop::print::print_program(&plan.loops);
+        let parts = plan
+            .loops
+            .kernels
+            .iter()
+            .find(|k| k.origin.ends_with("(parts)"))
+            .unwrap_or_else(|| panic!("no parts kernel:\n{printed}"));
+        // One part per row.
+        let rows = p.inputs[0].ty.shape.extents()[0];
+        match parts.body.as_slice() {
+            [Stmt::Loop(l)] => {
+                assert!(l.parallel, "{printed}");
+                assert_eq!(l.iter, Iter::Range { extent: rows }, "{printed}");
+            }
+            _ => panic!("{printed}"),
+        }
+        let whole = p.inputs[0].ty.shape.extents().iter().product::<u64>();
+        assert!(
+            plan.loops
+                .buffers
+                .iter()
+                .all(|b| b.role != tdsl_loop::Role::Temp || b.elems < whole),
+            "{printed}"
+        );
+        let inputs = tdsl::bind::bind_inputs(&p, Default::default()).unwrap();
+        let want = tdsl::interp::run(&p, &inputs);
+        let got = tdsl::runtime::run_jit(&plan, &inputs, &[vec![1]]).unwrap();
+        let (g, w) = (got[0].to_f64()[0], want[0].to_f64()[0]);
+        assert!(
+            (g - w).abs() <= 1e-5 * w.abs().max(1.0),
+            "{g} against {w}\n{printed}"
+        );
+    }
+}

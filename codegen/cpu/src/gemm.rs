@@ -329,9 +329,12 @@ fn sgemm_src<'a>(d: &'a Data, v: &MatView) -> Option<Src<'a>> {
     })
 }
 
-/// A product with an f32 destination and f32/f16/bf16 operands, neither of which is the
-/// destination buffer, on tdsl's packing GEMM (`sgemm`): the operands are read in place,
-/// whatever their layout and type. `None` when the product is not of that kind.
+/// A product with an f32, f16 or bf16 destination and f32/f16/bf16 operands, neither of which
+/// is the destination buffer, on tdsl's packing GEMM (`sgemm`): the operands are read in place,
+/// whatever their layout and type. A 16-bit destination gets the f32 result through a
+/// temporary, each value rounded once, as the generic path rounds it (which packed both
+/// operands into f32 one element at a time, then ran the `gemm` crate: a bf16 × bf16 linear
+/// layer at a fifth of the f32 speed). `None` when the product is not of that kind.
 fn run_sgemm(
     g: &GemmCall<'_>,
     bufs: &mut [Data],
@@ -341,6 +344,9 @@ fn run_sgemm(
     let ci = g.c.buf.0 as usize;
     if g.a.buf.0 as usize == ci || g.b.buf.0 as usize == ci {
         return None;
+    }
+    if matches!(bufs[ci], Data::F16(_) | Data::BF16(_)) {
+        return run_sgemm_narrow(g, bufs, threads, isa);
     }
     let (before, rest) = bufs.split_at_mut(ci);
     let (c_data, after) = rest.split_first_mut()?;
@@ -378,4 +384,89 @@ fn run_sgemm(
         threads,
     );
     Some(r.map_err(|_| "gemm: a view does not fit its buffer".to_string()))
+}
+
+/// [`run_sgemm`] into a 16-bit destination: the product into a dense f32 temporary (holding the
+/// destination's values first when the call accumulates), then each value rounded into place.
+fn run_sgemm_narrow(
+    g: &GemmCall<'_>,
+    bufs: &mut [Data],
+    threads: usize,
+    isa: Isa,
+) -> Option<Result<(), String>> {
+    let ci = g.c.buf.0 as usize;
+    // Here even f32 operands stay on `sgemm`: the `gemm` crate would need f32 copies of them.
+    let a = sgemm_src(&bufs[g.a.buf.0 as usize], g.a)?;
+    let b = sgemm_src(&bufs[g.b.buf.0 as usize], g.b)?;
+    let (m, n, k) = (g.m as usize, g.n as usize, g.k as usize);
+    let n_batch: usize = g.batch.iter().product::<u64>() as usize;
+    let mut tmp: Vec<f32> = if g.accumulate {
+        pack::<f32>(&bufs[ci], g.c, g.batch, g.m, g.n)
+    } else {
+        vec![0.0; n_batch * m * n]
+    };
+    let c = sgemm::Dst {
+        data: &mut tmp,
+        offsets: dense_offsets(n_batch, g.m, g.n),
+        rs: n as isize,
+        cs: 1,
+    };
+    let r = sgemm::sgemm_batched(
+        isa,
+        m,
+        n,
+        k,
+        c,
+        (a, &batch_offsets(g.a, g.batch)),
+        (b, &batch_offsets(g.b, g.batch)),
+        g.accumulate,
+        threads,
+    );
+    if r.is_err() {
+        return Some(Err("gemm: a view does not fit its buffer".to_string()));
+    }
+    // A dense row-major destination (the usual temporary) converts row by row across threads.
+    let offsets = batch_offsets(g.c, g.batch);
+    let base = offsets.first().copied().unwrap_or(0);
+    let dense = g.c.col_stride == 1
+        && g.c.row_stride == g.n as i64
+        && base >= 0
+        && offsets
+            .iter()
+            .enumerate()
+            .all(|(i, &o)| o == base + (i * m * n) as isize);
+    let (start, len) = (base as usize, n_batch * m * n);
+    match &mut bufs[ci] {
+        Data::BF16(d) if dense && d.len() >= start + len => narrow_rows(
+            &tmp,
+            &mut d[start..start + len],
+            n.max(1),
+            threads,
+            bf16::from_f32,
+        ),
+        Data::F16(d) if dense && d.len() >= start + len => narrow_rows(
+            &tmp,
+            &mut d[start..start + len],
+            n.max(1),
+            threads,
+            f16::from_f32,
+        ),
+        d => unpack(&tmp, d, g.c, g.batch, g.m, g.n),
+    }
+    Some(Ok(()))
+}
+
+/// `dst[i] = round(src[i])`, in rows of `n` spread over `threads` threads.
+fn narrow_rows<T: Send>(src: &[f32], dst: &mut [T], n: usize, threads: usize, round: fn(f32) -> T) {
+    use rayon::prelude::*;
+    let convert = |(d, s): (&mut [T], &[f32])| {
+        d.iter_mut().zip(s).for_each(|(d, &s)| *d = round(s));
+    };
+    if threads > 1 {
+        dst.par_chunks_mut(n)
+            .zip(src.par_chunks(n))
+            .for_each(convert);
+    } else {
+        dst.chunks_mut(n).zip(src.chunks(n)).for_each(convert);
+    }
 }

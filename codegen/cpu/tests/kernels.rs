@@ -776,12 +776,15 @@ fn mat(buf: u32, offset: i64, rs: i64, cs: i64, bs: &[i64]) -> MatView {
 }
 
 /// Batched GEMM over batch [2, 3]: `a` is dense per batch, `b` is stored transposed (n×k) and
-/// broadcast over the first batch axis, `c` has its rows reversed.
+/// broadcast over the first batch axis, `c` has its rows reversed or is dense (a 16-bit one is
+/// then rounded from the f32 result row by row across threads).
 #[test]
 fn batched_strided_gemm() {
     for (m, n, k) in [(5u64, 7u64, 9u64), (64, 48, 80), (1, 1, 1)] {
         for ty in [F32, F64, F16, BF16] {
-            for accumulate in [false, true] {
+            for (accumulate, reversed) in
+                [(false, true), (true, true), (false, false), (true, false)]
+            {
                 for threads in [1, 2] {
                     let (b0, b1) = (2u64, 3u64);
                     let a_len = b0 * b1 * m * k;
@@ -789,13 +792,11 @@ fn batched_strided_gemm() {
                     let c_len = b0 * b1 * m * n;
                     let a = mat(0, 0, k as i64, 1, &[(b1 * m * k) as i64, (m * k) as i64]);
                     let b = mat(1, 0, 1, k as i64, &[0, (n * k) as i64]);
-                    let c = mat(
-                        2,
-                        ((m.max(1) - 1) * n) as i64,
-                        -(n as i64),
-                        1,
-                        &[(b1 * m * n) as i64, (m * n) as i64],
-                    );
+                    let (c_off, c_rs) = match reversed {
+                        true => (((m.max(1) - 1) * n) as i64, -(n as i64)),
+                        false => (0, n as i64),
+                    };
+                    let c = mat(2, c_off, c_rs, 1, &[(b1 * m * n) as i64, (m * n) as i64]);
                     let p = program(
                         vec![
                             input("a", ty, a_len, 0),
@@ -832,8 +833,8 @@ fn batched_strided_gemm() {
                                         let bv = br[(y * n * k + j * k + l) as usize];
                                         s += av * bv;
                                     }
-                                    let ci =
-                                        (x * b1 * m * n + y * m * n + (m - 1 - i) * n + j) as usize;
+                                    let row = if reversed { m - 1 - i } else { i };
+                                    let ci = (x * b1 * m * n + y * m * n + row * n + j) as usize;
                                     want[ci] = if accumulate { cr[ci] + s } else { s };
                                 }
                             }

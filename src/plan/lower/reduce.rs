@@ -531,6 +531,11 @@ fn iterations(stmts: &[Stmt]) -> u64 {
         .fold(0u64, |a, b| a.saturating_add(b))
 }
 
+/// The most rows a reduction to a single value is cut into one part each
+/// ([`Planner::reduction_parts`]); with more, into at most [`SLAB_PARTS`] slabs of rows.
+const ROW_PARTS: u64 = 1 << 16;
+const SLAB_PARTS: u64 = 4096;
+
 /// The fewest iterations for which a reduction to a single value is cut into parts
 /// ([`Planner::reduction_parts`]): below, the second kernel and the thread pool's wake-up cost
 /// more than a second thread saves.
@@ -538,13 +543,13 @@ const PARTS_MIN_WORK: u64 = 1 << 16;
 
 impl Planner<'_> {
     /// A kernel that reduces everything to single values runs its one loop on one thread:
-    /// `let a = 0; for n { … a += … }; out[0] = f(a)` (a loss, a global norm). When its outer
-    /// loop has enough rows, it is cut into up to [`PARTS`] parts of whole rows, each
-    /// accumulating from the identity into its own element of a partial buffer per
-    /// accumulator (the parts run side by side), and a second kernel combines the parts in
-    /// order from the accumulators' initial values, then stores what the first stored. The
-    /// loop IR lets a reduction's updates run in any order. Any other kernel is returned as it
-    /// is.
+    /// `let a = 0; for n { … a += … }; out[0] = f(a)` (a loss, a global norm). When it does
+    /// enough work, it is cut into parts, one row of its outer loop each (slabs of rows past
+    /// [`ROW_PARTS`] rows), each accumulating from the identity into its own element of a
+    /// partial buffer per accumulator (the parts run side by side: chunks of them on the CPU's
+    /// threads, a block each on a GPU), and a second kernel combines the parts in order from
+    /// the accumulators' initial values, then stores what the first stored. The loop IR lets a
+    /// reduction's updates run in any order. Any other kernel is returned as it is.
     pub(super) fn reduction_parts(&mut self, k: Kernel) -> Vec<Kernel> {
         let Some(split) = self.parts_of(&k) else {
             return vec![k];
@@ -567,11 +572,22 @@ impl Planner<'_> {
         };
         let (q, r) = (fresh(), fresh());
         let split_rows = |ix: &Index| split_var(ix, l.var, (q, r, rows));
-        let body: Vec<Stmt> = l
-            .body
-            .iter()
-            .map(|s| s.map_all_indices(&split_rows))
-            .collect();
+        let one_row = |ix: &Index| Index {
+            offset: ix.offset,
+            terms: ix
+                .terms
+                .iter()
+                .map(|&(v, st)| (if v == l.var { q } else { v }, st))
+                .collect(),
+        };
+        let body: Vec<Stmt> = match rows {
+            1 => l.body.iter().map(|s| s.map_all_indices(&one_row)).collect(),
+            _ => l
+                .body
+                .iter()
+                .map(|s| s.map_all_indices(&split_rows))
+                .collect(),
+        };
         let mut part = Vec::new();
         let mut combine = Vec::new();
         let mut stores = Vec::new();
@@ -600,14 +616,17 @@ impl Planner<'_> {
                 None => part.push(s.clone()),
             }
         }
-        part.push(Stmt::Loop(Loop {
-            var: r,
-            iter: Iter::Range { extent: rows },
-            parallel: false,
-            vector: l.vector,
-            gpu: None,
-            body,
-        }));
+        match rows {
+            1 => part.extend(body),
+            _ => part.push(Stmt::Loop(Loop {
+                var: r,
+                iter: Iter::Range { extent: rows },
+                parallel: false,
+                vector: l.vector,
+                gpu: None,
+                body,
+            })),
+        }
         part.extend(stores);
         let parts = Kernel {
             name: String::new(),
@@ -687,9 +706,12 @@ impl Planner<'_> {
         if iterations(&k.body) < PARTS_MIN_WORK {
             return None;
         }
-        let p = (2..=PARTS.min(extent / PART_ROWS))
-            .rev()
-            .find(|p| extent.is_multiple_of(*p))?;
+        // One row a part (a GPU runs each on a block, the CPU chunks them over threads), or
+        // for very many rows, slabs of rows.
+        let p = match extent {
+            2..=ROW_PARTS => extent,
+            _ => (2..=SLAB_PARTS).rev().find(|p| extent.is_multiple_of(*p))?,
+        };
         let declared: BTreeMap<AccId, &Stmt> = lets
             .iter()
             .filter_map(|s| match s {
