@@ -4,7 +4,8 @@
 Each row is `bench/layers/NAME.tdsl` (the rows of issue 15: a mixed-precision projection in
 torch layout with bias and gelu, a language-model-head softmax, a 2:4 linear layer in torch
 layout, layer norm written with reduce, a low-rank chain, a gated MLP, multi-head attention
-split by rearrange; batch norm, whose statistics reduce over the batch axis; masked attention probabilities). The anchors compute the same layer on inputs of the same shapes and dtypes
+split by rearrange; batch norm, whose statistics reduce over the batch axis; masked attention probabilities,
+grouped-query attention, a cross-entropy loss, a bf16 SwiGLU block). The anchors compute the same layer on inputs of the same shapes and dtypes
 (the f16 weight stays f16 and is converted inside the timed call, as the layer does; the 2:4
 weight is the pruned dense matrix, since neither numpy nor XLA's CPU compiler has a 2:4 kernel).
 
@@ -75,6 +76,23 @@ def layers(jnp, nn):
         o = softmax_np(s) @ vh
         return np.ascontiguousarray(o.transpose(0, 2, 1, 3).reshape(B, S, E))
 
+    def silu_np(v):
+        return v * sig_np(v)
+
+    def gqa_np(q, k, v):
+        B, S, HQ, D = q.shape
+        HK = k.shape[2]
+        qg = q.reshape(B, S, HK, HQ // HK, D).transpose(0, 2, 3, 1, 4)
+        kt = k.transpose(0, 2, 3, 1)[:, :, None]
+        p = softmax_np(qg @ kt / np.float32(8))
+        o = p @ v.transpose(0, 2, 1, 3)[:, :, None]
+        return np.ascontiguousarray(o.transpose(0, 3, 1, 2, 4).reshape(B, S, HQ * D))
+
+    def xent_np(logits, target):
+        m = logits.max(-1, keepdims=True)
+        lse = np.log(np.exp(logits - m).sum(-1, keepdims=True)) + m
+        return (target * (lse - logits)).sum(-1).mean(keepdims=True)
+
     rows = [
         ("mixed_gelu", lambda x, w, b: gelu_np(x @ w.astype(np.float32).T + b), None),
         ("lm_softmax", softmax_np, None),
@@ -95,6 +113,10 @@ def layers(jnp, nn):
             lambda q, k, m: softmax_np(q @ k.transpose(0, 2, 1) / np.float32(8) + m),
             None,
         ),
+        ("gqa_attention", gqa_np, None),
+        ("cross_entropy", xent_np, None),
+        # numpy has no bf16: its row computes in f32; jax.jit's in bf16, as the layer does.
+        ("swiglu_bf16", lambda x, w1, w3, w2: (silu_np(x @ w1.T) * (x @ w3.T)) @ w2.T, "bf16"),
     ]
     if jnp is None:
         return [(n, f, None, t) for n, f, t in rows]
@@ -124,6 +146,13 @@ def layers(jnp, nn):
         o = jnp.einsum("bhij,bhjd->bhid", softmax_j(s), vh)
         return o.transpose(0, 2, 1, 3).reshape(B, S, E)
 
+    def gqa_j(q, k, v):
+        B, S, HQ, D = q.shape
+        HK = k.shape[2]
+        qg = q.reshape(B, S, HK, HQ // HK, D).transpose(0, 2, 3, 1, 4)
+        p = softmax_j(jnp.einsum("bkgsd,btkd->bkgst", qg, k) / 8)
+        return jnp.einsum("bkgst,btkd->bskgd", p, v).reshape(B, S, HQ * D)
+
     jf = {
         "mixed_gelu": lambda x, w, b: gelu_j(x @ w.astype(jnp.float32).T + b),
         "lm_softmax": softmax_j,
@@ -136,6 +165,11 @@ def layers(jnp, nn):
         "decode_f16": lambda w, x: w.astype(jnp.float32) @ x,
         "vecmat": lambda x, w: x @ w,
         "masked_scores": lambda q, k, m: softmax_j(jnp.einsum("hse,hte->hst", q, k) / 8 + m),
+        "gqa_attention": gqa_j,
+        "cross_entropy": lambda logits, t: (
+            t * (nn.logsumexp(logits, axis=-1, keepdims=True) - logits)
+        ).sum(-1).mean(keepdims=True),
+        "swiglu_bf16": lambda x, w1, w3, w2: (nn.silu(x @ w1.T) * (x @ w3.T)) @ w2.T,
     }
     return [(n, f, jf[n], t) for n, f, t in rows]
 
@@ -193,7 +227,7 @@ def main():
         npm = median_ms(lambda: fnp(*args), a.runs)
         jm = None
         if fj is not None:
-            jx = [jnp.asarray(v) for v in args]
+            jx = [jnp.asarray(v, dtype=jnp.bfloat16 if how == "bf16" else None) for v in args]
             jfn = jax.jit(fj)
             got = np.asarray(jfn(*jx))
             err = np.max(np.abs(got - ref)) / (np.max(np.abs(ref)) + 1e-30)

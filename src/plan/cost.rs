@@ -829,6 +829,52 @@ impl GemmGroups {
     }
 }
 
+/// The fewest rows (or columns) a GEMM keeps when [`GemmGroups::rebatch`] moves labels into
+/// its batch.
+const REBATCH_MIN: u64 = 32;
+
+impl GemmGroups {
+    /// Moves one label of `m` into the batch when without it `m` flattens to one stride in
+    /// both `A` and `C` where it did not (`a_flat`, `c_flat`), and likewise one of `n` for `B`
+    /// and `C`, so a product needs no copy into another layout: grouped-query attention's
+    /// `b hk g s t, b t hk d -> b s hk g d` has rows `(s, g)` that neither the probabilities
+    /// `[b hk g s t]` nor the output `[b s hk g d]` lay out as one axis, and runs batched over
+    /// `g` instead of copying both. The other operand's stride for the moved label is 0 (it
+    /// does not have it). Taken only while at least [`REBATCH_MIN`] rows (columns) remain, the
+    /// label leaving the most.
+    pub fn rebatch(
+        &mut self,
+        ext: &[u64],
+        a_flat: &dyn Fn(&[usize]) -> bool,
+        b_flat: &dyn Fn(&[usize]) -> bool,
+        c_flat: &dyn Fn(&[usize]) -> bool,
+    ) {
+        let size = |g: &[usize]| g.iter().map(|&l| ext[l]).product::<u64>();
+        for (rows, flat) in [(true, a_flat), (false, b_flat)] {
+            let group = if rows { &self.m } else { &self.n };
+            if flat(group) && c_flat(group) {
+                continue;
+            }
+            let best = (0..group.len())
+                .map(|i| {
+                    let mut rest = group.clone();
+                    let l = rest.remove(i);
+                    (rest, l)
+                })
+                .filter(|(rest, _)| size(rest) >= REBATCH_MIN && flat(rest) && c_flat(rest))
+                .max_by_key(|(rest, _)| size(rest));
+            if let Some((rest, l)) = best {
+                self.batch.push(l);
+                if rows {
+                    self.m = rest;
+                } else {
+                    self.n = rest;
+                }
+            }
+        }
+    }
+}
+
 /// Elements the planner copies into another layout along `path` (`plan::lower::einsum`'s
 /// `gemm_step`): for each pairwise step it would run as a GEMM, each operand whose m (or n) and k
 /// labels do not each flatten to one stride in its row-major layout, and a result whose m and n
@@ -862,7 +908,10 @@ fn relayout_elems(path: &ContractionPath, inputs: &[Vec<usize>], extents: &[u64]
                 let (m, n, k, b) = (elems(&g.m), elems(&g.n), elems(&g.k), elems(&g.batch));
                 m > 1 && n > 1 && m * n * k * b >= 16 * 16 * 16 && m * n * k >= 8 * 8 * 8
             };
-            let groups = GemmGroups::of(a, b, out, extents);
+            let groups = GemmGroups::of(a, b, out, extents).map(|mut g| {
+                g.rebatch(extents, &|x| flat(a, x), &|x| flat(b, x), &|x| flat(out, x));
+                g
+            });
             if let Some(GemmGroups { m, n, k, .. }) = groups.filter(gemm) {
                 if !(flat(a, &m) && flat(a, &k)) {
                     total += elems(a);

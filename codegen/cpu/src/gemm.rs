@@ -286,12 +286,14 @@ fn run_typed<T: Elem>(
             offsets: dense_offsets(n_batch, m, n),
             rs: n as isize,
             cs: 1,
+            injective: true,
         },
         None => MatMut {
             data: T::slice_mut(c_data).ok_or("gemm: destination type")?,
             offsets: batch_offsets(g.c, g.batch),
             rs: g.c.row_stride as isize,
             cs: g.c.col_stride as isize,
+            injective: crate::check::view_injective(g.c, g.batch, g.m, g.n),
         },
     };
     jit::gemm_batched(
@@ -371,6 +373,7 @@ fn run_sgemm(
         offsets: batch_offsets(g.c, g.batch),
         rs: g.c.row_stride as isize,
         cs: g.c.col_stride as isize,
+        injective: crate::check::view_injective(g.c, g.batch, g.m, g.n),
     };
     let r = sgemm::sgemm_batched(
         isa,
@@ -410,6 +413,7 @@ fn run_sgemm_narrow(
         offsets: dense_offsets(n_batch, g.m, g.n),
         rs: n as isize,
         cs: 1,
+        injective: true,
     };
     let r = sgemm::sgemm_batched(
         isa,

@@ -202,6 +202,10 @@ pub(crate) struct MatMut<'a, T> {
     pub offsets: Vec<isize>,
     pub rs: isize,
     pub cs: isize,
+    /// The caller proved from the view's strides that distinct (batch, row, column) are
+    /// distinct elements (`check::view_injective`): batches may run side by side even when
+    /// their ranges interleave.
+    pub injective: bool,
 }
 
 /// Smallest and largest element of a `rows`×`cols` view at `off`; `None` if empty.
@@ -285,8 +289,10 @@ pub(crate) enum Split {
 
 /// The thread policy of a batched `m×n×k` product whose destinations start at `dst_offsets`:
 /// small products stay on the calling thread (waking the pool costs more than they take);
-/// enough batches with pairwise disjoint, injective destinations run side by side; otherwise
+/// enough batches with pairwise disjoint, injective destinations (or `proven_injective`: the
+/// whole batched view, proven by its strides) run side by side; otherwise
 /// each product of at least 48³ multiply-adds with an injective destination is split.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn batch_split(
     m: usize,
     n: usize,
@@ -295,6 +301,7 @@ pub(crate) fn batch_split(
     rs: isize,
     cs: isize,
     threads: usize,
+    proven_injective: bool,
 ) -> Split {
     let n_batch = dst_offsets.len();
     let macs = (m as u128) * (n as u128) * (k as u128) * (n_batch as u128);
@@ -303,14 +310,14 @@ pub(crate) fn batch_split(
     } else {
         threads.max(1)
     };
-    let dst_injective = injective(rs, cs, m, n);
+    let dst_injective = proven_injective || injective(rs, cs, m, n);
     // Destination ranges of distinct batches must not overlap to run batches in parallel.
     let mut ranges: Vec<(i128, i128)> = dst_offsets
         .iter()
         .filter_map(|&o| span(o, rs, cs, m, n))
         .collect();
     ranges.sort();
-    let disjoint = ranges.windows(2).all(|w| w[0].1 < w[1].0);
+    let disjoint = proven_injective || ranges.windows(2).all(|w| w[0].1 < w[1].0);
     if threads > 1 && n_batch >= threads && disjoint && dst_injective {
         return Split::Batches(threads);
     }
@@ -349,7 +356,16 @@ pub(crate) fn gemm_batched<T: Copy + Send + Sync + 'static>(
     if m == 0 || n == 0 || n_batch == 0 {
         return Ok(());
     }
-    let split = batch_split(m, n, k, &dst.offsets, dst.rs, dst.cs, threads);
+    let split = batch_split(
+        m,
+        n,
+        k,
+        &dst.offsets,
+        dst.rs,
+        dst.cs,
+        threads,
+        dst.injective,
+    );
     let ptrs = GemmPtrs {
         dst: dst.data.as_mut_ptr(),
         lhs: lhs.data.as_ptr(),

@@ -291,6 +291,8 @@ pub(crate) struct Dst<'a> {
     pub offsets: Vec<isize>,
     pub rs: isize,
     pub cs: isize,
+    /// As `jit::MatMut::injective`.
+    pub injective: bool,
 }
 
 /// Every product `i`: `c[i] (+)= a[i]·b[i]`, where operand `x[i]` is `x` at element offset
@@ -347,7 +349,7 @@ pub(crate) fn sgemm_batched(
             )
         }
     };
-    match jit::batch_split(m, n, k, co, rs, cs, threads) {
+    match jit::batch_split(m, n, k, co, rs, cs, threads, c.injective) {
         Split::Inside(t) => (0..co.len()).for_each(|i| product(i, t)),
         Split::Batches(t) => {
             use rayon::prelude::*;

@@ -142,7 +142,14 @@ impl Planner<'_> {
             return None;
         }
         // Labels summed in only one operand need a separate pass: not a GEMM.
-        let GemmGroups { batch, m, n, k } = GemmGroups::of(&a.labels, &b.labels, &out.labels, ext)?;
+        let mut groups = GemmGroups::of(&a.labels, &b.labels, &out.labels, ext)?;
+        groups.rebatch(
+            ext,
+            &|g| a.flat(g, ext).is_some(),
+            &|g| b.flat(g, ext).is_some(),
+            &|g| out.flat(g, ext).is_some(),
+        );
+        let GemmGroups { batch, m, n, k } = groups;
         let prod = |g: &[usize]| -> u64 { g.iter().map(|&l| ext[l]).product() };
         let (mm, nn, kk, bb) = (prod(&m), prod(&n), prod(&k), prod(&batch));
         // Small products run faster as plain loops than through a library call.
@@ -159,10 +166,18 @@ impl Planner<'_> {
         let cat = |x: &[usize], y: &[usize], z: &[usize]| -> Vec<usize> {
             x.iter().chain(y).chain(z).copied().collect()
         };
+        // A batch label one operand lacks (moved there by `rebatch`) is not in its copy.
+        let own = |o: &Operand| -> Vec<usize> {
+            batch
+                .iter()
+                .copied()
+                .filter(|l| o.strides.contains_key(l))
+                .collect()
+        };
         let a = match (flat(a, &m), flat(a, &k)) {
             (Some(_), Some(_)) => a.clone(),
             _ => {
-                let (t, kern) = self.relayout(a, &cat(&batch, &m, &k), ext, origin);
+                let (t, kern) = self.relayout(a, &cat(&own(a), &m, &k), ext, origin);
                 kernels.push(kern);
                 t
             }
@@ -170,7 +185,7 @@ impl Planner<'_> {
         let b = match (flat(b, &k), flat(b, &n)) {
             (Some(_), Some(_)) => b.clone(),
             _ => {
-                let (t, kern) = self.relayout(b, &cat(&batch, &k, &n), ext, origin);
+                let (t, kern) = self.relayout(b, &cat(&own(b), &k, &n), ext, origin);
                 kernels.push(kern);
                 t
             }
@@ -183,7 +198,12 @@ impl Planner<'_> {
                 (t.clone(), Some(t))
             }
         };
-        let bs = |o: &Operand| batch.iter().map(|l| o.strides[l]).collect::<Vec<i64>>();
+        let bs = |o: &Operand| {
+            batch
+                .iter()
+                .map(|l| o.strides.get(l).copied().unwrap_or(0))
+                .collect::<Vec<i64>>()
+        };
         let view = |o: &Operand, r: &[usize], c: &[usize]| MatView {
             buf: o.buf,
             offset: o.offset,

@@ -102,6 +102,7 @@ pub(super) fn two_four_gemm<T: Compute>(
                     offsets: vec![c.offset as isize + start as isize * c.rs],
                     rs: c.rs,
                     cs: c.cs,
+                    injective: false,
                 };
                 product(cnt, c.cols, k, dst, e, dv, accumulate, (one, zero), threads)
             }
@@ -112,6 +113,7 @@ pub(super) fn two_four_gemm<T: Compute>(
                     offsets: vec![c.offset as isize + start as isize * c.cs],
                     rs: c.rs,
                     cs: c.cs,
+                    injective: false,
                 };
                 product(c.rows, cnt, k, dst, dv, e, accumulate, (one, zero), threads)
             }
@@ -178,6 +180,7 @@ fn packed_two_four<'c, T: Compute>(
         offsets: vec![c.offset as isize],
         rs: c.rs,
         cs: c.cs,
+        injective: false,
     };
     let threads = rayon::current_num_threads().max(1);
     let r = sgemm::sgemm_batched(
@@ -220,13 +223,14 @@ fn product<T: Compute>(
         };
         let (xs, ys) = (src(xd, &x), src(yd, &y));
         if sgemm::preferred(&xs, &ys) {
-            let (offsets, rs, cs) = (dst.offsets, dst.rs, dst.cs);
+            let (offsets, rs, cs, injective) = (dst.offsets, dst.rs, dst.cs, dst.injective);
             let data = T::as_f32_mut(dst.data).ok_or(jit::ViewOutOfBounds)?;
             let c = sgemm::Dst {
                 data,
                 offsets,
                 rs,
                 cs,
+                injective,
             };
             return sgemm::sgemm_batched(
                 isa,
