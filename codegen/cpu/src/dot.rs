@@ -196,39 +196,31 @@ pub(crate) unsafe extern "C" fn tdsl_axpy_rows_f32(
     }
 }
 
-/// `max(a, b)` as the JIT's `fmax` computes it (WebAssembly's rule): NaN when either is NaN,
-/// and `+0` above `−0`.
-pub(crate) fn max_exact(a: f32, b: f32) -> f32 {
+/// `max(a, b)` (`max`) or `min(a, b)` as the JIT's `fmax` and `fmin` compute them
+/// (WebAssembly's rule): NaN when either is NaN, and `+0` above `−0`.
+fn extreme_exact(a: f32, b: f32, max: bool) -> f32 {
     if a.is_nan() || b.is_nan() {
         f32::NAN
     } else if a == b {
-        if a.is_sign_negative() {
+        // Equal zeros: the maximum keeps a `+0`, the minimum a `−0`.
+        if a.is_sign_negative() == max {
             b
         } else {
             a
         }
-    } else if a > b {
+    } else if (a > b) == max {
         a
     } else {
         b
     }
 }
 
-/// `min(a, b)` as the JIT's `fmin` computes it: NaN when either is NaN, and `−0` below `+0`.
+pub(crate) fn max_exact(a: f32, b: f32) -> f32 {
+    extreme_exact(a, b, true)
+}
+
 pub(crate) fn min_exact(a: f32, b: f32) -> f32 {
-    if a.is_nan() || b.is_nan() {
-        f32::NAN
-    } else if a == b {
-        if a.is_sign_negative() {
-            a
-        } else {
-            b
-        }
-    } else if a < b {
-        a
-    } else {
-        b
-    }
+    extreme_exact(a, b, false)
 }
 
 /// The largest of `x[0..n]` by [`max_exact`] (−∞ for none): a row's maximum, softmax's first

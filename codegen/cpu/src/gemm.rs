@@ -367,7 +367,6 @@ fn run_sgemm(
     if !sgemm::preferred(&a, &b) {
         return None;
     }
-    let (m, n, k) = (g.m as usize, g.n as usize, g.k as usize);
     let c = sgemm::Dst {
         data: c,
         offsets: batch_offsets(g.c, g.batch),
@@ -375,7 +374,20 @@ fn run_sgemm(
         cs: g.c.col_stride as isize,
         injective: crate::check::view_injective(g.c, g.batch, g.m, g.n),
     };
-    let r = sgemm::sgemm_batched(
+    Some(sgemm_call(g, c, a, b, threads, isa))
+}
+
+/// `sgemm::sgemm_batched` of call `g`'s operands `a` and `b` into `c`.
+fn sgemm_call(
+    g: &GemmCall<'_>,
+    c: sgemm::Dst<'_>,
+    a: Src<'_>,
+    b: Src<'_>,
+    threads: usize,
+    isa: Isa,
+) -> Result<(), String> {
+    let (m, n, k) = (g.m as usize, g.n as usize, g.k as usize);
+    sgemm::sgemm_batched(
         isa,
         m,
         n,
@@ -385,8 +397,8 @@ fn run_sgemm(
         (b, &batch_offsets(g.b, g.batch)),
         g.accumulate,
         threads,
-    );
-    Some(r.map_err(|_| "gemm: a view does not fit its buffer".to_string()))
+    )
+    .map_err(|_| "gemm: a view does not fit its buffer".to_string())
 }
 
 /// [`run_sgemm`] into a 16-bit destination: the product into a dense f32 temporary (holding the
@@ -401,7 +413,7 @@ fn run_sgemm_narrow(
     // Here even f32 operands stay on `sgemm`: the `gemm` crate would need f32 copies of them.
     let a = sgemm_src(&bufs[g.a.buf.0 as usize], g.a)?;
     let b = sgemm_src(&bufs[g.b.buf.0 as usize], g.b)?;
-    let (m, n, k) = (g.m as usize, g.n as usize, g.k as usize);
+    let (m, n) = (g.m as usize, g.n as usize);
     let n_batch: usize = g.batch.iter().product::<u64>() as usize;
     let mut tmp: Vec<f32> = if g.accumulate {
         pack::<f32>(&bufs[ci], g.c, g.batch, g.m, g.n)
@@ -415,19 +427,8 @@ fn run_sgemm_narrow(
         cs: 1,
         injective: true,
     };
-    let r = sgemm::sgemm_batched(
-        isa,
-        m,
-        n,
-        k,
-        c,
-        (a, &batch_offsets(g.a, g.batch)),
-        (b, &batch_offsets(g.b, g.batch)),
-        g.accumulate,
-        threads,
-    );
-    if r.is_err() {
-        return Some(Err("gemm: a view does not fit its buffer".to_string()));
+    if let Err(e) = sgemm_call(g, c, a, b, threads, isa) {
+        return Some(Err(e));
     }
     // A dense row-major destination (the usual temporary) converts row by row across threads.
     let offsets = batch_offsets(g.c, g.batch);
