@@ -5,7 +5,8 @@ Each row is `bench/layers/NAME.tdsl` (the rows of issue 15: a mixed-precision pr
 torch layout with bias and gelu, a language-model-head softmax, a 2:4 linear layer in torch
 layout, layer norm written with reduce, a low-rank chain, a gated MLP, multi-head attention
 split by rearrange; batch norm, whose statistics reduce over the batch axis; masked attention probabilities,
-grouped-query attention, a cross-entropy loss, a bf16 SwiGLU block). The anchors compute the same layer on inputs of the same shapes and dtypes
+grouped-query attention, a cross-entropy loss, a bf16 SwiGLU block, a bf16 RMS norm, rotary
+position embeddings). The anchors compute the same layer on inputs of the same shapes and dtypes
 (the f16 weight stays f16 and is converted inside the timed call, as the layer does; the 2:4
 weight is the pruned dense matrix, since neither numpy nor XLA's CPU compiler has a 2:4 kernel).
 
@@ -43,7 +44,7 @@ def prune_24(w):
     return np.where(keep, g, 0).reshape(w.shape).astype(w.dtype)
 
 
-def layers(jnp, nn):
+def layers(jnp, nn, jax=None):
     """(name, numpy fn, jax fn or None, inputs transform) per script; inputs come in script order."""
     c = np.float32(np.sqrt(2.0 / np.pi))
 
@@ -93,6 +94,15 @@ def layers(jnp, nn):
         lse = np.log(np.exp(logits - m).sum(-1, keepdims=True)) + m
         return (target * (lse - logits)).sum(-1).mean(keepdims=True)
 
+    def rms_np(x, w):
+        return x * (1 / np.sqrt((x * x).mean(-1, keepdims=True) + np.float32(1e-6))) * w
+
+    def rope_np(q, c, s):
+        h = q.shape[-1] // 2
+        q1, q2 = q[..., :h], q[..., h:]
+        c, s = c[:, None, :], s[:, None, :]
+        return np.concatenate([q1 * c - q2 * s, q2 * c + q1 * s], axis=-1)
+
     rows = [
         ("mixed_gelu", lambda x, w, b: gelu_np(x @ w.astype(np.float32).T + b), None),
         ("lm_softmax", softmax_np, None),
@@ -117,6 +127,8 @@ def layers(jnp, nn):
         ("cross_entropy", xent_np, None),
         # numpy has no bf16: its row computes in f32; jax.jit's in bf16, as the layer does.
         ("swiglu_bf16", lambda x, w1, w3, w2: (silu_np(x @ w1.T) * (x @ w3.T)) @ w2.T, "bf16"),
+        ("rmsnorm_bf16", rms_np, "bf16"),
+        ("rope", rope_np, None),
     ]
     if jnp is None:
         return [(n, f, None, t) for n, f, t in rows]
@@ -153,6 +165,17 @@ def layers(jnp, nn):
         p = softmax_j(jnp.einsum("bkgsd,btkd->bkgst", qg, k) / 8)
         return jnp.einsum("bkgst,btkd->bskgd", p, v).reshape(B, S, HQ * D)
 
+    def rms_j(x, w):
+        xf = x.astype(jnp.float32)
+        y = xf * jax.lax.rsqrt((xf * xf).mean(-1, keepdims=True) + 1e-6)
+        return y.astype(x.dtype) * w
+
+    def rope_j(q, c, s):
+        h = q.shape[-1] // 2
+        q1, q2 = q[..., :h], q[..., h:]
+        c, s = c[:, None, :], s[:, None, :]
+        return jnp.concatenate([q1 * c - q2 * s, q2 * c + q1 * s], axis=-1)
+
     jf = {
         "mixed_gelu": lambda x, w, b: gelu_j(x @ w.astype(jnp.float32).T + b),
         "lm_softmax": softmax_j,
@@ -170,6 +193,8 @@ def layers(jnp, nn):
             t * (nn.logsumexp(logits, axis=-1, keepdims=True) - logits)
         ).sum(-1).mean(keepdims=True),
         "swiglu_bf16": lambda x, w1, w3, w2: (nn.silu(x @ w1.T) * (x @ w3.T)) @ w2.T,
+        "rmsnorm_bf16": rms_j,
+        "rope": rope_j,
     }
     return [(n, f, jf[n], t) for n, f, t in rows]
 
@@ -212,7 +237,7 @@ def main():
     head += " numpy ms | jax.jit ms | ratio (best anchor / tdsl) | tdsl GFLOP/s | tdsl GB/s |"
     print(head)
     print("|" + "---|" * (head.count("|") - 1))
-    for name, fnp, fj, how in layers(jnp, nn):
+    for name, fnp, fj, how in layers(jnp, nn, jax):
         if only and name not in only:
             continue
         script = os.path.join(HERE, "layers", f"{name}.tdsl")

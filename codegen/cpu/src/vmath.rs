@@ -23,7 +23,7 @@
 
 use std::sync::OnceLock;
 
-use tdsl_loop::UnOp;
+use tdsl_loop::{ElemType, UnOp};
 
 /// The functions [`tdsl_vmath_f32`] evaluates, by their number in its `op` argument.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,6 +39,16 @@ pub(crate) enum VOp {
     Log = 7,
     Sin = 8,
     Cos = 9,
+    /// f32 → f32, rounded to the nearest f16 (a `cast(x, f16)` inside an f32 expression).
+    RoundF16 = 10,
+    /// f32 → f32, rounded to the nearest bf16.
+    RoundBf16 = 11,
+    /// f16 bits (`src` is a `u16` array) → f32, exactly.
+    WidenF16 = 12,
+    /// f32 → f16 bits (`dst` is a `u16` array), to nearest even: a store to an f16 buffer.
+    NarrowF16 = 13,
+    /// f32 → bf16 bits (`dst` is a `u16` array), to nearest even.
+    NarrowBf16 = 14,
 }
 
 impl VOp {
@@ -57,6 +67,25 @@ impl VOp {
             UnOp::Cos => VOp::Cos,
             _ => return None,
         })
+    }
+
+    /// The rounding of `cast(x, t)` for an f32 `x`, when `t` is a 16-bit float.
+    pub(crate) fn round(t: ElemType) -> Option<VOp> {
+        match t {
+            ElemType::F16 => Some(VOp::RoundF16),
+            ElemType::BF16 => Some(VOp::RoundBf16),
+            _ => None,
+        }
+    }
+
+    /// The conversion a store of f32 values into a `t` buffer makes, when `t` is a 16-bit
+    /// float.
+    pub(crate) fn narrow(t: ElemType) -> Option<VOp> {
+        match t {
+            ElemType::F16 => Some(VOp::NarrowF16),
+            ElemType::BF16 => Some(VOp::NarrowBf16),
+            _ => None,
+        }
     }
 }
 
@@ -80,7 +109,7 @@ fn kernel() -> Option<Kernel> {
             if Isa::Avx512.supported() {
                 return Some(avx512 as Kernel);
             }
-            if Isa::Avx2.supported() {
+            if Isa::Avx2.supported() && std::arch::is_x86_feature_detected!("f16c") {
                 return Some(avx2 as Kernel);
             }
         }
@@ -88,7 +117,7 @@ fn kernel() -> Option<Kernel> {
     })
 }
 
-/// Whether this CPU runs the chunked evaluators (AVX-512F, or AVX2 with FMA), and they are not
+/// Whether this CPU runs the chunked evaluators (AVX-512F, or AVX2 with FMA and F16C), and they are not
 /// turned off by `TDSL_VMATH=0` (which keeps the inline kernels, to compare the two).
 pub(crate) fn available() -> bool {
     kernel().is_some() && std::env::var("TDSL_VMATH").map_or(true, |v| v != "0")
@@ -98,8 +127,9 @@ pub(crate) fn available() -> bool {
 /// [`SYMBOL`]; generated code calls it only when [`available`] said so.
 ///
 /// # Safety
-/// `src` must be valid for reads and `dst` for writes of `n` f32 values; the two are the same
-/// pointer (in place) or do not overlap.
+/// `src` must be valid for reads and `dst` for writes of `n` f32 values (`u16` for the source
+/// of [`VOp::WidenF16`] and the destination of [`VOp::NarrowF16`] and [`VOp::NarrowBf16`]);
+/// the two are the same pointer (in place, f32 to f32 only) or do not overlap.
 pub(crate) unsafe extern "C" fn tdsl_vmath_f32(op: u32, src: *const f32, dst: *mut f32, n: u64) {
     if let Some(k) = kernel() {
         // SAFETY: the caller's contract, and `kernel` chose a variant this CPU runs.
@@ -108,7 +138,7 @@ pub(crate) unsafe extern "C" fn tdsl_vmath_f32(op: u32, src: *const f32, dst: *m
 }
 
 macro_rules! variant {
-    ($name:ident, $features:literal) => {
+    ($name:ident, $features:literal, $f16:ident) => {
         #[cfg(target_arch = "x86_64")]
         #[target_feature(enable = $features)]
         unsafe fn $name(op: u32, x: *const f32, y: *mut f32, n: usize) {
@@ -125,6 +155,14 @@ macro_rules! variant {
                     7 => each(x, y, n, log_f32),
                     8 => each_far(x, y, n, |v| sin_cos_d(v as f64, false) as f32, UnOp::Sin),
                     9 => each_far(x, y, n, |v| sin_cos_d(v as f64, true) as f32, UnOp::Cos),
+                    10 | 12 | 13 => $f16(op, x, y, n),
+                    11 => each(x, y, n, |v| f32::from_bits((bf16_bits(v) as u32) << 16)),
+                    14 => {
+                        let y = y as *mut u16;
+                        for i in 0..n {
+                            *y.add(i) = bf16_bits(*x.add(i));
+                        }
+                    }
                     _ => {}
                 }
             }
@@ -132,8 +170,103 @@ macro_rules! variant {
     };
 }
 
-variant!(avx512, "avx512f,avx2,fma");
-variant!(avx2, "avx2,fma");
+variant!(avx512, "avx512f,avx2,fma,f16c", f16_avx512);
+variant!(avx2, "avx2,fma,f16c", f16_f16c);
+
+/// f32 → bf16 bits, rounded to nearest even; a NaN stays NaN, made quiet (as
+/// `Lower::f32_to_bf16_bits` and `half::bf16::from_f32`).
+#[inline(always)]
+fn bf16_bits(x: f32) -> u16 {
+    let f = x.to_bits();
+    let hi = f >> 16;
+    if f & 0x7fff_ffff > 0x7f80_0000 {
+        (hi | 0x40) as u16
+    } else {
+        (f.wrapping_add(0x7fff + (hi & 1)) >> 16) as u16
+    }
+}
+
+/// `f` on every `W` values of `x[0..n]`, into `y[0..n]`; the last partial step runs on a padded
+/// copy. `f` takes pointers to `W` values.
+#[inline(always)]
+unsafe fn steps<S: Copy + Default, D: Copy + Default, const W: usize>(
+    x: *const S,
+    y: *mut D,
+    n: usize,
+    f: impl Fn(*const S, *mut D),
+) {
+    let full = n / W * W;
+    let mut i = 0;
+    while i < full {
+        // SAFETY: `x[i..i + W]` and `y[i..i + W]` lie inside `x[0..n]` and `y[0..n]`.
+        f(unsafe { x.add(i) }, unsafe { y.add(i) });
+        i += W;
+    }
+    if full < n {
+        let mut a = [S::default(); W];
+        let mut b = [D::default(); W];
+        // SAFETY: `x[full..n]` and `y[full..n]` are the caller's, `n - full < W`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(x.add(full), a.as_mut_ptr(), n - full);
+            f(a.as_ptr(), b.as_mut_ptr());
+            std::ptr::copy_nonoverlapping(b.as_ptr(), y.add(full), n - full);
+        }
+    }
+}
+
+/// The f16 conversions of [`VOp`] (10, 12, 13) 16 lanes wide: `vcvtps2ph` rounding to nearest
+/// even and `vcvtph2ps`, exact, as the inline `f32_to_f16_bits` and `f16_bits_to_f32` (tested
+/// against them below, NaN payloads and subnormals included).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+unsafe fn f16_avx512(op: u32, x: *const f32, y: *mut f32, n: usize) {
+    use std::arch::x86_64::*;
+    const R: i32 = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    // SAFETY (every arm): `steps` hands out pointers to 16 readable and writable values.
+    unsafe {
+        match op {
+            10 => steps::<f32, f32, 16>(x, y, n, |a, b| {
+                let h = _mm512_cvtps_ph::<R>(_mm512_loadu_ps(a));
+                _mm512_storeu_ps(b, _mm512_cvtph_ps(h));
+            }),
+            12 => steps::<u16, f32, 16>(x as *const u16, y, n, |a, b| {
+                let h = _mm256_loadu_si256(a as *const __m256i);
+                _mm512_storeu_ps(b, _mm512_cvtph_ps(h));
+            }),
+            13 => steps::<f32, u16, 16>(x, y as *mut u16, n, |a, b| {
+                let h = _mm512_cvtps_ph::<R>(_mm512_loadu_ps(a));
+                _mm256_storeu_si256(b as *mut __m256i, h);
+            }),
+            _ => {}
+        }
+    }
+}
+
+/// [`f16_avx512`] 8 lanes wide, with F16C.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn f16_f16c(op: u32, x: *const f32, y: *mut f32, n: usize) {
+    use std::arch::x86_64::*;
+    const R: i32 = _MM_FROUND_TO_NEAREST_INT;
+    // SAFETY (every arm): `steps` hands out pointers to 8 readable and writable values.
+    unsafe {
+        match op {
+            10 => steps::<f32, f32, 8>(x, y, n, |a, b| {
+                let h = _mm256_cvtps_ph::<R>(_mm256_loadu_ps(a));
+                _mm256_storeu_ps(b, _mm256_cvtph_ps(h));
+            }),
+            12 => steps::<u16, f32, 8>(x as *const u16, y, n, |a, b| {
+                let h = _mm_loadu_si128(a as *const __m128i);
+                _mm256_storeu_ps(b, _mm256_cvtph_ps(h));
+            }),
+            13 => steps::<f32, u16, 8>(x, y as *mut u16, n, |a, b| {
+                let h = _mm256_cvtps_ph::<R>(_mm256_loadu_ps(a));
+                _mm_storeu_si128(b as *mut __m128i, h);
+            }),
+            _ => {}
+        }
+    }
+}
 
 /// Lanes per block: one AVX-512 vector of f32.
 const B: usize = 16;
@@ -620,15 +753,7 @@ mod tests {
             (UnOp::Sin, 1),
             (UnOp::Cos, 1),
         ];
-        // Every variant this CPU runs (an AVX-512 machine runs the AVX2 one too).
-        use std::arch::is_x86_feature_detected as has;
-        let mut variants: Vec<(&str, Kernel)> = Vec::new();
-        if has!("avx512f") && has!("fma") {
-            variants.push(("avx512", avx512 as Kernel));
-        }
-        if has!("avx2") && has!("fma") {
-            variants.push(("avx2", avx2 as Kernel));
-        }
+        let variants = variants();
         for ((uop, bound), (name, k)) in cases
             .iter()
             .flat_map(|c| variants.iter().map(move |v| (*c, *v)))
@@ -661,6 +786,101 @@ mod tests {
                 worst.1,
                 worst.0
             );
+        }
+    }
+
+    /// Every variant this CPU runs (an AVX-512 machine runs the AVX2 one too).
+    #[cfg(target_arch = "x86_64")]
+    fn variants() -> Vec<(&'static str, Kernel)> {
+        use std::arch::is_x86_feature_detected as has;
+        let mut v: Vec<(&str, Kernel)> = Vec::new();
+        if has!("avx512f") && has!("fma") && has!("f16c") {
+            v.push(("avx512", avx512 as Kernel));
+        }
+        if has!("avx2") && has!("fma") && has!("f16c") {
+            v.push(("avx2", avx2 as Kernel));
+        }
+        v
+    }
+
+    /// f32 bit patterns for the conversions: every sign, exponent and top 7 mantissa bits,
+    /// each with low halves at and around the f16 and bf16 rounding points.
+    fn conversion_inputs() -> Vec<f32> {
+        let lows = [
+            0u32, 1, 0x0fff, 0x1000, 0x1001, 0x1fff, 0x2000, 0x3000, 0x7fff, 0x8000, 0x8001,
+            0xc000, 0xffff,
+        ];
+        (0..=u16::MAX as u32)
+            .flat_map(|hi| lows.iter().map(move |lo| f32::from_bits(hi << 16 | lo)))
+            .collect()
+    }
+
+    /// The 16-bit conversions agree with `half` bit for bit, NaNs included (made quiet, their
+    /// payload kept), in place and not, over lengths whose tails take the padded path.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn half_conversions_match_half_bit_for_bit() {
+        use half::{bf16, f16};
+        let xs = conversion_inputs();
+        for (name, k) in variants() {
+            for n in [xs.len(), xs.len() - 1, 13, 1, 0] {
+                let xs = &xs[..n];
+                // Narrowing, into u16.
+                for (op, want) in [
+                    (
+                        VOp::NarrowF16,
+                        (|v| f16::from_f32(v).to_bits()) as fn(f32) -> u16,
+                    ),
+                    (VOp::NarrowBf16, |v| bf16::from_f32(v).to_bits()),
+                ] {
+                    let mut got = vec![0u16; n];
+                    // SAFETY: `xs` holds `n` f32 and `got` `n` u16; the CPU runs `k`.
+                    unsafe { k(op as u32, xs.as_ptr(), got.as_mut_ptr() as *mut f32, n) };
+                    for (x, g) in xs.iter().zip(&got) {
+                        assert_eq!(*g, want(*x), "{op:?} ({name}) of {:#010x}", x.to_bits());
+                    }
+                }
+                // Rounding, in place: the narrowed value widened again.
+                for (op, want) in [
+                    (
+                        VOp::RoundF16,
+                        (|v| f16::from_f32(v).to_f32()) as fn(f32) -> f32,
+                    ),
+                    (VOp::RoundBf16, |v| bf16::from_f32(v).to_f32()),
+                ] {
+                    let mut got = xs.to_vec();
+                    // SAFETY: `got` holds `n` f32; the CPU runs `k`.
+                    unsafe { k(op as u32, got.as_ptr(), got.as_mut_ptr(), n) };
+                    for (x, g) in xs.iter().zip(&got) {
+                        let w = want(*x);
+                        assert!(
+                            g.to_bits() == w.to_bits() || g.is_nan() && w.is_nan(),
+                            "{op:?} ({name}) of {:#010x}: {g:e}, not {w:e}",
+                            x.to_bits()
+                        );
+                    }
+                }
+            }
+            // Widening every f16, to the same value (NaN to a NaN with the same payload).
+            let hs: Vec<u16> = (0..=u16::MAX).collect();
+            let mut got = vec![0.0f32; hs.len()];
+            // SAFETY: `hs` holds `len` u16 and `got` `len` f32; the CPU runs `k`.
+            unsafe {
+                k(
+                    VOp::WidenF16 as u32,
+                    hs.as_ptr() as *const f32,
+                    got.as_mut_ptr(),
+                    hs.len(),
+                )
+            };
+            for (h, g) in hs.iter().zip(&got) {
+                let w = f16::from_bits(*h).to_f32();
+                let quiet = |v: f32| v.to_bits() | 0x0040_0000;
+                assert!(
+                    g.to_bits() == w.to_bits() || w.is_nan() && quiet(*g) == quiet(w),
+                    "WidenF16 ({name}) of {h:#06x}: {g:e}, not {w:e}"
+                );
+            }
         }
     }
 }

@@ -574,6 +574,87 @@ fn half_compute_and_casts() {
     }
 }
 
+/// Loops over f16 and bf16 buffers long enough to run in chunks (`lower/chunked.rs`): f16
+/// loads widened, casts rounded and stores narrowed by the vector conversions, bit for bit
+/// as the evaluator. The first kernel stores `t` and reads it back in the next statement, in a
+/// cast whose rounding would run before the store; it must keep the inline code.
+#[test]
+fn half_chunks_agree_with_the_evaluator() {
+    for n in [4113u64, 1003, 64, 63] {
+        let at = |b: u32| load(b, ix(0, &[(0, 1)]));
+        let mul = |a, b| bin(BinOp::Mul, a, b);
+        let out = |name: &str, ty, k| buffer(name, ty, n, Role::Output(k));
+        let p = program(
+            vec![
+                input("x", F16, n, 0),
+                input("y", BF16, n, 1),
+                out("t", F16, 0),
+                out("u", BF16, 1),
+                out("v", F32, 2),
+                out("w", BF16, 3),
+                out("z", F16, 4),
+            ],
+            vec![
+                kernel(
+                    "reads_back",
+                    vec![range(
+                        0,
+                        n,
+                        true,
+                        4,
+                        vec![
+                            store(
+                                2,
+                                ix(0, &[(0, 1)]),
+                                bin(BinOp::Add, mul(at(0), c_(3.0)), at(1)),
+                            ),
+                            store(
+                                3,
+                                ix(0, &[(0, 1)]),
+                                bin(BinOp::Add, cast(BF16, mul(at(2), c_(0.5))), at(0)),
+                            ),
+                        ],
+                    )],
+                ),
+                kernel(
+                    "narrows",
+                    vec![range(
+                        0,
+                        n,
+                        true,
+                        4,
+                        vec![
+                            store(5, ix(0, &[(0, 1)]), cast(BF16, mul(at(0), at(1)))),
+                            store(
+                                6,
+                                ix(0, &[(0, 1)]),
+                                bin(BinOp::Sub, mul(cast(F16, at(1)), at(0)), c_(1.0)),
+                            ),
+                            store(
+                                4,
+                                ix(0, &[(0, 1)]),
+                                bin(BinOp::Add, at(0), mul(at(1), c_(0.25))),
+                            ),
+                        ],
+                    )],
+                ),
+            ],
+        );
+        // Values spread over f16's range, subnormals and overflow included.
+        let xs: Vec<f64> = values(n as usize, 3)
+            .iter()
+            .enumerate()
+            .map(|(i, v)| v * [1.0, 1e-5, 3e4, 1e-7][i % 4])
+            .collect();
+        let ys: Vec<f64> = values(n as usize, 4).iter().map(|v| v * 7.0).collect();
+        let mut bufs = vec![data(F16, &xs), data(BF16, &ys)];
+        for (ty, _) in [(F16, 0), (BF16, 1), (F32, 2), (BF16, 3), (F16, 4)] {
+            bufs.push(Data::zeros(ty, n as usize));
+        }
+        agree_with_eval(&p, &bufs, 2, 0.0);
+    }
+}
+
 #[test]
 fn f64_elementwise_and_reduction() {
     let n = 1001u64;

@@ -48,6 +48,11 @@ pub(super) struct ChunkPlan {
     rest: Option<(Loop, VecPlan)>,
     /// The destination the one call runs in place in (a unit-stride f32 store of its value).
     direct: Option<(BufId, Index)>,
+    /// After the statements, per narrowed store: the conversion, the chunk buffer it reads
+    /// and the f16 or bf16 destination it writes.
+    narrows: Vec<(VOp, usize, BufId, Index)>,
+    /// How many chunk buffers the loop uses (the calls' and the narrowed stores').
+    scratch: usize,
 }
 
 impl<M: Module> Lower<'_, '_, M> {
@@ -60,25 +65,94 @@ impl<M: Module> Lower<'_, '_, M> {
         if !self.opts.vmath || plan.ct != Ct::F32 || extent < MIN_EXTENT {
             return None;
         }
+        let ty = |b: BufId| self.buf_ty(b);
         let mut calls: Vec<(VOp, Expr)> = Vec::new();
-        let body: Vec<Stmt> = l
+        let mut body: Vec<Stmt> = l
             .body
             .iter()
             .map(|s| match s {
                 Stmt::Store { buf, index, value } => Stmt::Store {
                     buf: *buf,
                     index: index.clone(),
-                    value: hoist_calls(value, l.var, &mut calls),
+                    value: hoist_calls(value, l.var, &ty, &mut calls),
                 },
                 Stmt::Update { acc, op, value } => Stmt::Update {
                     acc: *acc,
                     op: *op,
-                    value: hoist_calls(value, l.var, &mut calls),
+                    value: hoist_calls(value, l.var, &ty, &mut calls),
                 },
                 other => other.clone(),
             })
             .collect();
-        if calls.is_empty() || calls.len() > MAX_CALLS {
+        // Stores into f16 and bf16 buffers at unit stride that nothing else in the loop reads
+        // are narrowed by a call after the loop's statements: from the buffer of the call
+        // whose value they store, or from a buffer of their own.
+        let mut narrows = Vec::new();
+        let mut scratch_n = calls.len();
+        let read: Vec<BufId> = l
+            .body
+            .iter()
+            .flat_map(|s| match s {
+                Stmt::Store { value, .. } | Stmt::Update { value, .. } => loads(value),
+                _ => Vec::new(),
+            })
+            .collect();
+        // The calls run before the loop's statements: none may read what an earlier statement
+        // stores (reading what its own statement stores is reading it before the store).
+        for (k, s) in body.iter().enumerate() {
+            let (Stmt::Store { value, .. } | Stmt::Update { value, .. }) = s else {
+                continue;
+            };
+            // The calls statement `k` reads, directly or through another call's argument, and
+            // the buffers their arguments read.
+            let mut pending: Vec<usize> = loads(value).iter().filter_map(scratch_no).collect();
+            let mut seen = Vec::new();
+            let mut bufs = Vec::new();
+            while let Some(i) = pending.pop() {
+                if seen.contains(&i) {
+                    continue;
+                }
+                seen.push(i);
+                for b in loads(&calls[i].1) {
+                    match scratch_no(&b) {
+                        Some(j) => pending.push(j),
+                        None => bufs.push(b),
+                    }
+                }
+            }
+            let stored_before = |b: &BufId| {
+                l.body[..k]
+                    .iter()
+                    .any(|s| matches!(s, Stmt::Store { buf, .. } if buf == b))
+            };
+            if bufs.iter().any(stored_before) {
+                return None;
+            }
+        }
+        body.retain_mut(|s| {
+            let Stmt::Store { buf, index, value } = s else {
+                return true;
+            };
+            let Some(op) = VOp::narrow(ty(*buf)) else {
+                return true;
+            };
+            if index.stride_of(l.var) != 1 || read.contains(buf) {
+                return true;
+            }
+            // A call's value is narrowed from the call's own buffer.
+            if let Expr::Load { buf: b, index: ix } = value {
+                if let (Some(i), true) = (scratch_no(b), *ix == unit(l.var)) {
+                    narrows.push((op, i, *buf, index.clone()));
+                    return false;
+                }
+            }
+            narrows.push((op, scratch_n, *buf, index.clone()));
+            *buf = scratch(scratch_n);
+            *index = unit(l.var);
+            scratch_n += 1;
+            true
+        });
+        if calls.is_empty() && narrows.is_empty() || scratch_n > MAX_CALLS {
             return None;
         }
         let with_body = |body: Vec<Stmt>| Loop {
@@ -99,6 +173,7 @@ impl<M: Module> Lower<'_, '_, M> {
                 [(op, arg)],
             ) if *s == scratch(0)
                 && *si == unit(l.var)
+                && narrows.is_empty()
                 && self.buf_ty(*buf) == ElemType::F32
                 && index.stride_of(l.var) == 1
                 && !reads(arg, *buf) =>
@@ -107,15 +182,21 @@ impl<M: Module> Lower<'_, '_, M> {
             }
             _ => None,
         };
-        // A plain f32 load is read where it lies; anything else is stored first, into the
-        // call's destination.
-        let arg_of = |arg: Expr, buf: BufId, index: Index| -> Option<Arg> {
+        // A plain load is read where it lies (f32, or f16 for the widening); anything else is
+        // stored first, into the call's destination.
+        let arg_of = |op: VOp, arg: Expr, buf: BufId, index: Index| -> Option<Arg> {
+            let wants = if op == VOp::WidenF16 {
+                ElemType::F16
+            } else {
+                ElemType::F32
+            };
             match arg {
                 Expr::Load { buf: b, index: ix }
-                    if self.buf_ty(b) == ElemType::F32 && ix.stride_of(l.var) == 1 =>
+                    if self.buf_ty(b) == wants && ix.stride_of(l.var) == 1 =>
                 {
                     Some(Arg::Source(b, ix))
                 }
+                _ if op == VOp::WidenF16 => None,
                 arg => {
                     let stage = with_body(vec![Stmt::Store {
                         buf,
@@ -129,21 +210,30 @@ impl<M: Module> Lower<'_, '_, M> {
         };
         if let Some((op, buf, index, arg)) = direct {
             return Some(ChunkPlan {
-                calls: vec![(op, arg_of(arg, buf, index.clone())?)],
+                calls: vec![(op, arg_of(op, arg, buf, index.clone())?)],
                 rest: None,
                 direct: Some((buf, index)),
+                narrows,
+                scratch: 0,
             });
         }
         let mut staged = Vec::new();
         for (i, (op, arg)) in calls.into_iter().enumerate() {
-            staged.push((op, arg_of(arg, scratch(i), unit(l.var))?));
+            staged.push((op, arg_of(op, arg, scratch(i), unit(l.var))?));
         }
-        let rest = with_body(body);
-        let rest_plan = self.vec_plan(&rest)?;
+        let rest = if body.is_empty() {
+            None
+        } else {
+            let rest = with_body(body);
+            let rest_plan = self.vec_plan(&rest)?;
+            Some((rest, rest_plan))
+        };
         Some(ChunkPlan {
             calls: staged,
-            rest: Some((rest, rest_plan)),
+            rest,
             direct: None,
+            narrows,
+            scratch: scratch_n,
         })
     }
 
@@ -158,10 +248,7 @@ impl<M: Module> Lower<'_, '_, M> {
     ) -> Result<(), CodegenError> {
         let ptr = self.module.target_config().pointer_type();
         // (A call that runs in place in its destination needs no buffer.)
-        let slots: Vec<_> = cp
-            .calls
-            .iter()
-            .filter(|_| cp.direct.is_none())
+        let slots: Vec<_> = (0..cp.scratch)
             .map(|_| {
                 let data = StackSlotData::new(StackSlotKind::ExplicitSlot, CHUNK as u32 * 4, 6);
                 self.b.create_sized_stack_slot(data)
@@ -206,6 +293,19 @@ impl<M: Module> Lower<'_, '_, M> {
         }
         if let (true, Some((rest, plan))) = (r.is_ok(), &cp.rest) {
             r = self.vector_loop(rest, plan, c, cend);
+        }
+        for (op, i, buf, index) in &cp.narrows {
+            if r.is_err() {
+                break;
+            }
+            match self.chunk_addr(l, f.var, *buf, index) {
+                Ok(dst) => {
+                    let src = self.b.ins().stack_addr(ptr, slots[*i], 0);
+                    let opv = self.b.ins().iconst(types::I32, *op as i64);
+                    self.b.ins().call(vmath, &[opv, src, dst, len]);
+                }
+                Err(e) => r = Err(e),
+            }
         }
         for i in 0..slots.len() {
             self.bases.remove(&scratch(i));
@@ -257,6 +357,11 @@ fn reads(e: &Expr, buf: BufId) -> bool {
     found
 }
 
+/// Which chunk buffer `b` is, if it is one.
+fn scratch_no(b: &BufId) -> Option<usize> {
+    (b.0 >= SCRATCH_BASE).then(|| (b.0 - SCRATCH_BASE) as usize)
+}
+
 fn scratch(i: usize) -> BufId {
     BufId(SCRATCH_BASE + i as u32)
 }
@@ -269,38 +374,71 @@ fn unit(var: VarId) -> Index {
     }
 }
 
+/// The buffers `e` loads from.
+fn loads(e: &Expr) -> Vec<BufId> {
+    let mut out = Vec::new();
+    e.visit(&mut |x| {
+        if let Expr::Load { buf, .. } = x {
+            out.push(*buf);
+        }
+    });
+    out
+}
+
 /// `e` with every [`VOp`] call replaced by a load of its chunk buffer, the calls (innermost
-/// first, equal calls once) appended to `calls`.
-fn hoist_calls(e: &Expr, var: VarId, calls: &mut Vec<(VOp, Expr)>) -> Expr {
-    let mut go = |x: &Expr| Box::new(hoist_calls(x, var, calls));
+/// first, equal calls once) appended to `calls`. Besides the functions, the calls are the
+/// roundings of casts to f16 and bf16 and the widening of unit-stride f16 loads (`ty` gives
+/// a buffer's element type).
+fn hoist_calls(
+    e: &Expr,
+    var: VarId,
+    ty: &dyn Fn(BufId) -> ElemType,
+    calls: &mut Vec<(VOp, Expr)>,
+) -> Expr {
+    let call = |calls: &mut Vec<(VOp, Expr)>, v: VOp, arg: Expr| {
+        let i = match calls.iter().position(|(o, a)| *o == v && *a == arg) {
+            Some(i) => i,
+            None => {
+                calls.push((v, arg));
+                calls.len() - 1
+            }
+        };
+        Expr::Load {
+            buf: scratch(i),
+            index: unit(var),
+        }
+    };
     match e {
         Expr::Unary(op, x) => {
-            let arg = *go(x);
-            let Some(v) = VOp::of(*op) else {
-                return Expr::Unary(*op, Box::new(arg));
-            };
-            let i = match calls.iter().position(|(o, a)| *o == v && *a == arg) {
-                Some(i) => i,
-                None => {
-                    calls.push((v, arg));
-                    calls.len() - 1
-                }
-            };
-            Expr::Load {
-                buf: scratch(i),
-                index: unit(var),
+            let arg = hoist_calls(x, var, ty, calls);
+            match VOp::of(*op) {
+                Some(v) => call(calls, v, arg),
+                None => Expr::Unary(*op, Box::new(arg)),
             }
         }
+        Expr::Cast(t, x) => {
+            let arg = hoist_calls(x, var, ty, calls);
+            match VOp::round(*t) {
+                Some(v) => call(calls, v, arg),
+                None => Expr::Cast(*t, Box::new(arg)),
+            }
+        }
+        Expr::Load { buf, index } if ty(*buf) == ElemType::F16 && index.stride_of(var) == 1 => {
+            call(calls, VOp::WidenF16, e.clone())
+        }
         Expr::Binary(op, a, b) => {
-            let a = go(a);
-            Expr::Binary(*op, a, go(b))
+            let a = hoist_calls(a, var, ty, calls);
+            Expr::Binary(*op, Box::new(a), Box::new(hoist_calls(b, var, ty, calls)))
         }
         Expr::Select(c, a, b) => {
-            let c = go(c);
-            let a = go(a);
-            Expr::Select(c, a, go(b))
+            let c = hoist_calls(c, var, ty, calls);
+            let a = hoist_calls(a, var, ty, calls);
+            Expr::Select(
+                Box::new(c),
+                Box::new(a),
+                Box::new(hoist_calls(b, var, ty, calls)),
+            )
         }
-        Expr::Cast(t, x) => Expr::Cast(*t, go(x)),
         Expr::Const(_) | Expr::Load { .. } | Expr::Acc(_) | Expr::Iota(_) => e.clone(),
     }
 }
