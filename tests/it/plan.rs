@@ -516,3 +516,28 @@ fn reductions_to_single_values_run_in_parts_and_agree_with_the_interpreter() {
         );
     }
 }
+
+/// An output that lays out a product's result as it lies (grouped-query attention's
+/// `rearrange(o, "b s hk g d -> b s (hk g d)")`) is written by the product itself: no kernel
+/// copies a temporary into it (`passes::forward_copies`), and no temporary is left unused.
+#[test]
+fn an_output_laid_out_as_a_product_lies_is_written_by_the_product() {
+    let (plan, printed) = plan_text(&repo().join("tests/corpus/gqa_rebatch.tdsl"));
+    let y = plan.output_bufs[0];
+    let writers: Vec<_> = plan
+        .loops
+        .kernels
+        .iter()
+        .filter(|k| tdsl_loop::walk::stmt_reads_writes(&k.body).1.contains(&y))
+        .collect();
+    assert_eq!(writers.len(), 1, "{printed}");
+    assert!(
+        matches!(writers[0].body[..], [Stmt::Call(LibCall::Gemm { .. })]),
+        "{printed}"
+    );
+    let mut used = std::collections::BTreeSet::new();
+    for k in &plan.loops.kernels {
+        used.extend(tdsl_loop::walk::stmt_buffers(&k.body));
+    }
+    assert_eq!(used.len(), plan.loops.buffers.len(), "{printed}");
+}

@@ -575,6 +575,56 @@ impl Stmt {
         }
     }
 
+    /// This statement with every buffer it names replaced by `f(buffer)`, deep: loads, stores,
+    /// sparse levels and library calls, in the loops inside too.
+    pub fn map_buffers(&self, f: &impl Fn(BufId) -> BufId) -> Stmt {
+        match self {
+            Stmt::Loop(l) => {
+                let iter = match &l.iter {
+                    Iter::Range { extent } => Iter::Range { extent: *extent },
+                    Iter::Compressed {
+                        ptr,
+                        ptr_index,
+                        crd,
+                        coord,
+                    } => Iter::Compressed {
+                        ptr: f(*ptr),
+                        ptr_index: ptr_index.clone(),
+                        crd: f(*crd),
+                        coord: *coord,
+                    },
+                    Iter::Singleton { crd, pos_index } => Iter::Singleton {
+                        crd: f(*crd),
+                        pos_index: pos_index.clone(),
+                    },
+                    Iter::TwoFour {
+                        groups,
+                        meta,
+                        meta_index,
+                        coord,
+                    } => Iter::TwoFour {
+                        groups: *groups,
+                        meta: f(*meta),
+                        meta_index: meta_index.clone(),
+                        coord: *coord,
+                    },
+                };
+                Stmt::Loop(Loop {
+                    iter,
+                    body: l.body.iter().map(|s| s.map_buffers(f)).collect(),
+                    ..l.clone()
+                })
+            }
+            Stmt::Store { buf, index, value } => Stmt::Store {
+                buf: f(*buf),
+                index: index.clone(),
+                value: value.map_buffers(f),
+            },
+            Stmt::Call(c) => Stmt::Call(c.map_buffers(f)),
+            other => other.map_exprs(&mut |e| e.map_buffers(f), &|i| i.clone()),
+        }
+    }
+
     /// This statement with its own expressions replaced by `f(expr)` and a store's index by
     /// `index(index)`; loops and calls are returned unchanged (a shallow map).
     pub fn map_exprs(
@@ -604,6 +654,68 @@ impl Stmt {
             },
             other => other.clone(),
         }
+    }
+}
+
+impl Expr {
+    /// A copy with every buffer it loads from replaced by `f(buffer)`.
+    pub fn map_buffers(&self, f: &impl Fn(BufId) -> BufId) -> Expr {
+        match self {
+            Expr::Load { buf, index } => Expr::Load {
+                buf: f(*buf),
+                index: index.clone(),
+            },
+            other => other.map_children(|x| x.map_buffers(f)),
+        }
+    }
+}
+
+impl MatView {
+    fn map_buffers(&self, f: &impl Fn(BufId) -> BufId) -> MatView {
+        MatView {
+            buf: f(self.buf),
+            ..self.clone()
+        }
+    }
+}
+
+impl SparseOperand {
+    /// A copy with every buffer replaced by `f(buffer)`.
+    pub fn map_buffers(&self, f: &impl Fn(BufId) -> BufId) -> SparseOperand {
+        SparseOperand {
+            ptr: self.ptr.map(f),
+            idx: f(self.idx),
+            values: f(self.values),
+            ..self.clone()
+        }
+    }
+}
+
+impl LibCall {
+    /// A copy with every buffer replaced by `f(buffer)`.
+    pub fn map_buffers(&self, f: &impl Fn(BufId) -> BufId) -> LibCall {
+        let mut c = self.clone();
+        match &mut c {
+            LibCall::Gemm { a, b, c, .. } => {
+                *a = a.map_buffers(f);
+                *b = b.map_buffers(f);
+                *c = c.map_buffers(f);
+            }
+            LibCall::SpMM { s, d, c, .. } => {
+                *s = s.map_buffers(f);
+                *d = d.map_buffers(f);
+                *c = c.map_buffers(f);
+            }
+            LibCall::Sparsify { src, out, .. } => {
+                *src = f(*src);
+                *out = out.map_buffers(f);
+            }
+            LibCall::Densify { s, dst } => {
+                *s = s.map_buffers(f);
+                *dst = f(*dst);
+            }
+        }
+        c
     }
 }
 

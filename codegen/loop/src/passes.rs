@@ -10,10 +10,18 @@
 //! | `tile-transpose` | a transposing map is cache-blocked (tiles of both axes move outward) |
 //! | `hoist-invariants` | arithmetic on accumulators final before a loop moves out of it |
 //! | `exact-reciprocals` | `x / c` with `c` a power of two becomes `x * (1 / c)` (the same rounding) |
+//!
+//! One pass runs over the whole program once the planner has built it: `forward-copies`
+//! ([`forward_copies`]) drops a kernel that copies a temporary whole into an output, the
+//! temporary's writers writing the output instead.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::ir::{AccId, AccOp, BinOp, BufId, ElemType, Expr, Index, Iter, Loop, Stmt, VarId};
+use crate::ir::{
+    AccId, AccOp, BinOp, BufId, ElemType, Expr, Index, Iter, Kernel, Loop, LoopProgram, Role, Stmt,
+    VarId,
+};
+use crate::walk;
 
 /// What a pass may need to know about the kernel it rewrites.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -779,6 +787,133 @@ fn invariant_type(
     }
 }
 
+// ---- Program passes ----------------------------------------------------------------------------
+
+/// The copy a kernel makes, when all it does is copy every element of one buffer into the same
+/// position of another of the same type and size (`y[i] = t[i]`, as a rearrange that moves no
+/// element leaves behind the kernel that computed `t`): `(destination, source)`.
+fn whole_copy(p: &LoopProgram, k: &Kernel) -> Option<(BufId, BufId)> {
+    let mut extents: BTreeMap<VarId, u64> = BTreeMap::new();
+    let mut body = k.body.as_slice();
+    let (dst, src, index) = loop {
+        match body {
+            [Stmt::Loop(Loop {
+                var,
+                iter: Iter::Range { extent },
+                body: inner,
+                ..
+            })] => {
+                extents.insert(*var, *extent);
+                body = inner;
+            }
+            [Stmt::Store {
+                buf,
+                index,
+                value:
+                    Expr::Load {
+                        buf: src,
+                        index: si,
+                    },
+            }] if same_elements(index, si) => break (*buf, *src, index),
+            _ => return None,
+        }
+    };
+    let (d, s) = (p.buffer(dst), p.buffer(src));
+    if dst == src || d.ty != s.ty || d.elems != s.elems || index.offset != 0 {
+        return None;
+    }
+    // Every loop steps one index term, and the terms, smallest stride first, lay the elements
+    // end to end: each element once.
+    let mut terms = index.terms.clone();
+    terms.sort_by_key(|t| t.1);
+    let mut next = 1i64;
+    for (v, stride) in &terms {
+        let e = extents.remove(v)?;
+        if *stride != next {
+            return None;
+        }
+        next = next.checked_mul(i64::try_from(e).ok()?)?;
+    }
+    (extents.is_empty() && u64::try_from(next).ok()? == d.elems).then_some((dst, src))
+}
+
+/// Whether two indices reach the same element for every value of their variables: the same
+/// offset and the same stride per variable.
+fn same_elements(a: &Index, b: &Index) -> bool {
+    let strides = |i: &Index| {
+        let mut m: BTreeMap<VarId, i64> = BTreeMap::new();
+        for (v, s) in &i.terms {
+            *m.entry(*v).or_default() += s;
+        }
+        m.retain(|_, s| *s != 0);
+        m
+    };
+    a.offset == b.offset && strides(a) == strides(b)
+}
+
+/// Drops kernels that only copy a temporary whole into another buffer in place (see
+/// [`whole_copy`]): the kernels that wrote the temporary write the destination instead, and
+/// later reads of it read the destination. Only where nothing else touches the destination and
+/// nothing after the copy writes the temporary. Then removes the temporaries no kernel uses
+/// and renumbers the other buffers; returns each old buffer's new id (`None`: removed).
+pub fn forward_copies(p: &mut LoopProgram) -> Vec<Option<BufId>> {
+    'search: loop {
+        for (i, k) in p.kernels.iter().enumerate() {
+            let Some((dst, src)) = whole_copy(p, k) else {
+                continue;
+            };
+            if p.buffer(src).role != Role::Temp
+                || !matches!(p.buffer(dst).role, Role::Temp | Role::Output(_))
+            {
+                continue;
+            }
+            let others = p.kernels.iter().enumerate().filter(|(j, _)| *j != i);
+            if others
+                .clone()
+                .any(|(_, o)| walk::stmt_buffers(&o.body).contains(&dst))
+                || others
+                    .filter(|(j, _)| *j > i)
+                    .any(|(_, o)| walk::stmt_reads_writes(&o.body).1.contains(&src))
+            {
+                continue;
+            }
+            p.kernels.remove(i);
+            let rename = |b: BufId| if b == src { dst } else { b };
+            for k in &mut p.kernels {
+                k.body = k.body.iter().map(|s| s.map_buffers(&rename)).collect();
+            }
+            continue 'search;
+        }
+        break;
+    }
+    let mut used = BTreeSet::new();
+    for k in &p.kernels {
+        used.extend(walk::stmt_buffers(&k.body));
+    }
+    let mut map = Vec::with_capacity(p.buffers.len());
+    let mut kept = Vec::new();
+    for (i, b) in p.buffers.drain(..).enumerate() {
+        if b.role == Role::Temp && !used.contains(&BufId(i as u32)) {
+            map.push(None);
+        } else {
+            map.push(Some(BufId(kept.len() as u32)));
+            kept.push(b);
+        }
+    }
+    p.buffers = kept;
+    if map
+        .iter()
+        .enumerate()
+        .any(|(i, m)| *m != Some(BufId(i as u32)))
+    {
+        let renumber = |b: BufId| map[b.0 as usize].unwrap_or(b);
+        for k in &mut p.kernels {
+            k.body = k.body.iter().map(|s| s.map_buffers(&renumber)).collect();
+        }
+    }
+    map
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1110,5 +1245,162 @@ mod tests {
             reuse_stored_values(softmax_row(between.clone()), &f32s),
             softmax_row(between)
         );
+    }
+
+    /// `offset + Σ stride·var`.
+    fn at(offset: i64, terms: &[(u32, i64)]) -> Index {
+        Index {
+            offset,
+            terms: terms.iter().map(|(v, s)| (VarId(*v), *s)).collect(),
+        }
+    }
+
+    fn copy_kernel(dst: u32, d: Index, src: u32, s: Index, extents: &[u64]) -> Kernel {
+        let mut body = vec![Stmt::Store {
+            buf: BufId(dst),
+            index: d,
+            value: Expr::Load {
+                buf: BufId(src),
+                index: s,
+            },
+        }];
+        for (v, e) in extents.iter().enumerate().rev() {
+            body = vec![range(v as u32, *e, body)];
+        }
+        Kernel {
+            name: String::new(),
+            origin: String::new(),
+            source: None,
+            body,
+        }
+    }
+
+    /// `x` (input 0) → `t` (temp, by kernel 0: `t = x`) → `y` (output, by kernel 1: a copy
+    /// of `t` through `copy`), over a 4×6 array.
+    fn program(copy: Kernel, extra: Option<Kernel>) -> LoopProgram {
+        let buf = |name: &str, role| crate::ir::Buffer {
+            name: name.into(),
+            ty: ElemType::F32,
+            elems: 24,
+            role,
+        };
+        // t[i] = x[i], standing in for the product that computes `t`.
+        let twice = copy_kernel(1, at(0, &[(0, 1)]), 0, at(0, &[(0, 1)]), &[24]);
+        let mut kernels = vec![twice, copy];
+        kernels.extend(extra);
+        LoopProgram {
+            buffers: vec![
+                buf("x", Role::Input(0)),
+                buf("t", Role::Temp),
+                buf("y", Role::Output(0)),
+            ],
+            kernels,
+            tf32: false,
+        }
+    }
+
+    #[test]
+    fn a_whole_copy_of_a_temporary_is_forwarded_to_its_writer() {
+        // y[6i + j] = t[j + 6i]: the same elements, terms in another order.
+        let copy = copy_kernel(
+            2,
+            at(0, &[(0, 6), (1, 1)]),
+            1,
+            at(0, &[(1, 1), (0, 6)]),
+            &[4, 6],
+        );
+        let mut p = program(copy, None);
+        let map = forward_copies(&mut p);
+        assert_eq!(map, vec![Some(BufId(0)), None, Some(BufId(1))]);
+        assert_eq!(p.buffers.len(), 2);
+        assert_eq!(p.kernels.len(), 1);
+        assert_eq!(
+            walk::stmt_reads_writes(&p.kernels[0].body).1,
+            [BufId(1)].into()
+        );
+        // Column-major over the same elements is still every element once.
+        let copy = copy_kernel(
+            2,
+            at(0, &[(1, 4), (0, 1)]),
+            1,
+            at(0, &[(0, 1), (1, 4)]),
+            &[4, 6],
+        );
+        let mut p = program(copy, None);
+        forward_copies(&mut p);
+        assert_eq!(p.kernels.len(), 1);
+    }
+
+    #[test]
+    fn copies_that_move_or_skip_elements_or_share_their_buffers_stay() {
+        let whole = || {
+            copy_kernel(
+                2,
+                at(0, &[(0, 6), (1, 1)]),
+                1,
+                at(0, &[(0, 6), (1, 1)]),
+                &[4, 6],
+            )
+        };
+        let cases = [
+            // A transpose.
+            (
+                copy_kernel(
+                    2,
+                    at(0, &[(0, 1), (1, 4)]),
+                    1,
+                    at(0, &[(0, 6), (1, 1)]),
+                    &[4, 6],
+                ),
+                None,
+            ),
+            // Half the elements.
+            (
+                copy_kernel(
+                    2,
+                    at(0, &[(0, 6), (1, 1)]),
+                    1,
+                    at(0, &[(0, 6), (1, 1)]),
+                    &[2, 6],
+                ),
+                None,
+            ),
+            // Shifted by one.
+            (
+                copy_kernel(2, at(1, &[(0, 1)]), 1, at(1, &[(0, 1)]), &[23]),
+                None,
+            ),
+            // Every element twice over a loop the index does not use.
+            (
+                copy_kernel(2, at(0, &[(0, 1)]), 1, at(0, &[(0, 1)]), &[24, 2]),
+                None,
+            ),
+            // The output is read by a later kernel.
+            (
+                whole(),
+                Some(copy_kernel(1, at(0, &[(0, 1)]), 2, at(0, &[(0, 1)]), &[24])),
+            ),
+            // The temporary is written after the copy.
+            (
+                whole(),
+                Some(copy_kernel(1, at(0, &[(0, 1)]), 0, at(0, &[(0, 1)]), &[24])),
+            ),
+        ];
+        for (i, (copy, extra)) in cases.into_iter().enumerate() {
+            let mut p = program(copy, extra);
+            let before = p.clone();
+            let map = forward_copies(&mut p);
+            assert_eq!(p, before, "case {i}");
+            assert!(map
+                .iter()
+                .enumerate()
+                .all(|(i, m)| *m == Some(BufId(i as u32))));
+        }
+        // A copy from an input is not forwarded either.
+        let mut p = program(whole(), None);
+        p.buffers[1].role = Role::Input(1);
+        let before = p.clone();
+        forward_copies(&mut p);
+        assert_eq!(p, before);
     }
 }

@@ -85,6 +85,15 @@ pub fn elem_type(d: DType) -> ElemType {
 pub fn plan_program(p: &Program) -> Result<Plan, Diagnostic> {
     let mut pl = Planner::new(p);
     pl.run()?;
+    // A kernel that only copies a temporary into an output goes: its writers write the output.
+    let map = tdsl_loop::passes::forward_copies(&mut pl.out);
+    let renumber = |b: &mut BufId| {
+        if let Some(Some(n)) = map.get(b.0 as usize) {
+            *b = *n;
+        }
+    };
+    pl.input_bufs.iter_mut().for_each(renumber);
+    pl.output_bufs.iter_mut().for_each(renumber);
     // Kernels are named by their position in the final program.
     for (i, k) in pl.out.kernels.iter_mut().enumerate() {
         k.name = format!("k{i}");
