@@ -72,8 +72,18 @@ impl Tensor {
         let data = match dtype {
             DType::F32 => Storage::F32(values.iter().map(|&v| v as f32).collect()),
             DType::F64 => Storage::F64(values.to_vec()),
-            DType::F16 => Storage::F16(values.iter().map(|&v| f16::from_f64(v)).collect()),
-            DType::BF16 => Storage::BF16(values.iter().map(|&v| bf16::from_f64(v)).collect()),
+            DType::F16 => Storage::F16(
+                values
+                    .iter()
+                    .map(|&v| tdsl_sparse::dtype::f64_to_f16(v))
+                    .collect(),
+            ),
+            DType::BF16 => Storage::BF16(
+                values
+                    .iter()
+                    .map(|&v| tdsl_sparse::dtype::f64_to_bf16(v))
+                    .collect(),
+            ),
         };
         Tensor::new(shape, data)
     }

@@ -118,7 +118,7 @@ impl Elem for f16 {
         }
     }
     fn from_f64(x: f64) -> f16 {
-        f16::from_f64(x)
+        tdsl_sparse::dtype::f64_to_f16(x)
     }
     fn store(self, d: &mut Data, i: usize) {
         d.set(i, self.to_f64())

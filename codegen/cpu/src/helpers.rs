@@ -7,7 +7,6 @@
 //! versions evaluate the f64 function and round once, as the loop-IR evaluator does
 //! (spec/loop-ir.md §2), so the two agree to the last bit almost always.
 
-use half::{bf16, f16};
 use tdsl_loop::{BinOp, UnOp};
 
 /// The helper name for a unary operation that has no native instruction, in f32 (`wide =
@@ -45,7 +44,7 @@ pub(crate) fn unary_helper(op: UnOp, wide: bool) -> Option<&'static str> {
 pub(crate) const POW: (&str, &str) = ("tdsl_pow_f32", "tdsl_pow_f64");
 /// f64 → f16 bits (in the low 16 bits of an i32), rounded to nearest even.
 pub(crate) const F64_TO_F16: &str = "tdsl_f64_to_f16";
-/// f64 → bf16 bits, rounded as `half::bf16::from_f64`.
+/// f64 → bf16 bits, rounded once to nearest even (`tdsl_sparse::dtype::f64_to_bf16`).
 pub(crate) const F64_TO_BF16: &str = "tdsl_f64_to_bf16";
 
 /// The operations defined once in `tdsl_loop::scalar`: f64 math, rounded once for f32.
@@ -87,10 +86,10 @@ extern "C" fn pow_f64(x: f64, y: f64) -> f64 {
 }
 
 extern "C" fn f64_to_f16(x: f64) -> i32 {
-    f16::from_f64(x).to_bits() as i32
+    tdsl_sparse::dtype::f64_to_f16(x).to_bits() as i32
 }
 extern "C" fn f64_to_bf16(x: f64) -> i32 {
-    bf16::from_f64(x).to_bits() as i32
+    tdsl_sparse::dtype::f64_to_bf16(x).to_bits() as i32
 }
 extern "C" fn fmaf(a: f32, b: f32, c: f32) -> f32 {
     a.mul_add(b, c)

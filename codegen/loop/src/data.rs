@@ -106,8 +106,8 @@ impl Data {
         match self {
             Data::F32(v) => v[i] = x as f32,
             Data::F64(v) => v[i] = x,
-            Data::F16(v) => v[i] = f16::from_f64(x),
-            Data::BF16(v) => v[i] = bf16::from_f64(x),
+            Data::F16(v) => v[i] = tdsl_sparse::dtype::f64_to_f16(x),
+            Data::BF16(v) => v[i] = tdsl_sparse::dtype::f64_to_bf16(x),
             Data::I32(v) => v[i] = x as i32,
         }
     }

@@ -48,7 +48,6 @@ use crate::ir::{
     AccId, AccOp, BinOp, BufId, ElemType, Expr, Index, Iter, LibCall, Loop, LoopProgram, MatView,
     Role, Side, SparseOperand, Stmt, UnOp, VarId,
 };
-use half::{bf16, f16};
 use std::fmt;
 
 /// Why [`eval`] stopped.
@@ -628,8 +627,8 @@ fn join(a: Option<ElemType>, b: Option<ElemType>) -> Option<ElemType> {
 fn round(ty: ElemType, x: f64) -> f64 {
     match ty {
         ElemType::F32 => x as f32 as f64,
-        ElemType::F16 => f16::from_f64(x).to_f64(),
-        ElemType::BF16 => bf16::from_f64(x).to_f64(),
+        ElemType::F16 => tdsl_sparse::dtype::f64_to_f16(x).to_f64(),
+        ElemType::BF16 => tdsl_sparse::dtype::f64_to_bf16(x).to_f64(),
         ElemType::F64 | ElemType::I32 => x,
     }
 }
@@ -651,6 +650,7 @@ pub(crate) mod tests {
 
     use super::*;
     use crate::ir::{Buffer, Kernel};
+    use half::{bf16, f16};
     use proptest::prelude::*;
 
     pub(crate) fn buffer(name: &str, ty: ElemType, elems: u64, role: Role) -> Buffer {

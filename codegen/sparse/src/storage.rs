@@ -209,8 +209,12 @@ impl Values {
         match like {
             ValuesRef::F32(_) => Values::F32(v.iter().map(|&x| x as f32).collect()),
             ValuesRef::F64(_) => Values::F64(v.to_vec()),
-            ValuesRef::F16(_) => Values::F16(v.iter().map(|&x| f16::from_f64(x)).collect()),
-            ValuesRef::BF16(_) => Values::BF16(v.iter().map(|&x| bf16::from_f64(x)).collect()),
+            ValuesRef::F16(_) => {
+                Values::F16(v.iter().map(|&x| crate::dtype::f64_to_f16(x)).collect())
+            }
+            ValuesRef::BF16(_) => {
+                Values::BF16(v.iter().map(|&x| crate::dtype::f64_to_bf16(x)).collect())
+            }
         }
     }
 }

@@ -162,8 +162,13 @@ pub fn agree_with_eval(p: &LoopProgram, bufs: &[Data], threads: usize, tol: f64)
     run(p, &mut jit, threads);
     let mut ev = bufs.to_vec();
     tdsl_loop::eval::eval(p, &mut ev).expect("the evaluator runs the program");
-    for (j, e) in jit.iter().zip(&ev) {
-        assert_close(j, &e.to_f64(), tol);
+    for (k, (j, e)) in jit.iter().zip(&ev).enumerate() {
+        let name = &p.buffers[k].name;
+        let r = std::panic::catch_unwind(|| assert_close(j, &e.to_f64(), tol));
+        assert!(
+            r.is_ok(),
+            "buffer {k} ({name}): the backend and the evaluator differ"
+        );
     }
     jit
 }
