@@ -49,6 +49,9 @@ pub(crate) enum VOp {
     NarrowF16 = 13,
     /// f32 → bf16 bits (`dst` is a `u16` array), to nearest even.
     NarrowBf16 = 14,
+    /// `x / k`, `k` the call's scalar argument (a row's sum, a norm): the same IEEE division
+    /// as the inline code, 16 or 8 lanes at a time.
+    DivBy = 15,
 }
 
 impl VOp {
@@ -98,7 +101,7 @@ pub(crate) fn symbols() -> [(&'static str, *const u8); 1] {
     [(SYMBOL, tdsl_vmath_f32 as *const u8)]
 }
 
-type Kernel = unsafe fn(u32, *const f32, *mut f32, usize);
+type Kernel = unsafe fn(u32, *const f32, *mut f32, usize, f32);
 
 fn kernel() -> Option<Kernel> {
     static K: OnceLock<Option<Kernel>> = OnceLock::new();
@@ -123,17 +126,24 @@ pub(crate) fn available() -> bool {
     kernel().is_some() && std::env::var("TDSL_VMATH").map_or(true, |v| v != "0")
 }
 
-/// Writes `op(src[0..n])` to `dst[0..n]`, `op` a [`VOp`] number. Registered with the JIT under
+/// Writes `op(src[0..n])` to `dst[0..n]`, `op` a [`VOp`] number (`k` is the divisor of
+/// [`VOp::DivBy`], unused by the others). Registered with the JIT under
 /// [`SYMBOL`]; generated code calls it only when [`available`] said so.
 ///
 /// # Safety
 /// `src` must be valid for reads and `dst` for writes of `n` f32 values (`u16` for the source
 /// of [`VOp::WidenF16`] and the destination of [`VOp::NarrowF16`] and [`VOp::NarrowBf16`]);
 /// the two are the same pointer (in place, f32 to f32 only) or do not overlap.
-pub(crate) unsafe extern "C" fn tdsl_vmath_f32(op: u32, src: *const f32, dst: *mut f32, n: u64) {
-    if let Some(k) = kernel() {
+pub(crate) unsafe extern "C" fn tdsl_vmath_f32(
+    op: u32,
+    src: *const f32,
+    dst: *mut f32,
+    n: u64,
+    k: f32,
+) {
+    if let Some(f) = kernel() {
         // SAFETY: the caller's contract, and `kernel` chose a variant this CPU runs.
-        unsafe { k(op, src, dst, n as usize) }
+        unsafe { f(op, src, dst, n as usize, k) }
     }
 }
 
@@ -141,7 +151,7 @@ macro_rules! variant {
     ($name:ident, $features:literal, $f16:ident) => {
         #[cfg(target_arch = "x86_64")]
         #[target_feature(enable = $features)]
-        unsafe fn $name(op: u32, x: *const f32, y: *mut f32, n: usize) {
+        unsafe fn $name(op: u32, x: *const f32, y: *mut f32, n: usize, k: f32) {
             // SAFETY (every arm): the caller's contract on `x` and `n`.
             unsafe {
                 match op {
@@ -155,7 +165,7 @@ macro_rules! variant {
                     7 => each(x, y, n, log_f32),
                     8 => each_far(x, y, n, |v| sin_cos_d(v as f64, false) as f32, UnOp::Sin),
                     9 => each_far(x, y, n, |v| sin_cos_d(v as f64, true) as f32, UnOp::Cos),
-                    10 | 12 | 13 => $f16(op, x, y, n),
+                    10 | 12 | 13 | 15 => $f16(op, x, y, n, k),
                     11 => each(x, y, n, |v| f32::from_bits((bf16_bits(v) as u32) << 16)),
                     14 => {
                         let y = y as *mut u16;
@@ -170,8 +180,8 @@ macro_rules! variant {
     };
 }
 
-variant!(avx512, "avx512f,avx2,fma,f16c", f16_avx512);
-variant!(avx2, "avx2,fma,f16c", f16_f16c);
+variant!(avx512, "avx512f,avx2,fma,f16c", by_hand_avx512);
+variant!(avx2, "avx2,fma,f16c", by_hand_avx2);
 
 /// f32 → bf16 bits, rounded to nearest even; a NaN stays NaN, made quiet (as
 /// `Lower::f32_to_bf16_bits` and `half::bf16::from_f32`).
@@ -214,12 +224,14 @@ unsafe fn steps<S: Copy + Default, D: Copy + Default, const W: usize>(
     }
 }
 
-/// The f16 conversions of [`VOp`] (10, 12, 13) 16 lanes wide: `vcvtps2ph` rounding to nearest
-/// even and `vcvtph2ps`, exact, as the inline `f32_to_f16_bits` and `f16_bits_to_f32` (tested
-/// against them below, NaN payloads and subnormals included).
+/// The operations of [`VOp`] written with intrinsics, 16 lanes wide: the f16 conversions (10, 12,
+/// 13), `vcvtps2ph` rounding to nearest even and `vcvtph2ps`, exact, as the inline
+/// `f32_to_f16_bits` and `f16_bits_to_f32` (tested against `half` below, NaN payloads and
+/// subnormals included); and the division by a scalar (15), which LLVM left scalar when
+/// written as a closure for [`each`] (15 times slower).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
-unsafe fn f16_avx512(op: u32, x: *const f32, y: *mut f32, n: usize) {
+unsafe fn by_hand_avx512(op: u32, x: *const f32, y: *mut f32, n: usize, k: f32) {
     use std::arch::x86_64::*;
     const R: i32 = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
     // SAFETY (every arm): `steps` hands out pointers to 16 readable and writable values.
@@ -237,15 +249,21 @@ unsafe fn f16_avx512(op: u32, x: *const f32, y: *mut f32, n: usize) {
                 let h = _mm512_cvtps_ph::<R>(_mm512_loadu_ps(a));
                 _mm256_storeu_si256(b as *mut __m256i, h);
             }),
+            15 => {
+                let d = _mm512_set1_ps(k);
+                steps::<f32, f32, 16>(x, y, n, |a, b| {
+                    _mm512_storeu_ps(b, _mm512_div_ps(_mm512_loadu_ps(a), d));
+                })
+            }
             _ => {}
         }
     }
 }
 
-/// [`f16_avx512`] 8 lanes wide, with F16C.
+/// [`by_hand_avx512`] 8 lanes wide, with F16C.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn f16_f16c(op: u32, x: *const f32, y: *mut f32, n: usize) {
+unsafe fn by_hand_avx2(op: u32, x: *const f32, y: *mut f32, n: usize, k: f32) {
     use std::arch::x86_64::*;
     const R: i32 = _MM_FROUND_TO_NEAREST_INT;
     // SAFETY (every arm): `steps` hands out pointers to 8 readable and writable values.
@@ -263,6 +281,12 @@ unsafe fn f16_f16c(op: u32, x: *const f32, y: *mut f32, n: usize) {
                 let h = _mm256_cvtps_ph::<R>(_mm256_loadu_ps(a));
                 _mm_storeu_si128(b as *mut __m128i, h);
             }),
+            15 => {
+                let d = _mm256_set1_ps(k);
+                steps::<f32, f32, 8>(x, y, n, |a, b| {
+                    _mm256_storeu_ps(b, _mm256_div_ps(_mm256_loadu_ps(a), d));
+                })
+            }
             _ => {}
         }
     }
@@ -762,10 +786,10 @@ mod tests {
             // In place, and from one array into another.
             let mut got = xs.clone();
             // SAFETY: `got` holds `len` values; the CPU runs variant `k`.
-            unsafe { k(op as u32, got.as_ptr(), got.as_mut_ptr(), got.len()) };
+            unsafe { k(op as u32, got.as_ptr(), got.as_mut_ptr(), got.len(), 0.0) };
             let mut into = vec![0.0f32; xs.len()];
             // SAFETY: `xs` and `into` hold `len` values each and do not overlap.
-            unsafe { k(op as u32, xs.as_ptr(), into.as_mut_ptr(), xs.len()) };
+            unsafe { k(op as u32, xs.as_ptr(), into.as_mut_ptr(), xs.len(), 0.0) };
             assert!(
                 got.iter()
                     .zip(&into)
@@ -835,7 +859,7 @@ mod tests {
                 ] {
                     let mut got = vec![0u16; n];
                     // SAFETY: `xs` holds `n` f32 and `got` `n` u16; the CPU runs `k`.
-                    unsafe { k(op as u32, xs.as_ptr(), got.as_mut_ptr() as *mut f32, n) };
+                    unsafe { k(op as u32, xs.as_ptr(), got.as_mut_ptr() as *mut f32, n, 0.0) };
                     for (x, g) in xs.iter().zip(&got) {
                         assert_eq!(*g, want(*x), "{op:?} ({name}) of {:#010x}", x.to_bits());
                     }
@@ -850,7 +874,7 @@ mod tests {
                 ] {
                     let mut got = xs.to_vec();
                     // SAFETY: `got` holds `n` f32; the CPU runs `k`.
-                    unsafe { k(op as u32, got.as_ptr(), got.as_mut_ptr(), n) };
+                    unsafe { k(op as u32, got.as_ptr(), got.as_mut_ptr(), n, 0.0) };
                     for (x, g) in xs.iter().zip(&got) {
                         let w = want(*x);
                         assert!(
@@ -871,6 +895,7 @@ mod tests {
                     hs.as_ptr() as *const f32,
                     got.as_mut_ptr(),
                     hs.len(),
+                    0.0,
                 )
             };
             for (h, g) in hs.iter().zip(&got) {

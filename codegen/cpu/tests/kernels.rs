@@ -655,6 +655,73 @@ fn half_chunks_agree_with_the_evaluator() {
     }
 }
 
+/// Divisions by a value the loop does not change run as one call over the loop's elements
+/// (in place, as softmax's last loop) or as one of the calls of a chunked loop; a division
+/// alone, whose dividend would have to be staged, keeps the inline code. All bit for bit as
+/// the evaluator (the division is IEEE's in every form).
+#[test]
+fn divisions_by_an_invariant_agree_with_the_evaluator() {
+    for n in [4113u64, 1003, 64, 63] {
+        let at = |b: u32| load(b, ix(0, &[(0, 1)]));
+        let div = |a, b| bin(BinOp::Div, a, b);
+        let first = |b: u32| load(b, ix(0, &[]));
+        let out = |name: &str, ty, k| buffer(name, ty, n, Role::Output(k));
+        let p = program(
+            vec![
+                input("x", F32, n, 0),
+                input("s", F32, n, 1),
+                out("t", F32, 0),
+                out("u", F32, 1),
+                out("v", F32, 2),
+            ],
+            vec![
+                kernel(
+                    "in_place",
+                    vec![
+                        range(0, n, true, 4, vec![store(2, ix(0, &[(0, 1)]), at(0))]),
+                        let_(0, F32, bin(BinOp::Add, first(1), c_(0.5))),
+                        range(
+                            1,
+                            n,
+                            false,
+                            4,
+                            vec![store(
+                                2,
+                                ix(0, &[(1, 1)]),
+                                div(load(2, ix(0, &[(1, 1)])), acc(0)),
+                            )],
+                        ),
+                    ],
+                ),
+                kernel(
+                    "with_calls",
+                    vec![range(
+                        0,
+                        n,
+                        true,
+                        4,
+                        vec![
+                            store(3, ix(0, &[(0, 1)]), div(cast(BF16, at(0)), first(1))),
+                            store(
+                                4,
+                                ix(0, &[(0, 1)]),
+                                div(bin(BinOp::Sub, at(0), at(1)), c_(3.0)),
+                            ),
+                        ],
+                    )],
+                ),
+            ],
+        );
+        let xs = values(n as usize, 5);
+        let ss: Vec<f64> = values(n as usize, 6).iter().map(|v| v * 1e-3).collect();
+        let mut bufs = vec![data(F32, &xs), data(F32, &ss)];
+        for _ in 0..3 {
+            bufs.push(Data::zeros(F32, n as usize));
+        }
+        agree_with_eval(&p, &bufs, 2, 0.0);
+    }
+}
+
 #[test]
 fn f64_elementwise_and_reduction() {
     let n = 1001u64;

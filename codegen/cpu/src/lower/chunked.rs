@@ -40,9 +40,10 @@ enum Arg {
 
 /// A loop's chunked form.
 pub(super) struct ChunkPlan {
-    /// The distinct calls in evaluation order: the function and where its argument comes
-    /// from. Call `i` writes buffer `SCRATCH_BASE + i`, or the destination of `direct`.
-    calls: Vec<(VOp, Arg)>,
+    /// The distinct calls in evaluation order: the function, where its argument comes from,
+    /// and its scalar argument (the divisor of [`VOp::DivBy`]). Call `i` writes buffer
+    /// `SCRATCH_BASE + i`, or the destination of `direct`.
+    calls: Vec<(VOp, (Arg, Option<Expr>))>,
     /// The loop with every call read from its buffer, and its vector plan; `None` when the
     /// one call runs in place in the destination.
     rest: Option<(Loop, VecPlan)>,
@@ -66,7 +67,19 @@ impl<M: Module> Lower<'_, '_, M> {
             return None;
         }
         let ty = |b: BufId| self.buf_ty(b);
-        let mut calls: Vec<(VOp, Expr)> = Vec::new();
+        let mut h = Hoist {
+            var: l.var,
+            ty: &ty,
+            updated: l
+                .body
+                .iter()
+                .filter_map(|s| match s {
+                    Stmt::Update { acc, .. } => Some(*acc),
+                    _ => None,
+                })
+                .collect(),
+            calls: Vec::new(),
+        };
         let mut body: Vec<Stmt> = l
             .body
             .iter()
@@ -74,16 +87,17 @@ impl<M: Module> Lower<'_, '_, M> {
                 Stmt::Store { buf, index, value } => Stmt::Store {
                     buf: *buf,
                     index: index.clone(),
-                    value: hoist_calls(value, l.var, &ty, &mut calls),
+                    value: h.expr(value),
                 },
                 Stmt::Update { acc, op, value } => Stmt::Update {
                     acc: *acc,
                     op: *op,
-                    value: hoist_calls(value, l.var, &ty, &mut calls),
+                    value: h.expr(value),
                 },
                 other => other.clone(),
             })
             .collect();
+        let calls = h.calls;
         // Stores into f16 and bf16 buffers at unit stride that nothing else in the loop reads
         // are narrowed by a call after the loop's statements: from the buffer of the call
         // whose value they store, or from a buffer of their own.
@@ -176,38 +190,47 @@ impl<M: Module> Lower<'_, '_, M> {
                 && narrows.is_empty()
                 && self.buf_ty(*buf) == ElemType::F32
                 && index.stride_of(l.var) == 1
-                && !reads(arg, *buf) =>
+                && (!reads(arg, *buf) || split(arg).0 == load_of(*buf, index)) =>
             {
                 Some((*op, *buf, index.clone(), arg.clone()))
             }
             _ => None,
         };
+        // A division alone pays for its chunk only where it runs in place of the loop (in the
+        // destination): staging its dividend and reading its quotient back cost a layer norm's
+        // last loop more than the wider division saves.
+        if direct.is_none() && narrows.is_empty() && calls.iter().all(|(op, _)| *op == VOp::DivBy) {
+            return None;
+        }
         // A plain load is read where it lies (f32, or f16 for the widening); anything else is
         // stored first, into the call's destination.
-        let arg_of = |op: VOp, arg: Expr, buf: BufId, index: Index| -> Option<Arg> {
-            let wants = if op == VOp::WidenF16 {
-                ElemType::F16
-            } else {
-                ElemType::F32
+        let arg_of =
+            |op: VOp, arg: Expr, buf: BufId, index: Index| -> Option<(Arg, Option<Expr>)> {
+                let wants = if op == VOp::WidenF16 {
+                    ElemType::F16
+                } else {
+                    ElemType::F32
+                };
+                let (arg, k) = split(&arg);
+                let arg = match arg {
+                    Expr::Load { buf: b, index: ix }
+                        if self.buf_ty(b) == wants && ix.stride_of(l.var) == 1 =>
+                    {
+                        Some(Arg::Source(b, ix))
+                    }
+                    _ if op == VOp::WidenF16 => None,
+                    arg => {
+                        let stage = with_body(vec![Stmt::Store {
+                            buf,
+                            index,
+                            value: arg,
+                        }]);
+                        let p = self.vec_plan(&stage)?;
+                        Some(Arg::Staged(stage, p))
+                    }
+                }?;
+                Some((arg, k))
             };
-            match arg {
-                Expr::Load { buf: b, index: ix }
-                    if self.buf_ty(b) == wants && ix.stride_of(l.var) == 1 =>
-                {
-                    Some(Arg::Source(b, ix))
-                }
-                _ if op == VOp::WidenF16 => None,
-                arg => {
-                    let stage = with_body(vec![Stmt::Store {
-                        buf,
-                        index,
-                        value: arg,
-                    }]);
-                    let p = self.vec_plan(&stage)?;
-                    Some(Arg::Staged(stage, p))
-                }
-            }
-        };
         if let Some((op, buf, index, arg)) = direct {
             return Some(ChunkPlan {
                 calls: vec![(op, arg_of(op, arg, buf, index.clone())?)],
@@ -255,6 +278,19 @@ impl<M: Module> Lower<'_, '_, M> {
             })
             .collect();
         let vmath = self.vmath_fn()?;
+        // The calls' scalars, once before the loop (invariant in it); 0 for calls without.
+        // (Their addresses from scratch: the loop's precomputed ones need its variable.)
+        let partials = self.partials.take();
+        let mut scalars = Vec::new();
+        for (_, (_, k)) in &cp.calls {
+            scalars.push(match k {
+                Some(k) => self.expr(k, Ct::F32),
+                None => Ok(self.b.ins().f32const(0.0)),
+            });
+        }
+        self.partials = partials;
+        let scalars = scalars.into_iter().collect::<Result<Vec<_>, _>>()?;
+        let zero = self.b.ins().f32const(0.0);
         // for (c = start; c < end; c = min(c + CHUNK, end)).
         let f = self.loop_begin(start, end, 1);
         let c = self.b.use_var(f.var);
@@ -276,7 +312,7 @@ impl<M: Module> Lower<'_, '_, M> {
             }
         }
         let mut r = Ok(());
-        for ((op, arg), dst) in cp.calls.iter().zip(&dsts) {
+        for (((op, (arg, _)), dst), k) in cp.calls.iter().zip(&dsts).zip(&scalars) {
             let src = match arg {
                 Arg::Source(buf, index) => self.chunk_addr(l, f.var, *buf, index),
                 Arg::Staged(stage, plan) => self.vector_loop(stage, plan, c, cend).map(|_| *dst),
@@ -289,7 +325,7 @@ impl<M: Module> Lower<'_, '_, M> {
                 }
             };
             let opv = self.b.ins().iconst(types::I32, *op as i64);
-            self.b.ins().call(vmath, &[opv, src, *dst, len]);
+            self.b.ins().call(vmath, &[opv, src, *dst, len, *k]);
         }
         if let (true, Some((rest, plan))) = (r.is_ok(), &cp.rest) {
             r = self.vector_loop(rest, plan, c, cend);
@@ -302,7 +338,7 @@ impl<M: Module> Lower<'_, '_, M> {
                 Ok(dst) => {
                     let src = self.b.ins().stack_addr(ptr, slots[*i], 0);
                     let opv = self.b.ins().iconst(types::I32, *op as i64);
-                    self.b.ins().call(vmath, &[opv, src, dst, len]);
+                    self.b.ins().call(vmath, &[opv, src, dst, len, zero]);
                 }
                 Err(e) => r = Err(e),
             }
@@ -315,12 +351,12 @@ impl<M: Module> Lower<'_, '_, M> {
         Ok(())
     }
 
-    /// `tdsl_vmath_f32(op: u32, src: *const f32, dst: *mut f32, n: u64)`, declared once per
-    /// function.
+    /// `tdsl_vmath_f32(op: u32, src: *const f32, dst: *mut f32, n: u64, k: f32)`, declared
+    /// once per function.
     fn vmath_fn(&mut self) -> Result<FuncRef, CodegenError> {
         self.import(
             crate::vmath::SYMBOL,
-            &[types::I32, types::I64, types::I64, types::I64],
+            &[types::I32, types::I64, types::I64, types::I64, types::F32],
             None,
         )
     }
@@ -347,6 +383,23 @@ impl<M: Module> Lower<'_, '_, M> {
         } else {
             self.p.buffer(b).ty
         }
+    }
+}
+
+/// A call's argument as the part computed per iteration and the scalar: a division's
+/// dividend and divisor for [`VOp::DivBy`] (whose argument is the division), else the argument.
+fn split(arg: &Expr) -> (Expr, Option<Expr>) {
+    match arg {
+        Expr::Binary(BinOp::Div, a, b) => ((**a).clone(), Some((**b).clone())),
+        a => (a.clone(), None),
+    }
+}
+
+/// `buf[index]`.
+fn load_of(buf: BufId, index: &Index) -> Expr {
+    Expr::Load {
+        buf,
+        index: index.clone(),
     }
 }
 
@@ -385,60 +438,88 @@ fn loads(e: &Expr) -> Vec<BufId> {
     out
 }
 
-/// `e` with every [`VOp`] call replaced by a load of its chunk buffer, the calls (innermost
-/// first, equal calls once) appended to `calls`. Besides the functions, the calls are the
-/// roundings of casts to f16 and bf16 and the widening of unit-stride f16 loads (`ty` gives
-/// a buffer's element type).
-fn hoist_calls(
-    e: &Expr,
+/// What [`Hoist::expr`] needs to know about the loop, and the calls it found.
+struct Hoist<'a> {
     var: VarId,
-    ty: &dyn Fn(BufId) -> ElemType,
-    calls: &mut Vec<(VOp, Expr)>,
-) -> Expr {
-    let call = |calls: &mut Vec<(VOp, Expr)>, v: VOp, arg: Expr| {
-        let i = match calls.iter().position(|(o, a)| *o == v && *a == arg) {
+    /// A buffer's element type.
+    ty: &'a dyn Fn(BufId) -> ElemType,
+    /// The accumulators the loop updates (not invariant in it).
+    updated: Vec<AccId>,
+    /// The calls in evaluation order, equal calls once: the function and its argument (for
+    /// [`VOp::DivBy`], the whole division, whose divisor is invariant in the loop).
+    calls: Vec<(VOp, Expr)>,
+}
+
+impl Hoist<'_> {
+    /// `e` with every call replaced by a load of its chunk buffer, the calls (innermost first)
+    /// appended to `calls`. Besides the functions of [`VOp::of`], the calls are the roundings
+    /// of casts to f16 and bf16, the widening of unit-stride f16 loads, and divisions by a
+    /// value invariant in the loop.
+    fn expr(&mut self, e: &Expr) -> Expr {
+        match e {
+            Expr::Unary(op, x) => {
+                let arg = self.expr(x);
+                match VOp::of(*op) {
+                    Some(v) => self.call(v, arg),
+                    None => Expr::Unary(*op, Box::new(arg)),
+                }
+            }
+            Expr::Cast(t, x) => {
+                let arg = self.expr(x);
+                match VOp::round(*t) {
+                    Some(v) => self.call(v, arg),
+                    None => Expr::Cast(*t, Box::new(arg)),
+                }
+            }
+            Expr::Load { buf, index }
+                if (self.ty)(*buf) == ElemType::F16 && index.stride_of(self.var) == 1 =>
+            {
+                self.call(VOp::WidenF16, e.clone())
+            }
+            Expr::Binary(BinOp::Div, a, b) if self.invariant(b) => {
+                let a = self.expr(a);
+                self.call(VOp::DivBy, Expr::Binary(BinOp::Div, Box::new(a), b.clone()))
+            }
+            Expr::Binary(op, a, b) => {
+                let a = self.expr(a);
+                Expr::Binary(*op, Box::new(a), Box::new(self.expr(b)))
+            }
+            Expr::Select(c, a, b) => {
+                let c = self.expr(c);
+                let a = self.expr(a);
+                Expr::Select(Box::new(c), Box::new(a), Box::new(self.expr(b)))
+            }
+            Expr::Const(_) | Expr::Load { .. } | Expr::Acc(_) | Expr::Iota(_) => e.clone(),
+        }
+    }
+
+    /// A load of call `(op, arg)`'s chunk buffer, the call added unless an equal one is there.
+    fn call(&mut self, op: VOp, arg: Expr) -> Expr {
+        let i = match self.calls.iter().position(|(o, a)| *o == op && *a == arg) {
             Some(i) => i,
             None => {
-                calls.push((v, arg));
-                calls.len() - 1
+                self.calls.push((op, arg));
+                self.calls.len() - 1
             }
         };
         Expr::Load {
             buf: scratch(i),
-            index: unit(var),
+            index: unit(self.var),
         }
-    };
-    match e {
-        Expr::Unary(op, x) => {
-            let arg = hoist_calls(x, var, ty, calls);
-            match VOp::of(*op) {
-                Some(v) => call(calls, v, arg),
-                None => Expr::Unary(*op, Box::new(arg)),
+    }
+
+    /// Whether `e` has one value for the whole loop: it loads nothing that moves with the
+    /// loop's variable and reads no accumulator the loop updates.
+    fn invariant(&self, e: &Expr) -> bool {
+        let mut ok = true;
+        e.visit(&mut |x| {
+            ok &= match x {
+                Expr::Load { index, .. } => index.terms.iter().all(|(v, _)| *v != self.var),
+                Expr::Iota(_) => false,
+                Expr::Acc(a) => !self.updated.contains(a),
+                _ => true,
             }
-        }
-        Expr::Cast(t, x) => {
-            let arg = hoist_calls(x, var, ty, calls);
-            match VOp::round(*t) {
-                Some(v) => call(calls, v, arg),
-                None => Expr::Cast(*t, Box::new(arg)),
-            }
-        }
-        Expr::Load { buf, index } if ty(*buf) == ElemType::F16 && index.stride_of(var) == 1 => {
-            call(calls, VOp::WidenF16, e.clone())
-        }
-        Expr::Binary(op, a, b) => {
-            let a = hoist_calls(a, var, ty, calls);
-            Expr::Binary(*op, Box::new(a), Box::new(hoist_calls(b, var, ty, calls)))
-        }
-        Expr::Select(c, a, b) => {
-            let c = hoist_calls(c, var, ty, calls);
-            let a = hoist_calls(a, var, ty, calls);
-            Expr::Select(
-                Box::new(c),
-                Box::new(a),
-                Box::new(hoist_calls(b, var, ty, calls)),
-            )
-        }
-        Expr::Const(_) | Expr::Load { .. } | Expr::Acc(_) | Expr::Iota(_) => e.clone(),
+        });
+        ok
     }
 }
