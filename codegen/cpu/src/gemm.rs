@@ -12,6 +12,7 @@ use tdsl_loop::{Data, ElemType, MatView};
 use crate::jit::{self, MatMut, MatRef};
 use crate::sgemm::{self, Src, SrcData};
 use crate::spmm::Isa;
+use crate::vmath;
 
 /// The fields of a `LibCall::Gemm`.
 pub(crate) struct GemmCall<'a> {
@@ -430,7 +431,8 @@ fn run_sgemm_narrow(
     if let Err(e) = sgemm_call(g, c, a, b, threads, isa) {
         return Some(Err(e));
     }
-    // A dense row-major destination (the usual temporary) converts row by row across threads.
+    // A dense row-major destination (the usual temporary) converts row by row across threads;
+    // rows at unit column stride anywhere else (an output laid out `s (h e)`), one by one.
     let offsets = batch_offsets(g.c, g.batch);
     let base = offsets.first().copied().unwrap_or(0);
     let dense = g.c.col_stride == 1
@@ -441,37 +443,64 @@ fn run_sgemm_narrow(
             .enumerate()
             .all(|(i, &o)| o == base + (i * m * n) as isize);
     let (start, len) = (base as usize, n_batch * m * n);
+    let rows = |d_len: usize| -> Option<Vec<usize>> {
+        if g.c.col_stride != 1 {
+            return None;
+        }
+        let mut out = Vec::with_capacity(n_batch * m);
+        for &o in &offsets {
+            for r in 0..m as isize {
+                let at = usize::try_from(o + r * g.c.row_stride as isize).ok()?;
+                (at + n <= d_len).then_some(())?;
+                out.push(at);
+            }
+        }
+        Some(out)
+    };
     match &mut bufs[ci] {
         Data::BF16(d) if dense && d.len() >= start + len => narrow_rows(
             &tmp,
             &mut d[start..start + len],
             n.max(1),
             threads,
-            bf16::from_f32,
+            vmath::narrow_bf16,
         ),
         Data::F16(d) if dense && d.len() >= start + len => narrow_rows(
             &tmp,
             &mut d[start..start + len],
             n.max(1),
             threads,
-            f16::from_f32,
+            vmath::narrow_f16,
         ),
+        Data::BF16(d) if rows(d.len()).is_some() => {
+            for (i, at) in rows(d.len()).unwrap_or_default().into_iter().enumerate() {
+                vmath::narrow_bf16(&tmp[i * n..(i + 1) * n], &mut d[at..at + n]);
+            }
+        }
+        Data::F16(d) if rows(d.len()).is_some() => {
+            for (i, at) in rows(d.len()).unwrap_or_default().into_iter().enumerate() {
+                vmath::narrow_f16(&tmp[i * n..(i + 1) * n], &mut d[at..at + n]);
+            }
+        }
         d => unpack(&tmp, d, g.c, g.batch, g.m, g.n),
     }
     Some(Ok(()))
 }
 
-/// `dst[i] = round(src[i])`, in rows of `n` spread over `threads` threads.
-fn narrow_rows<T: Send>(src: &[f32], dst: &mut [T], n: usize, threads: usize, round: fn(f32) -> T) {
+/// `round(src, dst)` over rows of `n` spread over `threads` threads.
+fn narrow_rows<T: Send>(
+    src: &[f32],
+    dst: &mut [T],
+    n: usize,
+    threads: usize,
+    round: fn(&[f32], &mut [T]),
+) {
     use rayon::prelude::*;
-    let convert = |(d, s): (&mut [T], &[f32])| {
-        d.iter_mut().zip(s).for_each(|(d, &s)| *d = round(s));
-    };
     if threads > 1 {
         dst.par_chunks_mut(n)
             .zip(src.par_chunks(n))
-            .for_each(convert);
+            .for_each(|(d, s)| round(s, d));
     } else {
-        dst.chunks_mut(n).zip(src.chunks(n)).for_each(convert);
+        round(src, dst);
     }
 }

@@ -623,6 +623,46 @@ unsafe fn pack<S: Widen>(
                     }
                 }
             }
+            // 16-bit lines: 8 at a time widened into a block of 64 steps, then transposed as
+            // f32 (one value at a time, a bf16 A of a narrow product packed slower than it
+            // multiplied).
+            #[cfg(target_arch = "x86_64")]
+            if S::f32s(data).is_none() {
+                const RUN: usize = 64;
+                let mut block = [0f32; 8 * RUN];
+                while first + 8 <= lines {
+                    let l0 = first;
+                    let mut p0 = 0;
+                    while p0 < steps {
+                        let len = (steps - p0).min(RUN);
+                        for i in 0..8 {
+                            let s = at(l0 + i, p0);
+                            S::widen_run(
+                                data.get_unchecked(s..s + len),
+                                &mut block[i * RUN..i * RUN + len],
+                            );
+                        }
+                        let whole = len / 8 * 8;
+                        // SAFETY: the block holds 8 lines of `whole` values, `RUN` apart; the
+                        // panel's steps `p0..p0 + whole` hold `w` values from line 0, and
+                        // `l0 + 8 <= lines <= w`; AVX2 is present wherever a micro-kernel runs.
+                        x86::transpose8_into_panel(
+                            block.as_ptr(),
+                            RUN as isize,
+                            panel.as_mut_ptr().add(p0 * w + l0),
+                            w,
+                            whole,
+                        );
+                        for p in whole..len {
+                            for i in 0..8 {
+                                panel[(p0 + p) * w + l0 + i] = block[i * RUN + p];
+                            }
+                        }
+                        p0 += len;
+                    }
+                    first += 8;
+                }
+            }
             for l in first..lines {
                 let s = at(l, 0);
                 let mut p0 = 0;

@@ -147,6 +147,52 @@ pub(crate) unsafe extern "C" fn tdsl_vmath_f32(
     }
 }
 
+/// `dst[i] = src[i]` rounded to f16 to nearest even, with the vector conversions when this CPU
+/// has them (else one value at a time through `half`, the same result).
+pub(crate) fn narrow_f16(src: &[f32], dst: &mut [half::f16]) {
+    let n = src.len().min(dst.len());
+    match kernel() {
+        // SAFETY: `src` holds `n` f32 and `dst` `n` f16 (u16-sized), and they are different
+        // allocations; `kernel` chose a variant this CPU runs.
+        Some(k) => unsafe {
+            k(
+                VOp::NarrowF16 as u32,
+                src.as_ptr(),
+                dst.as_mut_ptr() as *mut f32,
+                n,
+                0.0,
+            )
+        },
+        None => {
+            for (d, s) in dst.iter_mut().zip(src) {
+                *d = half::f16::from_f32(*s);
+            }
+        }
+    }
+}
+
+/// [`narrow_f16`] to bf16.
+pub(crate) fn narrow_bf16(src: &[f32], dst: &mut [half::bf16]) {
+    let n = src.len().min(dst.len());
+    match kernel() {
+        // SAFETY: as in `narrow_f16`.
+        Some(k) => unsafe {
+            k(
+                VOp::NarrowBf16 as u32,
+                src.as_ptr(),
+                dst.as_mut_ptr() as *mut f32,
+                n,
+                0.0,
+            )
+        },
+        None => {
+            for (d, s) in dst.iter_mut().zip(src) {
+                *d = half::bf16::from_f32(*s);
+            }
+        }
+    }
+}
+
 macro_rules! variant {
     ($name:ident, $features:literal, $f16:ident) => {
         #[cfg(target_arch = "x86_64")]

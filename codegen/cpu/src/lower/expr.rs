@@ -106,16 +106,26 @@ impl<M: Module> Lower<'_, '_, M> {
         };
         let stride = index.stride_of(m.var);
         let vty = ct.vector();
-        let mut lanes = self.b.ins().splat(vty, x);
+        let lanes = self.b.ins().splat(vty, x);
+        // Each lane's offset from the first, added in one vector addition (each lane rounds
+        // once, as the scalar `x + d` does).
         let first = m.step * m.ct.lanes();
+        let mut bytes = Vec::with_capacity(16);
         for lane in 0..ct.lanes() {
             let d = ((first + lane) * stride) as f64;
-            let dv = self.fconst(ct.scalar(), d);
-            let cur = self.b.ins().extractlane(lanes, lane as u8);
-            let sum = self.b.ins().fadd(cur, dv);
-            lanes = self.b.ins().insertlane(lanes, sum, lane as u8);
+            match ct {
+                Ct::F32 => bytes.extend_from_slice(&(d as f32).to_le_bytes()),
+                Ct::F64 => bytes.extend_from_slice(&d.to_le_bytes()),
+            }
         }
-        lanes
+        let k = self
+            .b
+            .func
+            .dfg
+            .constants
+            .insert(cranelift_codegen::ir::ConstantData::from(bytes));
+        let offsets = self.b.ins().vconst(vty, k);
+        self.b.ins().fadd(lanes, offsets)
     }
 
     pub(super) fn cast(&mut self, t: ElemType, v: Value, from: Ct) -> Result<Value, CodegenError> {
