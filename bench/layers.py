@@ -6,7 +6,7 @@ torch layout with bias and gelu, a language-model-head softmax, a 2:4 linear lay
 layout, layer norm written with reduce, a low-rank chain, a gated MLP, multi-head attention
 split by rearrange; batch norm, whose statistics reduce over the batch axis; masked attention probabilities,
 grouped-query attention, a cross-entropy loss, a bf16 SwiGLU block, a bf16 RMS norm, rotary
-position embeddings). The anchors compute the same layer on inputs of the same shapes and dtypes
+position embeddings, and a whole LLaMA-style decoder block in bf16). The anchors compute the same layer on inputs of the same shapes and dtypes
 (the f16 weight stays f16 and is converted inside the timed call, as the layer does; the 2:4
 weight is the pruned dense matrix, since neither numpy nor XLA's CPU compiler has a 2:4 kernel).
 
@@ -42,6 +42,45 @@ def prune_24(w):
     keep = np.zeros_like(g, dtype=bool)
     np.put_along_axis(keep, order[..., :2], True, axis=-1)
     return np.where(keep, g, 0).reshape(w.shape).astype(w.dtype)
+
+
+def llama_block(xp, lax, x, g1, wq, wk, wv, wo, cos, sin, g2, w1, w3, w2):
+    """bench/layers/llama_block_bf16.tdsl in numpy (`lax` None: f32 throughout) or jax.numpy
+    (bf16 activations and weights, f32 statistics and rotary tables, as the script)."""
+    f32 = xp.float32
+    S = x.shape[0]
+
+    def rsqrt(v):
+        return lax.rsqrt(v) if lax is not None else 1 / xp.sqrt(v)
+
+    def rms(t, g):
+        tf = t.astype(f32)
+        return (tf * rsqrt((tf * tf).mean(-1, keepdims=True) + 1e-6)).astype(t.dtype) * g
+
+    def ein(spec, a, b):
+        return xp.einsum(spec, a, b) if lax is not None else np.einsum(spec, a, b, optimize=True)
+
+    h = rms(x, g1)
+    q = (h @ wq.T).reshape(S, 16, 64)
+    k = (h @ wk.T).reshape(S, 4, 64)
+    v = (h @ wv.T).reshape(S, 4, 64)
+    c = cos.astype(f32)[:, None, :]
+    sn = sin.astype(f32)[:, None, :]
+
+    def rope(t):
+        t1, t2 = t[..., :32], t[..., 32:]
+        return xp.concatenate([t1 * c - t2 * sn, t2 * c + t1 * sn], axis=-1)
+
+    qg = rope(q).reshape(S, 4, 4, 64).transpose(1, 2, 0, 3)
+    sc = ein("kgse,tke->kgst", qg, rope(k)) / 8
+    sc = xp.where(xp.arange(S)[None, :] <= xp.arange(S)[:, None], sc, -xp.inf)
+    e = xp.exp(sc - sc.max(-1, keepdims=True))
+    a = (e / e.sum(-1, keepdims=True)).astype(x.dtype)
+    o = ein("kgst,tke->skge", a, v).reshape(S, -1)
+    x2 = x + o @ wo.T
+    h2 = rms(x2, g2)
+    u = h2 @ w1.T
+    return x2 + ((u / (1 + xp.exp(-u))) * (h2 @ w3.T)) @ w2.T
 
 
 def layers(jnp, nn, jax=None):
@@ -104,6 +143,7 @@ def layers(jnp, nn, jax=None):
         return np.concatenate([q1 * c - q2 * s, q2 * c + q1 * s], axis=-1)
 
     rows = [
+        ("llama_block_bf16", lambda *a: llama_block(np, None, *a), "bf16"),
         ("mixed_gelu", lambda x, w, b: gelu_np(x @ w.astype(np.float32).T + b), None),
         ("lm_softmax", softmax_np, None),
         ("linear_2to4", lambda x, w: x @ w.T, "prune"),
@@ -177,6 +217,7 @@ def layers(jnp, nn, jax=None):
         return jnp.concatenate([q1 * c - q2 * s, q2 * c + q1 * s], axis=-1)
 
     jf = {
+        "llama_block_bf16": lambda *a: llama_block(jnp, jax.lax, *a),
         "mixed_gelu": lambda x, w, b: gelu_j(x @ w.astype(jnp.float32).T + b),
         "lm_softmax": softmax_j,
         "linear_2to4": lambda x, w: x @ w.T,

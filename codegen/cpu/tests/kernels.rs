@@ -1359,8 +1359,13 @@ fn dot_product_loops_call_the_wide_dot_product() {
     }
 }
 
-/// `m = max(m, x[i])` (or `min`) over `i < n`, from ±∞.
-fn extreme_program(op: AccOp, n: u64) -> LoopProgram {
+/// `m = max(m, x[i])` (or `min`) over `i < n`, from ±∞; of `x[i] · 2` when `staged` (a value
+/// the chunked loop stores first, then reduces with the same call).
+fn extreme_program(op: AccOp, n: u64, staged: bool) -> LoopProgram {
+    let x = match staged {
+        true => bin(BinOp::Mul, load(0, ix(0, &[(0, 1)])), c_(2.0)),
+        false => load(0, ix(0, &[(0, 1)])),
+    };
     let init = if op == AccOp::Max {
         f64::NEG_INFINITY
     } else {
@@ -1372,13 +1377,7 @@ fn extreme_program(op: AccOp, n: u64) -> LoopProgram {
             "extreme",
             vec![
                 let_(0, F32, c_(init)),
-                range(
-                    0,
-                    n,
-                    false,
-                    4,
-                    vec![update(0, op, load(0, ix(0, &[(0, 1)])))],
-                ),
+                range(0, n, false, 4, vec![update(0, op, x)]),
                 store(1, ix(0, &[]), acc(0)),
             ],
         )],
@@ -1387,7 +1386,8 @@ fn extreme_program(op: AccOp, n: u64) -> LoopProgram {
 
 /// A row's maximum or minimum of an f32 load is one call to the wide kernel where the CPU has
 /// it, and gives the JIT's own loop's bits: NaN anywhere (in the vectors or the tail) gives
-/// NaN, `+0` is above `−0` whichever comes first, infinities and all-equal rows included.
+/// NaN, `+0` is above `−0` whichever comes first, infinities and all-equal rows included. So
+/// does one of an expression, stored chunk by chunk and reduced by the same call.
 #[test]
 fn maximum_and_minimum_loops_call_the_wide_kernel_and_agree_bit_for_bit() {
     let mut wide = CpuBackend::new().unwrap();
@@ -1396,10 +1396,20 @@ fn maximum_and_minimum_loops_call_the_wide_kernel_and_agree_bit_for_bit() {
         ..CpuOptions::default()
     })
     .unwrap();
-    let clif = wide.clif(&extreme_program(AccOp::Max, 100), 0).unwrap();
+    let clif = wide
+        .clif(&extreme_program(AccOp::Max, 100, false), 0)
+        .unwrap();
     assert_eq!(
         clif.contains("call"),
         tdsl_cpu::dot_product_available(),
+        "{clif}"
+    );
+    let clif = wide
+        .clif(&extreme_program(AccOp::Max, 100, true), 0)
+        .unwrap();
+    assert_eq!(
+        clif.contains("call"),
+        tdsl_cpu::dot_product_available() && tdsl_cpu::chunked_math_available(),
         "{clif}"
     );
     let mut rows: Vec<(String, Vec<f64>)> = Vec::new();
@@ -1427,9 +1437,14 @@ fn maximum_and_minimum_loops_call_the_wide_kernel_and_agree_bit_for_bit() {
         rows.push((format!("infinities of {n}"), inf));
         rows.push((format!("all equal {n}"), vec![2.5; n]));
     }
-    for op in [AccOp::Max, AccOp::Min] {
+    for (op, staged) in [
+        (AccOp::Max, false),
+        (AccOp::Min, false),
+        (AccOp::Max, true),
+        (AccOp::Min, true),
+    ] {
         for (name, x) in &rows {
-            let p = extreme_program(op, x.len() as u64);
+            let p = extreme_program(op, x.len() as u64, staged);
             let run = |be: &mut CpuBackend| {
                 let mut bufs = vec![data(F32, x), Data::F32(vec![0.0])];
                 be.compile(&p).unwrap().run(&mut bufs, 1).unwrap();
@@ -1441,7 +1456,7 @@ fn maximum_and_minimum_loops_call_the_wide_kernel_and_agree_bit_for_bit() {
             let (got, want) = (run(&mut wide), run(&mut own));
             assert!(
                 got.to_bits() == want.to_bits() || got.is_nan() && want.is_nan(),
-                "{op:?}, {name}: {got:?} against the loop's {want:?}"
+                "{op:?} (staged: {staged}), {name}: {got:?} against the loop's {want:?}"
             );
         }
     }

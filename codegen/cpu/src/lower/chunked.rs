@@ -1,17 +1,27 @@
 //! f32 vector loops in chunks around the ahead-of-time vector math (`vmath.rs`).
 //!
-//! A vector loop whose statements call `exp`, `log`, `tanh`, `sigmoid`, `gelu`, `silu`, `erf`,
-//! `gelu_erf`, `sin` or `cos` (a [`VOp`]) runs [`CHUNK`] iterations at a time. For each
-//! distinct call, in the order its argument needs them, one f32x4 loop over the chunk stores the
-//! argument into a stack buffer and one call to `tdsl_vmath_f32` replaces the buffer by the
-//! function's values (16 or 8 lanes wide on AVX-512 or AVX2); then the loop's own statements
-//! run over the chunk with each call read back from its buffer. The buffers are pseudo-buffers
-//! of the loop IR (ids from [`SCRATCH_BASE`] up, based so that the loop variable indexes them
-//! directly), so every stage is an ordinary vector loop ([`Lower::vector_loop`]), reductions and
-//! tails included. An argument that is a unit-stride f32 load (`sigmoid(x)`) needs no stage: the
-//! call reads it where it lies. A loop that only stores one call's value into a unit-stride f32
-//! destination (`y = exp(x)`) needs no buffer: the call writes the destination (after a stage
-//! that stores its argument there, when it is not a plain load).
+//! Cranelift's x86 vectors stop at 128 bits. A vector loop that holds work the wide code does
+//! better runs [`CHUNK`] iterations at a time, that work done by calls to `tdsl_vmath_f32`
+//! (16 or 8 lanes wide on AVX-512 or AVX2) or to the extreme kernels of `dot.rs`:
+//!
+//! - calls of a [`VOp`] function (`exp`, `log`, `tanh`, `sigmoid`, `gelu`, `silu`, `erf`,
+//!   `gelu_erf`, `sin`, `cos`), the rounding of a cast to f16 or bf16, the widening of a
+//!   unit-stride f16 load, and a division by a value the loop does not change;
+//! - stores into f16 or bf16 buffers at unit stride (narrowed after the loop's statements);
+//! - a row's maximum or minimum of an expression (its values stored, then reduced by one call).
+//!
+//! For each distinct call, in the order its argument needs them, one f32x4 loop over the chunk
+//! stores the argument into a stack buffer and the call replaces the buffer by the function's
+//! values; then the loop's own statements run over the chunk with each call read back from
+//! its buffer; then the narrowing and extreme calls read the buffers the statements stored.
+//! The buffers are pseudo-buffers of the loop IR (ids from [`SCRATCH_BASE`] up, based so that
+//! the loop variable indexes them directly), so every stage is an ordinary vector loop
+//! ([`Lower::vector_loop`]), reductions and tails included. An argument that is a unit-stride
+//! f32 (or, to widen, f16) load needs no stage: the call reads it where it lies. A loop that
+//! only stores one call's value into a unit-stride f32 destination (`y = exp(x)`, softmax's
+//! `y = y / sum`) needs no buffer: the call writes the destination (after a stage that stores
+//! its argument there, when it is not a plain load). The calls run before the statements, so
+//! a loop whose call would read what an earlier statement of it stores keeps the inline code.
 
 use cranelift_codegen::ir::{StackSlotData, StackSlotKind};
 
@@ -52,6 +62,9 @@ pub(super) struct ChunkPlan {
     /// After the statements, per narrowed store: the conversion, the chunk buffer it reads
     /// and the f16 or bf16 destination it writes.
     narrows: Vec<(VOp, usize, BufId, Index)>,
+    /// After the statements, per maximum or minimum: the accumulator, the operation and the
+    /// chunk buffer the statements stored its values into.
+    extremes: Vec<(AccId, AccOp, usize)>,
     /// How many chunk buffers the loop uses (the calls' and the narrowed stores').
     scratch: usize,
 }
@@ -166,7 +179,29 @@ impl<M: Module> Lower<'_, '_, M> {
             scratch_n += 1;
             true
         });
-        if calls.is_empty() && narrows.is_empty() || scratch_n > MAX_CALLS {
+        // A row's maximum or minimum of anything but a plain load (softmax's first loop, of
+        // `x / 8 + mask`) stores the values into a buffer of their own, and one call to the
+        // wide extreme kernel (`lower/dot.rs`) reduces it after the loop's statements: the
+        // JIT's 128-bit NaN- and zero-exact `fmax` takes eight instructions a vector.
+        let mut extremes = Vec::new();
+        for s in body.iter_mut() {
+            let Stmt::Update { acc, op, value } = s else {
+                continue;
+            };
+            if !matches!(op, AccOp::Max | AccOp::Min) || !self.opts.dot {
+                continue;
+            }
+            let (acc, op) = (*acc, *op);
+            let staged = Stmt::Store {
+                buf: scratch(scratch_n),
+                index: unit(l.var),
+                value: value.clone(),
+            };
+            extremes.push((acc, op, scratch_n));
+            *s = staged;
+            scratch_n += 1;
+        }
+        if calls.is_empty() && narrows.is_empty() && extremes.is_empty() || scratch_n > MAX_CALLS {
             return None;
         }
         let with_body = |body: Vec<Stmt>| Loop {
@@ -188,6 +223,7 @@ impl<M: Module> Lower<'_, '_, M> {
             ) if *s == scratch(0)
                 && *si == unit(l.var)
                 && narrows.is_empty()
+                && extremes.is_empty()
                 && self.buf_ty(*buf) == ElemType::F32
                 && index.stride_of(l.var) == 1
                 && (!reads(arg, *buf) || split(arg).0 == load_of(*buf, index)) =>
@@ -199,7 +235,11 @@ impl<M: Module> Lower<'_, '_, M> {
         // A division alone pays for its chunk only where it runs in place of the loop (in the
         // destination): staging its dividend and reading its quotient back cost a layer norm's
         // last loop more than the wider division saves.
-        if direct.is_none() && narrows.is_empty() && calls.iter().all(|(op, _)| *op == VOp::DivBy) {
+        if direct.is_none()
+            && narrows.is_empty()
+            && extremes.is_empty()
+            && calls.iter().all(|(op, _)| *op == VOp::DivBy)
+        {
             return None;
         }
         // A plain load is read where it lies (f32, or f16 for the widening); anything else is
@@ -237,6 +277,7 @@ impl<M: Module> Lower<'_, '_, M> {
                 rest: None,
                 direct: Some((buf, index)),
                 narrows,
+                extremes,
                 scratch: 0,
             });
         }
@@ -256,6 +297,7 @@ impl<M: Module> Lower<'_, '_, M> {
             rest,
             direct: None,
             narrows,
+            extremes,
             scratch: scratch_n,
         })
     }
@@ -329,6 +371,28 @@ impl<M: Module> Lower<'_, '_, M> {
         }
         if let (true, Some((rest, plan))) = (r.is_ok(), &cp.rest) {
             r = self.vector_loop(rest, plan, c, cend);
+        }
+        for &(acc, op, i) in &cp.extremes {
+            if r.is_err() {
+                break;
+            }
+            let reduce = Loop {
+                body: vec![Stmt::Update {
+                    acc,
+                    op,
+                    value: load_of(scratch(i), &unit(l.var)),
+                }],
+                parallel: false,
+                gpu: None,
+                ..l.clone()
+            };
+            r = match self.vec_plan(&reduce) {
+                Some(plan) => match self.dot_loop(&reduce, &plan) {
+                    Some(d) => self.dot_call(&reduce, &d, c, cend),
+                    None => self.vector_loop(&reduce, &plan, c, cend),
+                },
+                None => Err(bad("a chunked extreme without a vector plan".into())),
+            };
         }
         for (op, i, buf, index) in &cp.narrows {
             if r.is_err() {
