@@ -338,6 +338,46 @@ pub enum Iter {
     },
 }
 
+impl Iter {
+    /// This iteration with its buffers replaced by `buf(buffer)` and its positions' indices by
+    /// `index(index)`.
+    pub fn map_parts(
+        &self,
+        buf: &impl Fn(BufId) -> BufId,
+        index: &impl Fn(&Index) -> Index,
+    ) -> Iter {
+        match self {
+            Iter::Range { extent } => Iter::Range { extent: *extent },
+            Iter::Compressed {
+                ptr,
+                ptr_index,
+                crd,
+                coord,
+            } => Iter::Compressed {
+                ptr: buf(*ptr),
+                ptr_index: index(ptr_index),
+                crd: buf(*crd),
+                coord: *coord,
+            },
+            Iter::Singleton { crd, pos_index } => Iter::Singleton {
+                crd: buf(*crd),
+                pos_index: index(pos_index),
+            },
+            Iter::TwoFour {
+                groups,
+                meta,
+                meta_index,
+                coord,
+            } => Iter::TwoFour {
+                groups: *groups,
+                meta: buf(*meta),
+                meta_index: index(meta_index),
+                coord: *coord,
+            },
+        }
+    }
+}
+
 /// Where a loop runs on a GPU (ignored by CPU backends).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum GpuAxis {
@@ -532,45 +572,14 @@ impl Stmt {
     /// (a library call's operands are left as they are).
     pub fn map_all_indices(&self, f: &impl Fn(&Index) -> Index) -> Stmt {
         match self {
-            Stmt::Loop(l) => {
-                let iter = match &l.iter {
-                    Iter::Range { extent } => Iter::Range { extent: *extent },
-                    Iter::Compressed {
-                        ptr,
-                        ptr_index,
-                        crd,
-                        coord,
-                    } => Iter::Compressed {
-                        ptr: *ptr,
-                        ptr_index: f(ptr_index),
-                        crd: *crd,
-                        coord: *coord,
-                    },
-                    Iter::Singleton { crd, pos_index } => Iter::Singleton {
-                        crd: *crd,
-                        pos_index: f(pos_index),
-                    },
-                    Iter::TwoFour {
-                        groups,
-                        meta,
-                        meta_index,
-                        coord,
-                    } => Iter::TwoFour {
-                        groups: *groups,
-                        meta: *meta,
-                        meta_index: f(meta_index),
-                        coord: *coord,
-                    },
-                };
-                Stmt::Loop(Loop {
-                    var: l.var,
-                    iter,
-                    parallel: l.parallel,
-                    vector: l.vector,
-                    gpu: l.gpu,
-                    body: l.body.iter().map(|s| s.map_all_indices(f)).collect(),
-                })
-            }
+            Stmt::Loop(l) => Stmt::Loop(Loop {
+                var: l.var,
+                iter: l.iter.map_parts(&|b| b, f),
+                parallel: l.parallel,
+                vector: l.vector,
+                gpu: l.gpu,
+                body: l.body.iter().map(|s| s.map_all_indices(f)).collect(),
+            }),
             other => other.map_exprs(&mut |e| e.map_indices(f), f),
         }
     }
@@ -579,42 +588,14 @@ impl Stmt {
     /// sparse levels and library calls, in the loops inside too.
     pub fn map_buffers(&self, f: &impl Fn(BufId) -> BufId) -> Stmt {
         match self {
-            Stmt::Loop(l) => {
-                let iter = match &l.iter {
-                    Iter::Range { extent } => Iter::Range { extent: *extent },
-                    Iter::Compressed {
-                        ptr,
-                        ptr_index,
-                        crd,
-                        coord,
-                    } => Iter::Compressed {
-                        ptr: f(*ptr),
-                        ptr_index: ptr_index.clone(),
-                        crd: f(*crd),
-                        coord: *coord,
-                    },
-                    Iter::Singleton { crd, pos_index } => Iter::Singleton {
-                        crd: f(*crd),
-                        pos_index: pos_index.clone(),
-                    },
-                    Iter::TwoFour {
-                        groups,
-                        meta,
-                        meta_index,
-                        coord,
-                    } => Iter::TwoFour {
-                        groups: *groups,
-                        meta: f(*meta),
-                        meta_index: meta_index.clone(),
-                        coord: *coord,
-                    },
-                };
-                Stmt::Loop(Loop {
-                    iter,
-                    body: l.body.iter().map(|s| s.map_buffers(f)).collect(),
-                    ..l.clone()
-                })
-            }
+            Stmt::Loop(l) => Stmt::Loop(Loop {
+                var: l.var,
+                iter: l.iter.map_parts(f, &|i| i.clone()),
+                parallel: l.parallel,
+                vector: l.vector,
+                gpu: l.gpu,
+                body: l.body.iter().map(|s| s.map_buffers(f)).collect(),
+            }),
             Stmt::Store { buf, index, value } => Stmt::Store {
                 buf: f(*buf),
                 index: index.clone(),
