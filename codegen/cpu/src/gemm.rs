@@ -443,10 +443,12 @@ fn run_sgemm_narrow(
             .enumerate()
             .all(|(i, &o)| o == base + (i * m * n) as isize);
     let (start, len) = (base as usize, n_batch * m * n);
-    let rows = |d_len: usize| -> Option<Vec<usize>> {
+    // Each row's first element in the destination, when every row lies inside it.
+    let row_starts = || -> Option<Vec<usize>> {
         if g.c.col_stride != 1 {
             return None;
         }
+        let d_len = bufs[ci].len();
         let mut out = Vec::with_capacity(n_batch * m);
         for &o in &offsets {
             for r in 0..m as isize {
@@ -457,32 +459,33 @@ fn run_sgemm_narrow(
         }
         Some(out)
     };
-    match &mut bufs[ci] {
-        Data::BF16(d) if dense && d.len() >= start + len => narrow_rows(
+    let starts = if dense { None } else { row_starts() };
+    match (&mut bufs[ci], starts) {
+        (Data::BF16(d), _) if dense && d.len() >= start + len => narrow_rows(
             &tmp,
             &mut d[start..start + len],
             n.max(1),
             threads,
             vmath::narrow_bf16,
         ),
-        Data::F16(d) if dense && d.len() >= start + len => narrow_rows(
+        (Data::F16(d), _) if dense && d.len() >= start + len => narrow_rows(
             &tmp,
             &mut d[start..start + len],
             n.max(1),
             threads,
             vmath::narrow_f16,
         ),
-        Data::BF16(d) if rows(d.len()).is_some() => {
-            for (i, at) in rows(d.len()).unwrap_or_default().into_iter().enumerate() {
+        (Data::BF16(d), Some(starts)) => {
+            for (i, at) in starts.into_iter().enumerate() {
                 vmath::narrow_bf16(&tmp[i * n..(i + 1) * n], &mut d[at..at + n]);
             }
         }
-        Data::F16(d) if rows(d.len()).is_some() => {
-            for (i, at) in rows(d.len()).unwrap_or_default().into_iter().enumerate() {
+        (Data::F16(d), Some(starts)) => {
+            for (i, at) in starts.into_iter().enumerate() {
                 vmath::narrow_f16(&tmp[i * n..(i + 1) * n], &mut d[at..at + n]);
             }
         }
-        d => unpack(&tmp, d, g.c, g.batch, g.m, g.n),
+        (d, _) => unpack(&tmp, d, g.c, g.batch, g.m, g.n),
     }
     Some(Ok(()))
 }
