@@ -68,6 +68,7 @@ pub(crate) fn new_module(target: &Target) -> JITModule {
     let calls = helpers::symbols()
         .into_iter()
         .chain(crate::vmath::symbols())
+        .chain(crate::varith::symbols())
         .chain(crate::transpose::symbols())
         .chain(crate::dot::symbols());
     for (name, ptr) in calls {

@@ -47,6 +47,8 @@ pub mod spmm;
 #[allow(unsafe_code)]
 mod transpose;
 #[allow(unsafe_code)]
+mod varith;
+#[allow(unsafe_code)]
 mod vmath;
 
 use std::collections::HashMap;

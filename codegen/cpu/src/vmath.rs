@@ -103,21 +103,44 @@ pub(crate) fn symbols() -> [(&'static str, *const u8); 1] {
 
 type Kernel = unsafe fn(u32, *const f32, *mut f32, usize, f32);
 
-fn kernel() -> Option<Kernel> {
-    static K: OnceLock<Option<Kernel>> = OnceLock::new();
-    *K.get_or_init(|| {
+/// The vector width the ahead-of-time kernels (here and in `varith.rs`) run at on this CPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Width {
+    /// AVX-512F (with AVX2, FMA and F16C): 16 f32 lanes.
+    Avx512,
+    /// AVX2 with FMA and F16C: 8 f32 lanes.
+    Avx2,
+}
+
+/// The widest [`Width`] this CPU runs (within `TDSL_ISA`), chosen once; `None` without AVX2,
+/// FMA and F16C.
+pub(crate) fn width() -> Option<Width> {
+    static W: OnceLock<Option<Width>> = OnceLock::new();
+    *W.get_or_init(|| {
         #[cfg(target_arch = "x86_64")]
         {
             use crate::spmm::Isa;
+            // (Both include FMA and F16C.)
             if Isa::Avx512.supported() {
-                return Some(avx512 as Kernel);
+                return Some(Width::Avx512);
             }
-            if Isa::Avx2.supported() && std::arch::is_x86_feature_detected!("f16c") {
-                return Some(avx2 as Kernel);
+            if Isa::Avx2.supported() {
+                return Some(Width::Avx2);
             }
         }
         None
     })
+}
+
+fn kernel() -> Option<Kernel> {
+    match width()? {
+        #[cfg(target_arch = "x86_64")]
+        Width::Avx512 => Some(avx512 as Kernel),
+        #[cfg(target_arch = "x86_64")]
+        Width::Avx2 => Some(avx2 as Kernel),
+        #[cfg(not(target_arch = "x86_64"))]
+        _ => None,
+    }
 }
 
 /// Whether this CPU runs the chunked evaluators (AVX-512F, or AVX2 with FMA and F16C), and they are not

@@ -722,6 +722,146 @@ fn divisions_by_an_invariant_agree_with_the_evaluator() {
     }
 }
 
+/// Chunked loops whose statements run as wide passes (`lower/wide.rs`, `varith.rs`): every
+/// operation, scalars on either side (a constant, an accumulator, a load that does not move
+/// with the loop), f32, f16 and bf16 operands and destinations, nested expressions through
+/// chunk buffers, roundings folded into the pass before them, and a store read back by the
+/// next statement. Bit for bit as the evaluator, over NaN, ±0, infinities and subnormals;
+/// the kernels do run as passes (their code calls the wide arithmetic).
+#[test]
+fn wide_passes_agree_with_the_evaluator() {
+    for n in [4113u64, 1003, 64, 63] {
+        let at = |b: u32| load(b, ix(0, &[(0, 1)]));
+        let first = |b: u32| load(b, ix(0, &[]));
+        let b2 = |op, a, b| bin(op, a, b);
+        let u = |op, a| un(op, a);
+        let out = |name: &str, ty, k| buffer(name, ty, n, Role::Output(k));
+        let body = vec![
+            // f32 = max(x, h) + min(g, x * 0.5) - |x| / sqrt(|g| + 1)
+            store(
+                4,
+                ix(0, &[(0, 1)]),
+                b2(
+                    BinOp::Sub,
+                    b2(
+                        BinOp::Add,
+                        b2(BinOp::Max, at(0), at(1)),
+                        b2(BinOp::Min, at(2), b2(BinOp::Mul, at(0), c_(0.5))),
+                    ),
+                    b2(
+                        BinOp::Div,
+                        u(UnOp::Abs, at(0)),
+                        u(UnOp::Sqrt, b2(BinOp::Add, u(UnOp::Abs, at(2)), c_(1.0))),
+                    ),
+                ),
+            ),
+            // bf16 = cast(x * s, bf16) * g + relu(-x) * square(g) - rsqrt(|h|)
+            store(
+                5,
+                ix(0, &[(0, 1)]),
+                b2(
+                    BinOp::Sub,
+                    b2(
+                        BinOp::Add,
+                        b2(
+                            BinOp::Mul,
+                            cast(BF16, b2(BinOp::Mul, at(0), first(3))),
+                            at(2),
+                        ),
+                        b2(
+                            BinOp::Mul,
+                            u(UnOp::Relu, u(UnOp::Neg, at(0))),
+                            u(UnOp::Square, at(2)),
+                        ),
+                    ),
+                    u(UnOp::Rsqrt, u(UnOp::Abs, at(1))),
+                ),
+            ),
+            // f16 = (2 - x) / h, the scalar on the left
+            store(
+                6,
+                ix(0, &[(0, 1)]),
+                b2(BinOp::Div, b2(BinOp::Sub, c_(2.0), at(0)), at(1)),
+            ),
+            // f32 = cast(x * acc, f16) + g, the rounding of an f32 value
+            store(
+                7,
+                ix(0, &[(0, 1)]),
+                b2(
+                    BinOp::Add,
+                    cast(F16, b2(BinOp::Mul, at(0), acc(0))),
+                    cast(F32, at(2)),
+                ),
+            ),
+            // bf16 = the first statement's value read back, times h
+            store(8, ix(0, &[(0, 1)]), b2(BinOp::Mul, at(4), at(1))),
+            // f32 = a copy of h, and of a bf16 rounding of x
+            store(9, ix(0, &[(0, 1)]), at(1)),
+            store(10, ix(0, &[(0, 1)]), cast(BF16, at(0))),
+        ];
+        let p = program(
+            vec![
+                input("x", F32, n, 0),
+                input("h", F16, n, 1),
+                input("g", BF16, n, 2),
+                input("s", F32, n, 3),
+                out("o1", F32, 0),
+                out("o2", BF16, 1),
+                out("o3", F16, 2),
+                out("o4", F32, 3),
+                out("o5", BF16, 4),
+                out("o6", F32, 5),
+                out("o7", F32, 6),
+            ],
+            vec![kernel(
+                "passes",
+                vec![
+                    let_(0, F32, b2(BinOp::Add, first(3), c_(0.25))),
+                    range(0, n, true, 4, body),
+                ],
+            )],
+        );
+        // Values over f16's range and beyond, with the special values at the front.
+        let special = [
+            f64::NAN,
+            0.0,
+            -0.0,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            1e-41,
+            -3e-8,
+        ];
+        let spread = |seed, scale: [f64; 4]| -> Vec<f64> {
+            values(n as usize, seed)
+                .iter()
+                .enumerate()
+                .map(|(i, v)| match special.get(i / 3 + seed as usize % 3) {
+                    Some(s) if i % 3 == seed as usize % 3 => *s,
+                    _ => v * scale[i % 4],
+                })
+                .collect()
+        };
+        let mut bufs = vec![
+            data(F32, &spread(7, [1.0, 1e-5, 3e4, 1e5])),
+            data(F16, &spread(8, [1.0, 1e-5, 3e4, 2.0])),
+            data(BF16, &spread(9, [1.0, 1e-30, 1e30, 7.0])),
+            data(F32, &[-1.5; 1].repeat(n as usize)),
+        ];
+        for ty in [F32, BF16, F16, F32, BF16, F32, F32] {
+            bufs.push(Data::zeros(ty, n as usize));
+        }
+        agree_with_eval(&p, &bufs, 2, 0.0);
+        // (63 iterations are too few to chunk.)
+        if tdsl_cpu::chunked_math_available() && n >= 64 {
+            let clif = CpuBackend::new().unwrap().clif(&p, 0).unwrap();
+            assert!(
+                calls_of_signature(&clif, VARITH) > 20,
+                "too few wide passes in:\n{clif}"
+            );
+        }
+    }
+}
+
 #[test]
 fn f64_elementwise_and_reduction() {
     let n = 1001u64;
@@ -2495,8 +2635,10 @@ fn chunked_vector_math_agrees_with_the_evaluator_across_chunk_edges() {
         if tdsl_cpu::chunked_math_available() {
             let be = CpuBackend::new().unwrap();
             let clif = be.clif(&p, 0).unwrap();
-            // One call per distinct function: tanh, sigmoid, gelu, exp.
-            assert_eq!(clif.matches("call fn").count(), 4, "{clif}");
+            // One call per distinct function: tanh, sigmoid, gelu, exp; and the arguments of
+            // gelu and exp (`x - 0.5`, `x * 0.1`) as wide passes.
+            assert_eq!(calls_of_signature(&clif, VMATH), 4, "{clif}");
+            assert_eq!(calls_of_signature(&clif, VARITH), 2, "{clif}");
         }
     }
 }

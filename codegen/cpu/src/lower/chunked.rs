@@ -10,10 +10,14 @@
 //! - stores into f16 or bf16 buffers at unit stride (narrowed after the loop's statements);
 //! - a row's maximum or minimum of an expression (its values stored, then reduced by one call).
 //!
-//! For each distinct call, in the order its argument needs them, one f32x4 loop over the chunk
-//! stores the argument into a stack buffer and the call replaces the buffer by the function's
-//! values; then the loop's own statements run over the chunk with each call read back from
-//! its buffer; then the narrowing and extreme calls read the buffers the statements stored.
+//! For each distinct call, in the order its argument needs them, the argument is stored into a
+//! stack buffer and the call replaces the buffer by the function's values; then the loop's own
+//! statements run over the chunk with each call read back from its buffer; then the narrowing
+//! and extreme calls read the buffers the statements stored. An argument, and the statements,
+//! run as wide passes of `varith.rs` where they are plain arithmetic (`wide.rs`: then a
+//! rounding folds into the pass that stores its argument, a narrowing into the pass that
+//! stores its value, and a widened f16 load is read where it lies); else as one f32x4 loop
+//! over the chunk.
 //! The buffers are pseudo-buffers of the loop IR (ids from [`SCRATCH_BASE`] up, based so that
 //! the loop variable indexes them directly), so every stage is an ordinary vector loop
 //! ([`Lower::vector_loop`]), reductions and tails included. An argument that is a unit-stride
@@ -25,6 +29,7 @@
 
 use cranelift_codegen::ir::{StackSlotData, StackSlotKind};
 
+use super::wide::{Opnd, Pass, Passes};
 use super::*;
 use crate::vmath::VOp;
 
@@ -37,6 +42,10 @@ pub(super) const SCRATCH_BASE: u32 = u32::MAX - 64;
 /// At most this many distinct calls per loop are chunked (else the loop keeps the inline code).
 const MAX_CALLS: usize = 16;
 
+/// At most this many chunk buffers per loop (2 KiB of stack each), intermediate values of
+/// the passes included.
+const MAX_SCRATCH: usize = 24;
+
 /// The shortest loop worth chunking.
 const MIN_EXTENT: u64 = 64;
 
@@ -46,6 +55,16 @@ enum Arg {
     Source(BufId, Index),
     /// From its destination, after a stage loop (and its vector plan) stored it there.
     Staged(Loop, VecPlan),
+    /// From its destination, after wide passes (`wide.rs`) stored it there.
+    Wide(Vec<Pass>),
+}
+
+/// How the loop's own statements run over a chunk.
+enum Rest {
+    /// As a 128-bit vector loop (with its vector plan).
+    Inline(Loop, VecPlan),
+    /// As wide passes (`wide.rs`).
+    Wide(Vec<Pass>),
 }
 
 /// A loop's chunked form.
@@ -54,9 +73,12 @@ pub(super) struct ChunkPlan {
     /// and its scalar argument (the divisor of [`VOp::DivBy`]). Call `i` writes buffer
     /// `SCRATCH_BASE + i`, or the destination of `direct`.
     calls: Vec<(VOp, (Arg, Option<Expr>))>,
-    /// The loop with every call read from its buffer, and its vector plan; `None` when the
-    /// one call runs in place in the destination.
-    rest: Option<(Loop, VecPlan)>,
+    /// Per call, whether it is left out: a rounding the passes of its argument do as they
+    /// store, or a widening whose readers are all passes (which read the f16 load itself).
+    skip: Vec<bool>,
+    /// The loop with every call read from its buffer; `None` when the one call runs in place
+    /// in the destination.
+    rest: Option<Rest>,
     /// The destination the one call runs in place in (a unit-stride f32 store of its value).
     direct: Option<(BufId, Index)>,
     /// After the statements, per narrowed store: the conversion, the chunk buffer it reads
@@ -65,7 +87,8 @@ pub(super) struct ChunkPlan {
     /// After the statements, per maximum or minimum: the accumulator, the operation and the
     /// chunk buffer the statements stored its values into.
     extremes: Vec<(AccId, AccOp, usize)>,
-    /// How many chunk buffers the loop uses (the calls' and the narrowed stores').
+    /// How many chunk buffers the loop uses (the calls', the narrowed stores' and the passes'
+    /// intermediate values).
     scratch: usize,
 }
 
@@ -242,9 +265,46 @@ impl<M: Module> Lower<'_, '_, M> {
         {
             return None;
         }
+        // Chunk buffers that hold a widened f16 load: passes read the load where it lies. (Not
+        // for a call that runs in place in the destination: its value is the loop's result.)
+        let widened: Vec<(BufId, BufId, Index)> = calls
+            .iter()
+            .enumerate()
+            .filter(|_| direct.is_none())
+            .filter_map(|(i, (op, arg))| match (op, arg) {
+                (VOp::WidenF16, Expr::Load { buf, index }) => {
+                    Some((scratch(i), *buf, index.clone()))
+                }
+                _ => None,
+            })
+            .collect();
+        let updated: Vec<AccId> = h.updated.clone();
+        // Statements as wide passes, their intermediate values in chunk buffers from `next` up.
+        let mut next = scratch_n;
+        let mut passes = |body: &[Stmt]| -> Option<Vec<Pass>> {
+            let mut p = Passes {
+                var: l.var,
+                ty: &ty,
+                updated: &updated,
+                widened: &widened,
+                next,
+                scratch: &scratch,
+                free: Vec::new(),
+                temps: Vec::new(),
+                out: Vec::new(),
+            };
+            p.stores(body)?;
+            // (Past the limit, the statements keep the inline code.)
+            if p.next > MAX_SCRATCH {
+                return None;
+            }
+            next = p.next;
+            Some(p.out)
+        };
         // A plain load is read where it lies (f32, or f16 for the widening); anything else is
-        // stored first, into the call's destination.
-        let arg_of =
+        // stored first, into the call's destination: by wide passes where it can be, else by
+        // a stage loop.
+        let mut arg_of =
             |op: VOp, arg: Expr, buf: BufId, index: Index| -> Option<(Arg, Option<Expr>)> {
                 let wants = if op == VOp::WidenF16 {
                     ElemType::F16
@@ -260,46 +320,59 @@ impl<M: Module> Lower<'_, '_, M> {
                     }
                     _ if op == VOp::WidenF16 => None,
                     arg => {
-                        let stage = with_body(vec![Stmt::Store {
+                        let stage = vec![Stmt::Store {
                             buf,
                             index,
                             value: arg,
-                        }]);
-                        let p = self.vec_plan(&stage)?;
-                        Some(Arg::Staged(stage, p))
+                        }];
+                        match passes(&stage) {
+                            Some(p) => Some(Arg::Wide(p)),
+                            None => {
+                                let stage = with_body(stage);
+                                let p = self.vec_plan(&stage)?;
+                                Some(Arg::Staged(stage, p))
+                            }
+                        }
                     }
                 }?;
                 Some((arg, k))
             };
-        if let Some((op, buf, index, arg)) = direct {
-            return Some(ChunkPlan {
-                calls: vec![(op, arg_of(op, arg, buf, index.clone())?)],
-                rest: None,
-                direct: Some((buf, index)),
-                narrows,
-                extremes,
-                scratch: 0,
-            });
-        }
-        let mut staged = Vec::new();
-        for (i, (op, arg)) in calls.into_iter().enumerate() {
-            staged.push((op, arg_of(op, arg, scratch(i), unit(l.var))?));
-        }
-        let rest = if body.is_empty() {
+        let (staged, direct) = match direct {
+            Some((op, buf, index, arg)) => {
+                let arg = arg_of(op, arg, buf, index.clone())?;
+                (vec![(op, arg)], Some((buf, index)))
+            }
+            None => {
+                let mut staged = Vec::new();
+                for (i, (op, arg)) in calls.into_iter().enumerate() {
+                    staged.push((op, arg_of(op, arg, scratch(i), unit(l.var))?));
+                }
+                (staged, None)
+            }
+        };
+        let rest = if body.is_empty() || direct.is_some() {
             None
         } else {
-            let rest = with_body(body);
-            let rest_plan = self.vec_plan(&rest)?;
-            Some((rest, rest_plan))
+            Some(match passes(&body) {
+                Some(p) => Rest::Wide(p),
+                None => {
+                    let rest = with_body(body);
+                    let rest_plan = self.vec_plan(&rest)?;
+                    Rest::Inline(rest, rest_plan)
+                }
+            })
         };
-        Some(ChunkPlan {
+        let mut cp = ChunkPlan {
+            skip: vec![false; staged.len()],
             calls: staged,
             rest,
-            direct: None,
+            direct,
             narrows,
             extremes,
-            scratch: scratch_n,
-        })
+            scratch: next,
+        };
+        cp.fuse(&widened);
+        (cp.scratch <= MAX_SCRATCH).then_some(cp)
     }
 
     /// Runs `l` over `start..end` as `cp` says: chunk by chunk, each call's argument into its
@@ -320,8 +393,9 @@ impl<M: Module> Lower<'_, '_, M> {
             })
             .collect();
         let vmath = self.vmath_fn()?;
-        // The calls' scalars, once before the loop (invariant in it); 0 for calls without.
-        // (Their addresses from scratch: the loop's precomputed ones need its variable.)
+        // The calls' and the passes' scalars, once before the loop (invariant in it); 0 for
+        // those without. (Their addresses from scratch: the loop's precomputed ones need its
+        // variable.)
         let partials = self.partials.take();
         let mut scalars = Vec::new();
         for (_, (_, k)) in &cp.calls {
@@ -330,8 +404,17 @@ impl<M: Module> Lower<'_, '_, M> {
                 None => Ok(self.b.ins().f32const(0.0)),
             });
         }
+        let mut pass_scalars = Vec::new();
+        for p in cp.passes() {
+            pass_scalars.push(match p.scalar() {
+                Some(k) => self.expr(k, Ct::F32),
+                None => Ok(self.b.ins().f32const(0.0)),
+            });
+        }
         self.partials = partials;
         let scalars = scalars.into_iter().collect::<Result<Vec<_>, _>>()?;
+        let pass_scalars = pass_scalars.into_iter().collect::<Result<Vec<_>, _>>()?;
+        let mut pass_scalars = pass_scalars.iter();
         let zero = self.b.ins().f32const(0.0);
         // for (c = start; c < end; c = min(c + CHUNK, end)).
         let f = self.loop_begin(start, end, 1);
@@ -341,23 +424,31 @@ impl<M: Module> Lower<'_, '_, M> {
         let len = self.b.ins().isub(cend, c);
         // Buffer i's base sits c elements before its slot: the loop variable indexes it.
         let back = self.b.ins().imul_imm_s(c, 4);
-        // Each call's destination: its stack buffer, or the map's destination.
-        let mut dsts = Vec::new();
-        if let Some((buf, index)) = &cp.direct {
-            dsts.push(self.chunk_addr(l, f.var, *buf, index)?);
-        } else {
-            for (i, slot) in slots.iter().enumerate() {
-                let a = self.b.ins().stack_addr(ptr, *slot, 0);
-                let base = self.b.ins().isub(a, back);
-                self.bases.insert(scratch(i), base);
-                dsts.push(a);
-            }
+        let mut at = Vec::new();
+        for (i, slot) in slots.iter().enumerate() {
+            let a = self.b.ins().stack_addr(ptr, *slot, 0);
+            let base = self.b.ins().isub(a, back);
+            self.bases.insert(scratch(i), base);
+            at.push(a);
         }
+        // Each call's destination: its stack buffer, or the map's destination.
+        let dsts = match &cp.direct {
+            Some((buf, index)) => vec![self.chunk_addr(l, f.var, *buf, index)?],
+            None => at[..cp.calls.len()].to_vec(),
+        };
         let mut r = Ok(());
-        for (((op, (arg, _)), dst), k) in cp.calls.iter().zip(&dsts).zip(&scalars) {
+        for (i, (((op, (arg, _)), dst), k)) in cp.calls.iter().zip(&dsts).zip(&scalars).enumerate()
+        {
+            if cp.skip[i] && matches!(arg, Arg::Source(..)) {
+                continue;
+            }
             let src = match arg {
                 Arg::Source(buf, index) => self.chunk_addr(l, f.var, *buf, index),
                 Arg::Staged(stage, plan) => self.vector_loop(stage, plan, c, cend).map(|_| *dst),
+                Arg::Wide(ps) => {
+                    let ks: Vec<Value> = pass_scalars.by_ref().take(ps.len()).copied().collect();
+                    self.passes(l, f.var, ps, &ks, &at, len).map(|_| *dst)
+                }
             };
             let src = match src {
                 Ok(s) => s,
@@ -366,12 +457,20 @@ impl<M: Module> Lower<'_, '_, M> {
                     break;
                 }
             };
+            if cp.skip[i] {
+                continue;
+            }
             let opv = self.b.ins().iconst(types::I32, *op as i64);
             self.b.ins().call(vmath, &[opv, src, *dst, len, *k]);
         }
-        if let (true, Some((rest, plan))) = (r.is_ok(), &cp.rest) {
-            r = self.vector_loop(rest, plan, c, cend);
-        }
+        r = r.and_then(|_| match &cp.rest {
+            Some(Rest::Inline(rest, plan)) => self.vector_loop(rest, plan, c, cend),
+            Some(Rest::Wide(ps)) => {
+                let ks: Vec<Value> = pass_scalars.by_ref().take(ps.len()).copied().collect();
+                self.passes(l, f.var, ps, &ks, &at, len)
+            }
+            None => Ok(()),
+        });
         for &(acc, op, i) in &cp.extremes {
             if r.is_err() {
                 break;
@@ -425,6 +524,52 @@ impl<M: Module> Lower<'_, '_, M> {
         )
     }
 
+    /// Calls `tdsl_varith_f32` for each pass over the chunk of `len` iterations starting at
+    /// `l`'s variable = `var`: `ks` are the passes' scalars, `at` the chunk buffers' addresses.
+    fn passes(
+        &mut self,
+        l: &Loop,
+        var: Variable,
+        ps: &[Pass],
+        ks: &[Value],
+        at: &[Value],
+        len: Value,
+    ) -> Result<(), CodegenError> {
+        let f = self.import(
+            crate::varith::SYMBOL,
+            &[
+                types::I32,
+                types::I64,
+                types::I64,
+                types::I64,
+                types::I64,
+                types::F32,
+            ],
+            None,
+        )?;
+        for (p, k) in ps.iter().zip(ks) {
+            let code = p.code(&|b| self.buf_ty(b));
+            let mut addr = |o: Option<&Opnd>| -> Result<Option<Value>, CodegenError> {
+                match o {
+                    Some(Opnd::Mem(b, i)) => match scratch_no(b) {
+                        Some(n) => Ok(Some(at[n])),
+                        None => self.chunk_addr(l, var, *b, i).map(Some),
+                    },
+                    _ => Ok(None),
+                }
+            };
+            let a = addr(Some(&p.a))?;
+            let b = addr(p.b.as_ref())?;
+            let y = addr(Some(&Opnd::Mem(p.dst, p.index.clone())))?.expect("a destination");
+            // A scalar or absent operand gets a valid pointer it does not read.
+            let any = a.or(b).unwrap_or(y);
+            let code = self.b.ins().iconst(types::I32, code as i64);
+            let args = [code, a.unwrap_or(any), b.unwrap_or(any), y, len, *k];
+            self.b.ins().call(f, &args);
+        }
+        Ok(())
+    }
+
     /// The address of `buf[index]` at the chunk's first iteration (`l`'s variable at the
     /// chunk loop's `var`).
     fn chunk_addr(
@@ -446,6 +591,77 @@ impl<M: Module> Lower<'_, '_, M> {
             ElemType::F32
         } else {
             self.p.buffer(b).ty
+        }
+    }
+}
+
+impl ChunkPlan {
+    /// Every pass, in the order the chunk runs them: the calls' arguments', then the rest's.
+    fn passes(&self) -> impl Iterator<Item = &Pass> {
+        let args = self.calls.iter().flat_map(|(_, (arg, _))| match arg {
+            Arg::Wide(ps) => ps.as_slice(),
+            _ => &[],
+        });
+        let rest = match &self.rest {
+            Some(Rest::Wide(ps)) => ps.as_slice(),
+            _ => &[],
+        };
+        args.chain(rest)
+    }
+
+    /// Folds calls into the passes: a rounding into the pass that stores its argument; a
+    /// narrowing into the pass that stores the value it narrows (into the f16 or bf16
+    /// destination itself); and a widening whose buffer only passes read (they read the f16
+    /// load, `widened`) is left out.
+    fn fuse(&mut self, widened: &[(BufId, BufId, Index)]) {
+        for (i, (op, (arg, _))) in self.calls.iter_mut().enumerate() {
+            let t = match op {
+                VOp::RoundF16 => ElemType::F16,
+                VOp::RoundBf16 => ElemType::BF16,
+                _ => continue,
+            };
+            if let Arg::Wide(ps) = arg {
+                if let Some(last) = ps.last_mut().filter(|p| p.round.is_none()) {
+                    last.round = Some(t);
+                    self.skip[i] = true;
+                }
+            }
+        }
+        let n_calls = self.calls.len();
+        if let Some(Rest::Wide(ps)) = &mut self.rest {
+            self.narrows.retain(|(_, i, buf, index)| {
+                let s = scratch(*i);
+                let writers: Vec<usize> = (0..ps.len()).filter(|&w| ps[w].dst == s).collect();
+                let read = ps.iter().any(|p| p.reads().any(|(b, _)| *b == s));
+                match writers.as_slice() {
+                    [w] if !read && *i >= n_calls => {
+                        ps[*w].dst = *buf;
+                        ps[*w].index = index.clone();
+                        false
+                    }
+                    _ => true,
+                }
+            });
+        }
+        for (s, ..) in widened {
+            let j = scratch_no(s).expect("a chunk buffer");
+            let loop_reads = |l: &Loop| {
+                l.body.iter().any(|st| match st {
+                    Stmt::Store { value, .. } | Stmt::Update { value, .. } => reads(value, *s),
+                    _ => false,
+                })
+            };
+            let by_call = self.calls.iter().any(|(_, (arg, _))| match arg {
+                Arg::Source(b, _) => b == s,
+                Arg::Staged(stage, _) => loop_reads(stage),
+                Arg::Wide(_) => false,
+            });
+            let by_rest = matches!(&self.rest, Some(Rest::Inline(rest, _)) if loop_reads(rest));
+            let by_narrow = self.narrows.iter().any(|n| n.1 == j);
+            let by_extreme = self.extremes.iter().any(|e| e.2 == j);
+            if !(by_call || by_rest || by_narrow || by_extreme) {
+                self.skip[j] = true;
+            }
         }
     }
 }
@@ -575,15 +791,6 @@ impl Hoist<'_> {
     /// Whether `e` has one value for the whole loop: it loads nothing that moves with the
     /// loop's variable and reads no accumulator the loop updates.
     fn invariant(&self, e: &Expr) -> bool {
-        let mut ok = true;
-        e.visit(&mut |x| {
-            ok &= match x {
-                Expr::Load { index, .. } => index.terms.iter().all(|(v, _)| *v != self.var),
-                Expr::Iota(_) => false,
-                Expr::Acc(a) => !self.updated.contains(a),
-                _ => true,
-            }
-        });
-        ok
+        super::wide::invariant(e, self.var, &self.updated)
     }
 }

@@ -40,6 +40,7 @@ mod math;
 mod memory;
 mod transpose;
 mod vector;
+mod wide;
 
 /// Code generation choices (part of the kernel cache key).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -172,3 +172,33 @@ pub fn agree_with_eval(p: &LoopProgram, bufs: &[Data], threads: usize, tol: f64)
     }
     jit
 }
+
+/// How many calls the CLIF text `clif` makes to functions of signature `params` (as the text
+/// writes it, `(i32, i64, i64, i64, f32)` for the chunked vector math).
+#[allow(dead_code)]
+pub fn calls_of_signature(clif: &str, params: &str) -> usize {
+    let sigs: Vec<&str> = clif
+        .lines()
+        .filter_map(|l| l.trim().split_once(" = "))
+        .filter(|(_, rhs)| {
+            rhs.strip_prefix(params)
+                .is_some_and(|r| r.trim() == "system_v")
+        })
+        .map(|(name, _)| name)
+        .collect();
+    let fns: Vec<String> = clif
+        .lines()
+        .filter_map(|l| l.trim().split_once(" = "))
+        .filter(|(_, rhs)| sigs.iter().any(|s| rhs.ends_with(&format!(" {s}"))))
+        .map(|(name, _)| format!("call {name}("))
+        .collect();
+    fns.iter().map(|f| clif.matches(f.as_str()).count()).sum()
+}
+
+/// The signature of the chunked vector math (`tdsl_vmath_f32`) in CLIF text.
+#[allow(dead_code)]
+pub const VMATH: &str = "(i32, i64, i64, i64, f32)";
+
+/// The signature of the wide passes (`tdsl_varith_f32`) in CLIF text.
+#[allow(dead_code)]
+pub const VARITH: &str = "(i32, i64, i64, i64, i64, f32)";
