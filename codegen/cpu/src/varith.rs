@@ -127,7 +127,7 @@ pub(crate) unsafe extern "C" fn tdsl_varith_f32(
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{dst_size, src_size};
+    use super::{dst_size, src_size, AOp, Src};
 
     /// One vector of f32 lanes and the operations on it, for each width.
     trait Lanes: Copy {
@@ -151,7 +151,7 @@ mod x86 {
         n: usize,
         k: f32,
     ) {
-        let unary = OP >= super::AOp::Neg as u32;
+        let unary = OP >= AOp::Neg as u32;
         let (za, zb, zy) = (
             src_size(SA),
             if unary { 0 } else { src_size(SB) },
@@ -204,7 +204,7 @@ mod x86 {
         }
         // SAFETY: the caller's contract.
         unsafe {
-            if SB == 3 {
+            if SB == Src::Scalar as u32 {
                 ops!(0 1 2 3 4 5 6 7 8 9 10)
             } else {
                 ops!(0 1 2 3 4 5)
@@ -216,9 +216,9 @@ mod x86 {
     #[inline(always)]
     unsafe fn kinds<V: Lanes>(code: u32, a: *const u8, b: *const u8, y: *mut u8, n: usize, k: f32) {
         let op = code & 0xff;
-        // A unary operation reads no `b`: its kind is moot.
-        let sb = if op >= super::AOp::Neg as u32 {
-            3
+        // A unary operation reads no `b`: its kind is moot (the scalar's, which reads nothing).
+        let sb = if op >= AOp::Neg as u32 {
+            Src::Scalar as u32
         } else {
             code >> 10 & 3
         };
@@ -664,43 +664,6 @@ mod tests {
                     got.to_bits() == want.to_bits() || got.is_nan() && want.is_nan(),
                     "{name}"
                 );
-            }
-        }
-    }
-}
-
-#[cfg(all(test, target_arch = "x86_64"))]
-mod speed {
-    use super::*;
-    #[test]
-    #[ignore]
-    fn pass_speed() {
-        let n = 512;
-        let a = vec![1.5f32; n];
-        let b = vec![0u16; n];
-        let mut y = vec![0u16; 2 * n];
-        for (name, f) in x86::variants() {
-            for c in [
-                code(AOp::Mul, Src::F32, Src::Bf16, Dst::Bf16),
-                code(AOp::Mul, Src::F32, Src::F32, Dst::F32),
-                code(AOp::Mul, Src::Bf16, Src::Scalar, Dst::RoundBf16),
-            ] {
-                let t = std::time::Instant::now();
-                let reps = 200_000;
-                for _ in 0..reps {
-                    unsafe {
-                        f(
-                            c,
-                            a.as_ptr() as *const u8,
-                            b.as_ptr() as *const u8,
-                            y.as_mut_ptr() as *mut u8,
-                            n,
-                            2.0,
-                        )
-                    };
-                }
-                let ns = t.elapsed().as_nanos() as f64 / (reps * n) as f64;
-                eprintln!("{name} {c:#x}: {ns:.3} ns/elem");
             }
         }
     }

@@ -725,8 +725,9 @@ fn divisions_by_an_invariant_agree_with_the_evaluator() {
 /// Chunked loops whose statements run as wide passes (`lower/wide.rs`, `varith.rs`): every
 /// operation, scalars on either side (a constant, an accumulator, a load that does not move
 /// with the loop), f32, f16 and bf16 operands and destinations, nested expressions through
-/// chunk buffers, roundings folded into the pass before them, and a store read back by the
-/// next statement. Bit for bit as the evaluator, over NaN, ±0, infinities and subnormals;
+/// chunk buffers, roundings folded into the pass before them, a store read back by the next
+/// statement, and values the loop does not change (`relu(s[0])`, stored, and as the argument
+/// of a call in place in its destination). Bit for bit as the evaluator, over NaN, ±0, infinities and subnormals;
 /// the kernels do run as passes (their code calls the wide arithmetic).
 #[test]
 fn wide_passes_agree_with_the_evaluator() {
@@ -798,6 +799,8 @@ fn wide_passes_agree_with_the_evaluator() {
             // f32 = a copy of h, and of a bf16 rounding of x
             store(9, ix(0, &[(0, 1)]), at(1)),
             store(10, ix(0, &[(0, 1)]), cast(BF16, at(0))),
+            // f32 = relu of a value the loop does not change (-1.5: 0, not -1.5)
+            store(11, ix(0, &[(0, 1)]), u(UnOp::Relu, first(3))),
         ];
         let p = program(
             vec![
@@ -812,14 +815,33 @@ fn wide_passes_agree_with_the_evaluator() {
                 out("o5", BF16, 4),
                 out("o6", F32, 5),
                 out("o7", F32, 6),
+                out("o8", F32, 7),
+                out("o9", F32, 8),
             ],
-            vec![kernel(
-                "passes",
-                vec![
-                    let_(0, F32, b2(BinOp::Add, first(3), c_(0.25))),
-                    range(0, n, true, 4, body),
-                ],
-            )],
+            vec![
+                kernel(
+                    "passes",
+                    vec![
+                        let_(0, F32, b2(BinOp::Add, first(3), c_(0.25))),
+                        range(0, n, true, 4, body),
+                    ],
+                ),
+                // A call in place in its destination, its argument one value: exp(relu(-1.5)).
+                kernel(
+                    "direct",
+                    vec![range(
+                        0,
+                        n,
+                        true,
+                        4,
+                        vec![store(
+                            12,
+                            ix(0, &[(0, 1)]),
+                            u(UnOp::Exp, u(UnOp::Relu, first(3))),
+                        )],
+                    )],
+                ),
+            ],
         );
         // Values over f16's range and beyond, with the special values at the front.
         let special = [
@@ -847,7 +869,7 @@ fn wide_passes_agree_with_the_evaluator() {
             data(BF16, &spread(9, [1.0, 1e-30, 1e30, 7.0])),
             data(F32, &[-1.5; 1].repeat(n as usize)),
         ];
-        for ty in [F32, BF16, F16, F32, BF16, F32, F32] {
+        for ty in [F32, BF16, F16, F32, BF16, F32, F32, F32, F32] {
             bufs.push(Data::zeros(ty, n as usize));
         }
         agree_with_eval(&p, &bufs, 2, 0.0);

@@ -560,7 +560,10 @@ impl<M: Module> Lower<'_, '_, M> {
             };
             let a = addr(Some(&p.a))?;
             let b = addr(p.b.as_ref())?;
-            let y = addr(Some(&Opnd::Mem(p.dst, p.index.clone())))?.expect("a destination");
+            let y = match scratch_no(&p.dst) {
+                Some(n) => at[n],
+                None => self.chunk_addr(l, var, p.dst, &p.index)?,
+            };
             // A scalar or absent operand gets a valid pointer it does not read.
             let any = a.or(b).unwrap_or(y);
             let code = self.b.ins().iconst(types::I32, code as i64);
@@ -644,7 +647,9 @@ impl ChunkPlan {
             });
         }
         for (s, ..) in widened {
-            let j = scratch_no(s).expect("a chunk buffer");
+            let Some(j) = scratch_no(s) else {
+                continue;
+            };
             let loop_reads = |l: &Loop| {
                 l.body.iter().any(|st| match st {
                     Stmt::Store { value, .. } | Stmt::Update { value, .. } => reads(value, *s),
@@ -657,9 +662,9 @@ impl ChunkPlan {
                 Arg::Wide(_) => false,
             });
             let by_rest = matches!(&self.rest, Some(Rest::Inline(rest, _)) if loop_reads(rest));
+            // (Extremes read buffers of their own.)
             let by_narrow = self.narrows.iter().any(|n| n.1 == j);
-            let by_extreme = self.extremes.iter().any(|e| e.2 == j);
-            if !(by_call || by_rest || by_narrow || by_extreme) {
+            if !(by_call || by_rest || by_narrow) {
                 self.skip[j] = true;
             }
         }

@@ -57,7 +57,8 @@ impl Pass {
             })
     }
 
-    /// The scalar operand, if there is one (at most one: two would make the result one).
+    /// The scalar operand, if there is one (at most one: a value with two would be one for
+    /// the whole loop, and is copied as one scalar).
     pub fn scalar(&self) -> Option<&Expr> {
         [Some(&self.a), self.b.as_ref()]
             .into_iter()
@@ -101,8 +102,8 @@ pub(super) struct Passes<'a> {
     /// Chunk buffers that hold a widened f16 load: passes read the load itself.
     pub widened: &'a [(BufId, BufId, Index)],
     /// The chunk buffers for intermediate values: the next unused one, the number's buffer,
-    /// and those free again (each intermediate value is read once, by the pass after which
-    /// its buffer is free).
+    /// and those free again (each intermediate value is read by one pass, after which its
+    /// buffer is free).
     pub next: usize,
     pub scratch: &'a dyn Fn(usize) -> BufId,
     pub free: Vec<BufId>,
@@ -139,7 +140,11 @@ impl Passes<'_> {
         if index.stride_of(self.var) != 1 || !wide_type((self.ty)(buf)) {
             return None;
         }
+        // One value for the whole loop (`relu(s[0])`): copied from the scalar, so no pass
+        // has two scalar operands (its kernel has one).
+        let invariant_value = invariant(value, self.var, self.updated);
         let (op, a, b) = match value {
+            _ if invariant_value => (AOp::Copy, Opnd::Scalar(value.clone()), None),
             Expr::Binary(op, x, y) => {
                 let op = match op {
                     BinOp::Add => AOp::Add,
